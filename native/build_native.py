@@ -1,0 +1,50 @@
+"""cffi build script (API mode, out of line) for the vpncrypt native core.
+
+setuptools runs it through ``cffi_modules`` in setup.py; ``emit_c_code`` is used by
+the arm64 cross build (tests/arm64/run.sh), which compiles the same sources with
+aarch64-linux-gnu-gcc.
+"""
+import os
+import re
+import sys
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Kernel and core sources: every .c file directly in native/ (bench/ and fuzz/
+# hold stand-alone programs).  Files for another architecture compile to nothing.
+SOURCES = sorted(
+    os.path.join("native", f) for f in os.listdir(HERE) if f.endswith(".c")
+)
+
+# -O3 only: SIMD kernels carry their own target attributes, so the module runs on
+# any CPU of the architecture.
+CFLAGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wextra",
+          "-Wno-unused-parameter", "-fvisibility=hidden"]
+
+
+def cdef_source() -> str:
+    """The public header with the preprocessor guard lines removed."""
+    with open(os.path.join(HERE, "vpncrypt.h")) as f:
+        text = f.read()
+    lines = [l for l in text.splitlines()
+             if not re.match(r"\s*#\s*(ifndef|endif|include|define\s+VPNCRYPT_H)", l)]
+    return "\n".join(lines)
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(cdef_source())
+ffibuilder.set_source(
+    "vpncrypt._native",
+    '#include "vpncrypt.h"\n',
+    sources=SOURCES,
+    include_dirs=["native"],
+    extra_compile_args=CFLAGS,
+)
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--emit-c":
+        ffibuilder.emit_c_code(sys.argv[2])
+    else:
+        ffibuilder.compile(verbose=True)

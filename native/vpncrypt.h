@@ -1,0 +1,88 @@
+/* vpncrypt native core: public C API (also the cffi cdef source, see build_native.py).
+ *
+ * Every function is safe for any alignment, never touches a byte outside the
+ * buffers it is given, and allows dst == src (in place).
+ */
+#ifndef VPNCRYPT_H
+#define VPNCRYPT_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- status codes ---- */
+#define VC_OK            0
+#define VC_ERR_AUTH     -1   /* tag mismatch: output holds no plaintext */
+#define VC_ERR_COUNTER  -2   /* the message would wrap the 32-bit block counter */
+#define VC_ERR_ROUNDS   -3   /* rounds not in {8, 12, 20} */
+#define VC_ERR_IMPL     -4   /* no such implementation, or not available on this CPU */
+#define VC_ERR_LENGTH   -5   /* a length out of range */
+
+/* ---- implementation selection ---- */
+/* ChaCha stream implementations: index 0 is "generic"; indices are stable
+ * for one build.  available() says whether this CPU can run it. */
+int         vc_chacha_impl_count(void);
+const char *vc_chacha_impl_name(int index);
+int         vc_chacha_impl_available(int index);
+int         vc_chacha_impl_active(void);
+int         vc_chacha_impl_select(int index);            /* VC_OK or VC_ERR_IMPL */
+
+int         vc_poly1305_impl_count(void);
+const char *vc_poly1305_impl_name(int index);
+int         vc_poly1305_impl_available(int index);
+int         vc_poly1305_impl_active(void);
+int         vc_poly1305_impl_select(int index);
+
+/* ---- primitives ---- */
+/* XOR len bytes of the ChaCha keystream (RFC 8439 layout: 32-bit counter,
+ * 96-bit nonce) into src, writing dst.  rounds is 8, 12 or 20. */
+int vc_chacha20_xor(uint8_t *dst, const uint8_t *src, size_t len,
+                    const uint8_t key[32], const uint8_t nonce[12],
+                    uint32_t counter, int rounds);
+int vc_hchacha20(uint8_t out[32], const uint8_t key[32], const uint8_t nonce[16], int rounds);
+void vc_poly1305(uint8_t tag[16], const uint8_t *msg, size_t len, const uint8_t key[32]);
+
+/* ---- AEAD (RFC 8439 ChaCha20-Poly1305, draft-irtf-cfrg-xchacha XChaCha20-Poly1305) ---- */
+int vc_aead_seal(uint8_t *ct, uint8_t tag[16], const uint8_t *pt, size_t len,
+                 const uint8_t *aad, size_t aad_len,
+                 const uint8_t key[32], const uint8_t nonce[12]);
+/* Verifies the tag in constant time before any decryption.  On VC_ERR_AUTH the
+ * keystream has not been applied; if pt != ct, pt is zeroed. */
+int vc_aead_open(uint8_t *pt, const uint8_t *ct, size_t len, const uint8_t tag[16],
+                 const uint8_t *aad, size_t aad_len,
+                 const uint8_t key[32], const uint8_t nonce[12]);
+int vc_xaead_seal(uint8_t *ct, uint8_t tag[16], const uint8_t *pt, size_t len,
+                  const uint8_t *aad, size_t aad_len,
+                  const uint8_t key[32], const uint8_t nonce[24]);
+int vc_xaead_open(uint8_t *pt, const uint8_t *ct, size_t len, const uint8_t tag[16],
+                  const uint8_t *aad, size_t aad_len,
+                  const uint8_t key[32], const uint8_t nonce[24]);
+
+/* ---- batch form: many packets in one call ---- */
+typedef struct {
+    const uint8_t *key;     /* 32 bytes */
+    const uint8_t *nonce;   /* 12 bytes */
+    const uint8_t *aad;
+    size_t         aad_len;
+    const uint8_t *in;      /* seal: plaintext; open: ciphertext followed by the 16-byte tag */
+    size_t         in_len;
+    uint8_t       *out;     /* seal: in_len + 16 bytes; open: in_len - 16 bytes */
+    int32_t        status;  /* written: VC_OK, VC_ERR_AUTH, VC_ERR_LENGTH */
+} vc_aead_item;
+
+/* Return the number of items that succeeded; each item's status is set. */
+size_t vc_aead_seal_batch(vc_aead_item *items, size_t n);
+size_t vc_aead_open_batch(vc_aead_item *items, size_t n);
+
+/* Packed batch form, one key for all packets (what a peer's session uses):
+ * packet i has length lens[i] and lies right after packet i-1 in `in`; its
+ * nonce is nonces[12*i .. 12*i+12].  Sealing writes each packet's ciphertext
+ * and tag (lens[i] + 16 bytes) end to end in `out`; opening takes sealed
+ * packets (lens[i] includes the tag) and writes lens[i] - 16 bytes each, end to
+ * end.  status[i] is set for each packet; the return value counts successes. */
+size_t vc_aead_seal_packed(uint8_t *out, const uint8_t *in, const uint32_t *lens, size_t n,
+                           const uint8_t *nonces, const uint8_t *aad, size_t aad_len,
+                           const uint8_t key[32], int32_t *status);
+size_t vc_aead_open_packed(uint8_t *out, const uint8_t *in, const uint32_t *lens, size_t n,
+                           const uint8_t *nonces, const uint8_t *aad, size_t aad_len,
+                           const uint8_t key[32], int32_t *status);
+
+#endif
