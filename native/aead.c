@@ -152,7 +152,7 @@ int vc_xaead_open(uint8_t *pt, const uint8_t *ct, size_t len, const uint8_t tag[
 size_t vc_aead_seal_batch(vc_aead_item *it, size_t n) {
     size_t ok = 0;
     for (size_t i = 0; i < n; i++) {
-        it[i].status = vc_aead_seal(it[i].out, it[i].out + it[i].in_len, it[i].in, it[i].in_len,
+        it[i].status = vc_aead_seal(it[i].out, it[i].out + it[i].in_len, it[i].input, it[i].in_len,
                                     it[i].aad, it[i].aad_len, it[i].key, it[i].nonce);
         ok += it[i].status == VC_OK;
     }
@@ -164,7 +164,7 @@ size_t vc_aead_open_batch(vc_aead_item *it, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (it[i].in_len < 16) { it[i].status = VC_ERR_LENGTH; continue; }
         size_t len = it[i].in_len - 16;
-        it[i].status = vc_aead_open(it[i].out, it[i].in, len, it[i].in + len, it[i].aad,
+        it[i].status = vc_aead_open(it[i].out, it[i].input, len, it[i].input + len, it[i].aad,
                                     it[i].aad_len, it[i].key, it[i].nonce);
         ok += it[i].status == VC_OK;
     }

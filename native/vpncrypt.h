@@ -62,7 +62,7 @@ typedef struct {
     const uint8_t *nonce;   /* 12 bytes */
     const uint8_t *aad;
     size_t         aad_len;
-    const uint8_t *in;      /* seal: plaintext; open: ciphertext followed by the 16-byte tag */
+    const uint8_t *input;   /* seal: plaintext; open: ciphertext followed by the 16-byte tag */
     size_t         in_len;
     uint8_t       *out;     /* seal: in_len + 16 bytes; open: in_len - 16 bytes */
     int32_t        status;  /* written: VC_OK, VC_ERR_AUTH, VC_ERR_LENGTH */

@@ -1,0 +1,61 @@
+"""Fixtures for the crypto suite: every test that takes `impl` runs once per ChaCha
+kernel this machine can run, `poly_impl` once per Poly1305 kernel, and `backend`
+once per backend (native, pynacl)."""
+import os
+
+import pytest
+
+import vpncrypt.crypto as vc
+
+# Lengths for the guard-page tests (the arm64 run under qemu uses 700).
+GUARD_MAX = int(os.environ.get("VPNCRYPT_GUARD_MAX", "600"))
+
+
+@pytest.fixture(params=vc.implementations())
+def impl(request):
+    before = vc.active_implementation()
+    vc.use_implementation(request.param)
+    yield request.param
+    vc.use_implementation(before)
+
+
+@pytest.fixture(params=vc.poly1305_implementations())
+def poly_impl(request):
+    before = vc.active_poly1305_implementation()
+    vc.use_poly1305_implementation(request.param)
+    yield request.param
+    vc.use_poly1305_implementation(before)
+
+
+def _kernel_pairs():
+    """Each ChaCha kernel with the default Poly1305, and each other Poly1305 kernel
+    with the default ChaCha: every kernel runs through the AEAD at least once."""
+    chacha, poly = vc.implementations(), vc.poly1305_implementations()
+    dc, dp = vc.active_implementation(), vc.active_poly1305_implementation()
+    pairs = [(c, dp) for c in chacha] + [(dc, p) for p in poly if p != dp]
+    return pairs
+
+
+@pytest.fixture(params=_kernel_pairs(), ids=lambda p: f"{p[0]}+{p[1]}")
+def kernels(request):
+    before = vc.active_implementation(), vc.active_poly1305_implementation()
+    vc.use_implementation(request.param[0])
+    vc.use_poly1305_implementation(request.param[1])
+    yield request.param
+    vc.use_implementation(before[0])
+    vc.use_poly1305_implementation(before[1])
+
+
+@pytest.fixture(params=vc.backends())
+def backend(request):
+    return vc.get_backend(request.param)
+
+
+@pytest.fixture
+def rng():
+    import random
+    return random.Random(0x5EED)
+
+
+def rbytes(rng, n: int) -> bytes:
+    return rng.getrandbits(8 * n).to_bytes(n, "little") if n else b""

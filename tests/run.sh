@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what the tests need, then runs them.
+#   - Debian packages through apt-get when running as root (only those missing);
+#   - Python packages into a venv (.venv, or $VPNCRYPT_VENV), with vpncrypt
+#     installed in editable mode so the native core is built from this tree;
+#   - pytest over tests/ on the host (every kernel this CPU has);
+#   - the arm64 run: the crypto suite cross-compiled and run under qemu-aarch64
+#     (tests/arm64/run.sh).
+# Arguments are passed to the host pytest.  --host-only leaves out the arm64 run
+# (for quick local work; CI never passes it).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+host_only=0
+args=()
+for a in "$@"; do
+    if [ "$a" = --host-only ]; then host_only=1; else args+=("$a"); fi
+done
+
+# Debian packages the tests use: compilers and cross tools, qemu for arm64,
+# libsodium/OpenSSL for the C bench, WireGuard peers, network and systemd tools.
+deb_packages=(
+    gcc libc6-dev libsodium-dev libssl-dev pkg-config clang llvm
+    gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
+    wireguard-go wireguard-tools iproute2 iperf3 iputils-ping procps
+    systemd dpkg-dev
+)
+if [ "$(id -u)" = 0 ]; then
+    missing=()
+    for p in "${deb_packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "tests/run.sh: installing Debian packages: ${missing[*]}" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+else
+    echo "tests/run.sh: not root, so Debian packages are not installed; tests that need them will fail" >&2
+fi
+
+venv=${VPNCRYPT_VENV:-$repo/.venv}
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+"$venv/bin/python" -m pip install -q -e ".[test]"
+
+status=0
+"$venv/bin/python" -m pytest "${args[@]}" || status=$?
+if [ "$status" = 5 ]; then
+    echo "tests/run.sh: pytest collected no tests; that is a failure" >&2
+    exit 1
+fi
+[ "$status" = 0 ] || exit "$status"
+
+if [ "$host_only" = 0 ]; then
+    bash "$repo/tests/arm64/run.sh"
+fi

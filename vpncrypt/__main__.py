@@ -1,0 +1,3 @@
+from vpncrypt.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""The `vpncrypt` command line."""
+import argparse
+import sys
+
+
+def _bench_crypto(sub):
+    from vpncrypt.bench import crypto as bench_crypto
+    p = sub.add_parser("crypto", help="ChaCha20, AEAD seal and AEAD open throughput, "
+                       "every implementation side by side",
+                       description=bench_crypto.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench_crypto.add_arguments(p)
+    p.set_defaults(func=bench_crypto.run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vpncrypt",
+        description="A WireGuard-compatible userspace VPN daemon with a native ChaCha20-Poly1305 core.")
+    parser.add_argument("--version", action="version",
+                        version=f"vpncrypt {__import__('vpncrypt').__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    bench = sub.add_parser("bench", help="benchmarks (crypto)")
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
+    bench_sub.required = True
+    _bench_crypto(bench_sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,66 @@
+"""vpncrypt.crypto: ChaCha20-Poly1305 and XChaCha20-Poly1305 with two backends.
+
+The module-level functions use the native core.  ``get_backend("pynacl")``
+returns the libsodium reference with the same methods.
+
+Implementation switches (the same tests run on every one):
+    implementations(), active_implementation(), use_implementation(name)
+        the ChaCha20 stream kernel; VPNCRYPT_CHACHA_IMPL forces one at import.
+    poly1305_implementations(), active_poly1305_implementation(),
+    use_poly1305_implementation(name)
+        the Poly1305 kernel; VPNCRYPT_POLY1305_IMPL forces one at import.
+"""
+import os
+
+from vpncrypt.crypto.errors import AuthenticationError, CounterOverflowError
+from vpncrypt.crypto.native import (
+    NativeBackend,
+    active_chacha_implementation as active_implementation,
+    active_poly1305_implementation,
+    chacha20_xor,
+    chacha_implementations as implementations,
+    hchacha20,
+    poly1305,
+    poly1305_implementations,
+    use_chacha_implementation as use_implementation,
+    use_poly1305_implementation,
+)
+
+__all__ = [
+    "AuthenticationError", "CounterOverflowError", "get_backend", "backends",
+    "seal", "open", "xseal", "xopen", "seal_batch", "open_batch",
+    "chacha20_xor", "hchacha20", "poly1305",
+    "implementations", "active_implementation", "use_implementation",
+    "poly1305_implementations", "active_poly1305_implementation", "use_poly1305_implementation",
+]
+
+_native = NativeBackend()
+_backends = {"native": _native}
+
+
+def backends() -> list[str]:
+    return ["native", "pynacl"]
+
+
+def get_backend(name: str = "native"):
+    """The backend called `name`: "native" (this project's C core) or "pynacl"."""
+    if name not in _backends:
+        if name == "pynacl":
+            from vpncrypt.crypto.pynacl import PynaclBackend
+            _backends[name] = PynaclBackend()
+        else:
+            raise ValueError(f"unknown crypto backend {name!r}; choose from {backends()}")
+    return _backends[name]
+
+
+seal = _native.seal
+open = _native.open  # noqa: A001 - the issue names it open
+xseal = _native.xseal
+xopen = _native.xopen
+seal_batch = _native.seal_batch
+open_batch = _native.open_batch
+
+for _var, _use in (("VPNCRYPT_CHACHA_IMPL", use_implementation),
+                   ("VPNCRYPT_POLY1305_IMPL", use_poly1305_implementation)):
+    if os.environ.get(_var):
+        _use(os.environ[_var])

@@ -1,0 +1,63 @@
+"""Argument checks shared by the backends: clear messages naming the argument."""
+from collections.abc import Sequence
+
+BytesLike = (bytes, bytearray, memoryview)
+
+
+def buf(name: str, value, size: int | None = None):
+    """Return value if it is a bytes-like object (of `size` bytes, when given)."""
+    if not isinstance(value, BytesLike):
+        raise TypeError(f"{name} must be bytes, bytearray or memoryview, not {type(value).__name__}")
+    if isinstance(value, memoryview) and (value.itemsize != 1 or value.ndim != 1):
+        value = value.cast("B") if value.c_contiguous else value.tobytes()
+    if size is not None and len(value) != size:
+        raise ValueError(f"{name} must be {size} bytes long, got {len(value)}")
+    return value
+
+
+def sealed(name: str, value):
+    value = buf(name, value)
+    if len(value) < 16:
+        raise ValueError(f"{name} must be at least 16 bytes (the tag), got {len(value)}")
+    return value
+
+
+def integer(name: str, value, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not low <= value < high:
+        raise ValueError(f"{name} must be in [{low}, {high}), got {value}")
+    return value
+
+
+def rounds(value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"rounds must be an int, not {type(value).__name__}")
+    if value not in (8, 12, 20):
+        raise ValueError(f"rounds must be 8, 12 or 20, got {value}")
+    return value
+
+
+def batch(nonces, messages, nonce_size: int, sealed_in: bool) -> list[int]:
+    """Check a batch; return the message lengths."""
+    for name, seq in (("nonces", nonces), ("messages", messages)):
+        if not isinstance(seq, Sequence) or isinstance(seq, (*BytesLike, str)):
+            raise TypeError(f"{name} must be a sequence (list or tuple) of bytes-like objects")
+    if len(nonces) != len(messages):
+        raise ValueError(f"nonces and messages must have the same length, got {len(nonces)} and {len(messages)}")
+    try:
+        nlens = list(map(len, nonces))
+        mlens = list(map(len, messages))
+    except TypeError:
+        for i, v in enumerate(nonces):
+            buf(f"nonces[{i}]", v)
+        for i, v in enumerate(messages):
+            buf(f"messages[{i}]", v)
+        raise
+    if nlens and (min(nlens) != nonce_size or max(nlens) != nonce_size):
+        i = next(i for i, n in enumerate(nlens) if n != nonce_size)
+        raise ValueError(f"nonces[{i}] must be {nonce_size} bytes long, got {nlens[i]}")
+    if sealed_in and mlens and min(mlens) < 16:
+        i = next(i for i, n in enumerate(mlens) if n < 16)
+        raise ValueError(f"messages[{i}] must be at least 16 bytes (the tag), got {mlens[i]}")
+    return mlens

@@ -1,0 +1,185 @@
+"""The native backend: vpncrypt's own C core through cffi."""
+from array import array
+
+from vpncrypt._native import ffi, lib
+from vpncrypt.crypto import args
+from vpncrypt.crypto.errors import AuthenticationError, CounterOverflowError
+
+_from = ffi.from_buffer
+_EMPTY = b""
+
+
+def _impls(count, name, available):
+    return [ffi.string(name(i)).decode() for i in range(count()) if available(i)]
+
+
+def _select(kind: str, name: str, count, namefn, available, select) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"implementation name must be a str, not {type(name).__name__}")
+    every = [ffi.string(namefn(i)).decode() for i in range(count())]
+    if name not in every:
+        raise ValueError(f"unknown {kind} implementation {name!r}; this build has {every}")
+    if select(every.index(name)) != lib.VC_OK:
+        raise ValueError(f"{kind} implementation {name!r} cannot run on this CPU; "
+                         f"available: {_impls(count, namefn, available)}")
+
+
+def chacha_implementations() -> list[str]:
+    return _impls(lib.vc_chacha_impl_count, lib.vc_chacha_impl_name, lib.vc_chacha_impl_available)
+
+
+def active_chacha_implementation() -> str:
+    return ffi.string(lib.vc_chacha_impl_name(lib.vc_chacha_impl_active())).decode()
+
+
+def use_chacha_implementation(name: str) -> None:
+    _select("ChaCha", name, lib.vc_chacha_impl_count, lib.vc_chacha_impl_name,
+            lib.vc_chacha_impl_available, lib.vc_chacha_impl_select)
+
+
+def poly1305_implementations() -> list[str]:
+    return _impls(lib.vc_poly1305_impl_count, lib.vc_poly1305_impl_name, lib.vc_poly1305_impl_available)
+
+
+def active_poly1305_implementation() -> str:
+    return ffi.string(lib.vc_poly1305_impl_name(lib.vc_poly1305_impl_active())).decode()
+
+
+def use_poly1305_implementation(name: str) -> None:
+    _select("Poly1305", name, lib.vc_poly1305_impl_count, lib.vc_poly1305_impl_name,
+            lib.vc_poly1305_impl_available, lib.vc_poly1305_impl_select)
+
+
+class NativeBackend:
+    """seal/open/xseal/xopen and their batch forms on the native core."""
+
+    name = "native"
+
+    def seal(self, key, nonce, plaintext, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, 12)
+        plaintext = args.buf("plaintext", plaintext)
+        aad = args.buf("aad", aad)
+        n = len(plaintext)
+        out = ffi.new("uint8_t[]", n + 16)
+        rc = lib.vc_aead_seal(out, out + n, _from(plaintext), n, _from(aad), len(aad),
+                              _from(key), _from(nonce))
+        if rc != lib.VC_OK:
+            raise ValueError(f"plaintext is too long for one ChaCha20-Poly1305 message ({n} bytes)")
+        return ffi.buffer(out)[:]
+
+    def open(self, key, nonce, sealed, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, 12)
+        sealed = args.sealed("sealed", sealed)
+        aad = args.buf("aad", aad)
+        n = len(sealed) - 16
+        src = _from(sealed)
+        out = ffi.new("uint8_t[]", n)
+        rc = lib.vc_aead_open(out, src, n, src + n, _from(aad), len(aad), _from(key), _from(nonce))
+        if rc != lib.VC_OK:
+            raise AuthenticationError("message failed to authenticate")
+        return ffi.buffer(out)[:]
+
+    def xseal(self, key, nonce, plaintext, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, 24)
+        plaintext = args.buf("plaintext", plaintext)
+        aad = args.buf("aad", aad)
+        n = len(plaintext)
+        out = ffi.new("uint8_t[]", n + 16)
+        rc = lib.vc_xaead_seal(out, out + n, _from(plaintext), n, _from(aad), len(aad),
+                               _from(key), _from(nonce))
+        if rc != lib.VC_OK:
+            raise ValueError(f"plaintext is too long for one XChaCha20-Poly1305 message ({n} bytes)")
+        return ffi.buffer(out)[:]
+
+    def xopen(self, key, nonce, sealed, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, 24)
+        sealed = args.sealed("sealed", sealed)
+        aad = args.buf("aad", aad)
+        n = len(sealed) - 16
+        src = _from(sealed)
+        out = ffi.new("uint8_t[]", n)
+        rc = lib.vc_xaead_open(out, src, n, src + n, _from(aad), len(aad), _from(key), _from(nonce))
+        if rc != lib.VC_OK:
+            raise AuthenticationError("message failed to authenticate")
+        return ffi.buffer(out)[:]
+
+    def seal_batch(self, key, nonces, plaintexts, aad=_EMPTY) -> list[bytes]:
+        """Seal many messages under one key in one native call."""
+        key = args.buf("key", key, 32)
+        aad = args.buf("aad", aad)
+        lens = args.batch(nonces, plaintexts, 12, sealed_in=False)
+        n = len(lens)
+        if n == 0:
+            return []
+        total = sum(lens) + 16 * n
+        out = bytearray(total)
+        status = ffi.new("int32_t[]", n)
+        ok = lib.vc_aead_seal_packed(_from(out), _from(b"".join(plaintexts)),
+                                     _from("uint32_t[]", array("I", lens)), n, _from(b"".join(nonces)),
+                                     _from(aad), len(aad), _from(key), status)
+        if ok != n:
+            raise ValueError("a plaintext in the batch is too long for one message")
+        view = memoryview(out)
+        res, pos = [], 0
+        for ln in lens:
+            end = pos + ln + 16
+            res.append(view[pos:end].tobytes())
+            pos = end
+        return res
+
+    def open_batch(self, key, nonces, sealed, aad=_EMPTY) -> list:
+        """Open many messages under one key in one native call; a message that
+        fails to authenticate gives None in its place."""
+        key = args.buf("key", key, 32)
+        aad = args.buf("aad", aad)
+        lens = args.batch(nonces, sealed, 12, sealed_in=True)
+        n = len(lens)
+        if n == 0:
+            return []
+        out = bytearray(sum(lens) - 16 * n)
+        status = ffi.new("int32_t[]", n)
+        lib.vc_aead_open_packed(_from(out), _from(b"".join(sealed)), _from("uint32_t[]", array("I", lens)), n,
+                                _from(b"".join(nonces)), _from(aad), len(aad), _from(key), status)
+        view = memoryview(out)
+        res, pos = [], 0
+        for i, ln in enumerate(lens):
+            end = pos + ln - 16
+            res.append(view[pos:end].tobytes() if status[i] == lib.VC_OK else None)
+            pos = end
+        return res
+
+
+def chacha20_xor(key, nonce, data, counter=0, rounds=20) -> bytes:
+    key = args.buf("key", key, 32)
+    nonce = args.buf("nonce", nonce, 12)
+    data = args.buf("data", data)
+    counter = args.integer("counter", counter, 0, 2**32)
+    rounds = args.rounds(rounds)
+    n = len(data)
+    out = ffi.new("uint8_t[]", n)
+    rc = lib.vc_chacha20_xor(out, _from(data), n, _from(key), _from(nonce), counter, rounds)
+    if rc == lib.VC_ERR_COUNTER:
+        raise CounterOverflowError(
+            f"{n} bytes from block counter {counter} would wrap the 32-bit block counter")
+    return ffi.buffer(out)[:]
+
+
+def hchacha20(key, nonce16, rounds=20) -> bytes:
+    key = args.buf("key", key, 32)
+    nonce16 = args.buf("nonce16", nonce16, 16)
+    rounds = args.rounds(rounds)
+    out = ffi.new("uint8_t[32]")
+    lib.vc_hchacha20(out, _from(key), _from(nonce16), rounds)
+    return ffi.buffer(out)[:]
+
+
+def poly1305(key, message) -> bytes:
+    key = args.buf("key", key, 32)
+    message = args.buf("message", message)
+    out = ffi.new("uint8_t[16]")
+    lib.vc_poly1305(out, _from(message), len(message), _from(key))
+    return ffi.buffer(out)[:]

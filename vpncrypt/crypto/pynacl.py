@@ -1,0 +1,68 @@
+"""The reference backend: libsodium through pynacl."""
+from nacl import bindings as nb
+from nacl.exceptions import CryptoError
+
+from vpncrypt.crypto import args
+from vpncrypt.crypto.errors import AuthenticationError
+
+_EMPTY = b""
+
+
+def _b(v):
+    return v if isinstance(v, bytes) else bytes(v)
+
+
+class PynaclBackend:
+    """seal/open/xseal/xopen and batch forms, one libsodium call per message."""
+
+    name = "pynacl"
+
+    def seal(self, key, nonce, plaintext, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, 12)
+        plaintext = args.buf("plaintext", plaintext)
+        aad = args.buf("aad", aad)
+        return nb.crypto_aead_chacha20poly1305_ietf_encrypt(_b(plaintext), _b(aad) or None, _b(nonce), _b(key))
+
+    def open(self, key, nonce, sealed, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, 12)
+        sealed = args.sealed("sealed", sealed)
+        aad = args.buf("aad", aad)
+        try:
+            return nb.crypto_aead_chacha20poly1305_ietf_decrypt(_b(sealed), _b(aad) or None, _b(nonce), _b(key))
+        except CryptoError:
+            raise AuthenticationError("message failed to authenticate") from None
+
+    def xseal(self, key, nonce, plaintext, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, 24)
+        plaintext = args.buf("plaintext", plaintext)
+        aad = args.buf("aad", aad)
+        return nb.crypto_aead_xchacha20poly1305_ietf_encrypt(_b(plaintext), _b(aad) or None, _b(nonce), _b(key))
+
+    def xopen(self, key, nonce, sealed, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, 24)
+        sealed = args.sealed("sealed", sealed)
+        aad = args.buf("aad", aad)
+        try:
+            return nb.crypto_aead_xchacha20poly1305_ietf_decrypt(_b(sealed), _b(aad) or None, _b(nonce), _b(key))
+        except CryptoError:
+            raise AuthenticationError("message failed to authenticate") from None
+
+    def seal_batch(self, key, nonces, plaintexts, aad=_EMPTY) -> list[bytes]:
+        key = args.buf("key", key, 32)
+        args.batch(nonces, plaintexts, 12, sealed_in=False)
+        return [self.seal(key, n, p, aad) for n, p in zip(nonces, plaintexts)]
+
+    def open_batch(self, key, nonces, sealed, aad=_EMPTY) -> list:
+        key = args.buf("key", key, 32)
+        args.batch(nonces, sealed, 12, sealed_in=True)
+        out = []
+        for n, s in zip(nonces, sealed):
+            try:
+                out.append(self.open(key, n, s, aad))
+            except AuthenticationError:
+                out.append(None)
+        return out
