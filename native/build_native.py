@@ -24,20 +24,32 @@ CFLAGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wextra",
           "-Wno-unused-parameter", "-fvisibility=hidden"]
 
 
+# The public headers, in order: the crypto core, the batch socket/TUN I/O, and
+# the WireGuard transport fast path.  Their declarations are the cffi cdef.
+PUBLIC_HEADERS = ["vpncrypt.h", "vc_io.h", "vc_wg.h"]
+
+
 def cdef_source() -> str:
-    """The public header with the preprocessor guard lines removed."""
-    with open(os.path.join(HERE, "vpncrypt.h")) as f:
-        text = f.read()
-    lines = [l for l in text.splitlines()
-             if not re.match(r"\s*#\s*(ifndef|endif|include|define\s+VPNCRYPT_H)", l)]
-    return "\n".join(lines)
+    """The public headers with preprocessor lines removed (except integer #defines)."""
+    out = []
+    for name in PUBLIC_HEADERS:
+        path = os.path.join(HERE, name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for line in f.read().splitlines():
+                if re.match(r"\s*#\s*(if|ifndef|ifdef|endif|else|include|define\s+\w+_H\b)", line):
+                    continue
+                out.append(line)
+    return "\n".join(out)
 
 
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_source())
 ffibuilder.set_source(
     "vpncrypt._native",
-    '#include "vpncrypt.h"\n',
+    "".join(f'#include "{h}"\n' for h in PUBLIC_HEADERS
+            if os.path.exists(os.path.join(HERE, h))),
     sources=SOURCES,
     include_dirs=["native"],
     extra_compile_args=CFLAGS,
