@@ -1,0 +1,62 @@
+import os
+import socket
+
+import pytest
+
+from vpncrypt.daemon import notify
+
+
+@pytest.fixture(params=["path", "abstract"])
+def notify_socket(request, tmp_path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    if request.param == "path":
+        addr = str(tmp_path / "notify.sock")
+        s.bind(addr)
+        env_value = addr
+    else:
+        name = f"vpncrypt-test-{os.getpid()}-{id(s)}"
+        s.bind("\0" + name)
+        env_value = "@" + name
+    s.settimeout(5)
+    with s:
+        yield s, {"NOTIFY_SOCKET": env_value}
+
+
+def test_messages(notify_socket):
+    sock, env = notify_socket
+    assert notify.ready("serving wg0\n3 peers", env=env)
+    assert sock.recv(4096) == b"READY=1\nSTATUS=serving wg0 3 peers"
+    assert notify.status("reloading", env=env)
+    assert sock.recv(4096) == b"STATUS=reloading"
+    assert notify.watchdog(env=env)
+    assert sock.recv(4096) == b"WATCHDOG=1"
+    assert notify.stopping(env=env)
+    assert sock.recv(4096) == b"STOPPING=1"
+    assert notify.reloading(env=env)
+    msg = sock.recv(4096).decode()
+    assert msg.startswith("RELOADING=1\nMONOTONIC_USEC=") and msg.split("=")[-1].isdigit()
+
+
+def test_uses_environ(notify_socket, monkeypatch):
+    sock, env = notify_socket
+    monkeypatch.setenv("NOTIFY_SOCKET", env["NOTIFY_SOCKET"])
+    assert notify.ready()
+    assert sock.recv(4096) == b"READY=1"
+
+
+def test_no_socket_is_a_no_op(tmp_path):
+    assert notify.ready(env={}) is False
+    assert notify.watchdog(env={"NOTIFY_SOCKET": ""}) is False
+    assert notify.watchdog(env={"NOTIFY_SOCKET": str(tmp_path / "missing")}) is False
+    assert notify.watchdog(env={"NOTIFY_SOCKET": "vsock:2:1"}) is False
+
+
+def test_watchdog_interval():
+    assert notify.watchdog_interval({}) is None
+    assert notify.watchdog_interval({"WATCHDOG_USEC": "30000000"}) == 15.0
+    assert notify.watchdog_interval({"WATCHDOG_USEC": "30000000",
+                                     "WATCHDOG_PID": str(os.getpid())}) == 15.0
+    assert notify.watchdog_interval({"WATCHDOG_USEC": "30000000",
+                                     "WATCHDOG_PID": str(os.getpid() + 1)}) is None
+    assert notify.watchdog_interval({"WATCHDOG_USEC": "junk"}) is None
+    assert notify.watchdog_interval({"WATCHDOG_USEC": "0"}) is None

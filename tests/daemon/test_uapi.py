@@ -1,0 +1,391 @@
+import base64
+import errno
+import ipaddress
+import os
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.daemon.fakes import FakeControl
+from vpncrypt.config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
+                                 SetFwmark, SetListenPort, SetPrivateKey)
+from vpncrypt.daemon.control import InterfaceSnapshot, PeerSnapshot
+from vpncrypt.daemon.uapi import (UAPIError, apply_operations, format_get,
+                                  handle_request, parse_set, start_uapi_server)
+
+K1, K2, K3 = bytes(range(32)), bytes([0x11] * 32), bytes([0xA5] * 32)
+
+
+def b64(k):
+    return base64.b64encode(k).decode()
+
+
+def net(s):
+    return ipaddress.ip_network(s)
+
+
+# ---------------------------------------------------------------- parse_set
+
+def test_parse_set_full_request():
+    body = (f"private_key={K1.hex()}\nlisten_port=51820\nfwmark=4660\nreplace_peers=true\n"
+            f"public_key={K2.hex()}\npreshared_key={K3.hex()}\nprotocol_version=1\n"
+            "endpoint=[2001:db8::1]:51820\npersistent_keepalive_interval=25\n"
+            "replace_allowed_ips=true\nallowed_ip=10.0.0.0/24\nallowed_ip=fd00::1/128\n"
+            f"public_key={K3.hex()}\nremove=true\n"
+            f"public_key={K1.hex()}\nupdate_only=true\nendpoint=192.0.2.1:1\n\n")
+    ops = parse_set(body)
+    assert ops == [
+        SetPrivateKey(K1), SetListenPort(51820), SetFwmark(4660), ReplacePeers(),
+        PeerUpdate(public_key=K2, preshared_key=K3,
+                   endpoint=Endpoint("2001:db8::1", 51820, "[2001:db8::1]:51820"),
+                   persistent_keepalive=25, replace_allowed_ips=True,
+                   allowed_ips=(net("10.0.0.0/24"), net("fd00::1/128"))),
+        RemovePeer(K3),
+        PeerUpdate(public_key=K1, update_only=True,
+                   endpoint=Endpoint("192.0.2.1", 1, "192.0.2.1:1")),
+    ]
+    assert ops[5].public_key == K3 and isinstance(ops[5].public_key, bytes)
+
+
+def test_parse_set_zero_private_key_removes_it():
+    assert parse_set(f"private_key={'0' * 64}\n") == [SetPrivateKey(None)]
+
+
+def test_parse_set_empty_is_no_op():
+    assert parse_set("") == []
+
+
+@pytest.mark.parametrize("body", [
+    "private_key=zz\n",
+    f"private_key={K1.hex()[:-2]}\n",
+    "listen_port=65536\n",
+    "listen_port=-1\n",
+    "fwmark=4294967296\n",
+    "replace_peers=false\n",
+    f"preshared_key={K1.hex()}\n",                       # peer key before public_key
+    f"public_key={K1.hex()}\nprivate_key={K2.hex()}\n",  # device key after a peer
+    "bogus=1\n",
+    f"public_key={K1.hex()}\nbogus=1\n",
+    f"public_key={K1.hex()}\nendpoint=example.com:51820\n",
+    f"public_key={K1.hex()}\nendpoint=2001:db8::1:51820\n",
+    f"public_key={K1.hex()}\nendpoint=192.0.2.1\n",
+    f"public_key={K1.hex()}\nendpoint=192.0.2.1:0\n",
+    f"public_key={K1.hex()}\nallowed_ip=10.0.0.1\n",
+    f"public_key={K1.hex()}\nallowed_ip=10.0.0.300/32\n",
+    f"public_key={K1.hex()}\nprotocol_version=2\n",
+    f"public_key={K1.hex()}\npersistent_keepalive_interval=65536\n",
+    f"public_key={K1.hex()}\nremove=yes\n",
+    "no equals sign\n",
+    "listen_port=1\n\nlisten_port=2\n",
+])
+def test_parse_set_rejects(body):
+    with pytest.raises(UAPIError) as ei:
+        parse_set(body)
+    assert ei.value.errno == errno.EINVAL
+
+
+def test_malformed_set_changes_nothing():
+    c = FakeControl()
+    body = f"private_key={K1.hex()}\nlisten_port=1\npublic_key={K2.hex()}\nallowed_ip=bad\n"
+    assert handle_request("set=1", body, c) == b"errno=-22\n\n"
+    assert c.calls == [] and c.private_key is None and c.listen_port == 0
+
+
+def test_apply_update_only_skips_unknown_peer():
+    c = FakeControl()
+    apply_operations([PeerUpdate(public_key=K1, update_only=True, persistent_keepalive=5)], c)
+    assert c.calls == []
+    apply_operations([PeerUpdate(public_key=K1, persistent_keepalive=5),
+                      PeerUpdate(public_key=K1, update_only=True, persistent_keepalive=6)], c)
+    assert c.peers[K1].persistent_keepalive == 6
+
+
+def test_control_errors_become_errno():
+    class Busy(FakeControl):
+        def set_listen_port(self, port):
+            raise OSError(errno.EADDRINUSE, "in use")
+    assert handle_request("set=1", "listen_port=1\n", Busy()) == b"errno=-98\n\n"
+
+    class Broken(FakeControl):
+        def snapshot(self):
+            raise RuntimeError("boom")
+    assert handle_request("get=1", "", Broken()) == b"errno=-5\n\n"
+
+
+# ---------------------------------------------------------------- format_get
+
+def test_format_get_exact():
+    snap = InterfaceSnapshot(
+        private_key=K1, listen_port=51820, fwmark=0,
+        peers=[PeerSnapshot(public_key=K2, preshared_key=K3, endpoint=("2001:db8::1", 5),
+                            persistent_keepalive=25,
+                            allowed_ips=[net("10.0.0.0/24"), "fd00::/64"],
+                            last_handshake_time_sec=1700000000, last_handshake_time_nsec=42,
+                            rx_bytes=10, tx_bytes=20),
+               PeerSnapshot(public_key=K3)],
+        counters={"drop_bad_mac": 2})
+    assert format_get(snap) == (
+        f"private_key={K1.hex()}\nlisten_port=51820\n"
+        f"public_key={K2.hex()}\npreshared_key={K3.hex()}\nprotocol_version=1\n"
+        "endpoint=[2001:db8::1]:5\nlast_handshake_time_sec=1700000000\n"
+        "last_handshake_time_nsec=42\ntx_bytes=20\nrx_bytes=10\n"
+        "persistent_keepalive_interval=25\nallowed_ip=10.0.0.0/24\nallowed_ip=fd00::/64\n"
+        f"public_key={K3.hex()}\nprotocol_version=1\nlast_handshake_time_sec=0\n"
+        "last_handshake_time_nsec=0\ntx_bytes=0\nrx_bytes=0\n"
+        "persistent_keepalive_interval=0\nerrno=0\n\n")
+    ext = format_get(snap, extensions=True)
+    assert ext.endswith("vpncrypt_drop_bad_mac=2\nerrno=0\n\n")
+
+
+def test_format_get_empty_device():
+    assert format_get(InterfaceSnapshot()) == "errno=0\n\n"
+
+
+# ---------------------------------------------------------------- the server, raw socket
+
+def _recv_reply(sock):
+    buf = b""
+    while not buf.endswith(b"\n\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+@pytest.fixture
+def raw_server(loop_thread, tmp_path):
+    path = str(tmp_path / "wgtest.sock")
+    control = FakeControl()
+    server = loop_thread.run(start_uapi_server(path, control))
+
+    async def stop():
+        server.close()
+        await server.wait_closed()
+    try:
+        yield path, control, server
+    finally:
+        loop_thread.run(stop())
+
+
+def test_socket_mode_and_many_requests_per_connection(raw_server):
+    path, control, _ = raw_server
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_ISSOCK(os.stat(path).st_mode)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.sendall(f"set=1\nprivate_key={K1.hex()}\nlisten_port=4242\n\n".encode())
+        assert _recv_reply(s) == b"errno=0\n\n"
+        s.sendall(b"set=1\nlisten_port=99999\n\n")           # malformed
+        assert _recv_reply(s) == b"errno=-22\n\n"
+        s.sendall(b"frobnicate=1\n\n")                       # unknown operation
+        assert _recv_reply(s) == b"errno=-22\n\n"
+        s.sendall(b"get=1\nextra=1\n\n")                     # get with arguments
+        assert _recv_reply(s) == b"errno=-22\n\n"
+        s.sendall(b"set=1\n\xff\xfe\n\n")                    # not text
+        assert _recv_reply(s) == b"errno=-22\n\n"
+        s.sendall(b"get=1\n\n")
+        reply = _recv_reply(s).decode()
+        assert reply == f"private_key={K1.hex()}\nlisten_port=4242\nerrno=0\n\n"
+        s.sendall(b"get=vpncrypt\n\n")
+        reply = _recv_reply(s).decode()
+        assert "vpncrypt_drop_bad_mac=3\n" in reply and "vpncrypt_drop_no_route=7\n" in reply
+        assert reply.endswith("errno=0\n\n")
+    assert control.listen_port == 4242
+
+
+def test_pipelined_requests(raw_server):
+    path, control, _ = raw_server
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.sendall(b"set=1\nlisten_port=1\n\nset=1\nlisten_port=x\n\nget=1\n\n")
+        buf = b""
+        while buf.count(b"\n\n") < 3:
+            chunk = s.recv(65536)
+            assert chunk
+            buf += chunk
+    assert buf == b"errno=0\n\nerrno=-22\n\nlisten_port=1\nerrno=0\n\n"
+
+
+def test_socket_removed_on_close_and_stale_socket_replaced(loop_thread, tmp_path):
+    path = str(tmp_path / "x.sock")
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)
+    stale.close()                      # a socket file nobody listens on
+    server = loop_thread.run(start_uapi_server(path, FakeControl()))
+
+    async def stop():
+        server.close()
+        await server.wait_closed()
+    try:
+        with pytest.raises(OSError) as ei:   # a second daemon on the same path
+            loop_thread.run(start_uapi_server(path, FakeControl()))
+        assert ei.value.errno == errno.EADDRINUSE
+        assert os.path.exists(path)
+    finally:
+        loop_thread.run(stop())
+    assert not os.path.exists(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch uid")
+def test_refuses_other_uids(loop_thread):
+    import shutil
+    import tempfile
+    tmpdir = tempfile.mkdtemp(prefix="vpncrypt-uapi-", dir="/tmp")
+    os.chmod(tmpdir, 0o755)  # the unprivileged client must reach the socket
+    path = os.path.join(tmpdir, "p.sock")
+    control = FakeControl()
+    server = loop_thread.run(start_uapi_server(path, control))
+
+    async def stop():
+        server.close()
+        await server.wait_closed()
+    try:
+        os.chmod(path, 0o666)  # let the unprivileged client reach the check
+        script = textwrap.dedent(f"""
+            import os, socket
+            os.setgid(65534); os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX); s.connect({path!r})
+            buf = b""  # the refusal comes before any request is read
+            while True:
+                c = s.recv(4096)
+                if not c: break
+                buf += c
+            print(buf.decode().strip())
+        """)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                             text=True, timeout=20)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "errno=-1"
+        assert control.calls == []
+        with socket.socket(socket.AF_UNIX) as s:  # root is still served
+            s.connect(path)
+            s.sendall(b"get=1\n\n")
+            assert _recv_reply(s) == b"errno=0\n\n"
+    finally:
+        try:
+            loop_thread.run(stop())
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- the real `wg`
+
+def _wg(wg_tool, *args, input=None):
+    r = subprocess.run([wg_tool, *args], capture_output=True, text=True, input=input, timeout=20)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r.stdout
+
+
+def test_wg_show_and_showconf(wg_server, wg_tool):
+    name, control, _ = wg_server
+    control.private_key = K1
+    control.listen_port = 51820
+    control.fwmark = 0x42
+    control.peers[K2] = PeerSnapshot(public_key=K2, preshared_key=K3,
+                                     endpoint=("192.0.2.7", 51821),
+                                     allowed_ips=[net("10.0.0.2/32"), net("fd00::2/128")],
+                                     persistent_keepalive=25, rx_bytes=1000, tx_bytes=2000,
+                                     last_handshake_time_sec=1700000000)
+    out = _wg(wg_tool, "show", name)
+    assert f"interface: {name}" in out
+    assert "listening port: 51820" in out and "fwmark: 0x42" in out
+    assert f"peer: {b64(K2)}" in out and "endpoint: 192.0.2.7:51821" in out
+    assert "allowed ips: 10.0.0.2/32, fd00::2/128" in out
+    assert "persistent keepalive: every 25 seconds" in out
+    assert "1000 B received, 1.95 KiB sent" in out
+    conf = _wg(wg_tool, "showconf", name)
+    assert f"PrivateKey = {b64(K1)}" in conf and f"PresharedKey = {b64(K3)}" in conf
+    assert "ListenPort = 51820" in conf and "FwMark = 0x42" in conf
+    assert "AllowedIPs = 10.0.0.2/32, fd00::2/128" in conf
+    assert "Endpoint = 192.0.2.7:51821" in conf and "PersistentKeepalive = 25" in conf
+    dump = _wg(wg_tool, "show", name, "dump").splitlines()
+    assert dump[1].split("\t") == [b64(K2), b64(K3), "192.0.2.7:51821",
+                                   "10.0.0.2/32,fd00::2/128", "1700000000", "1000", "2000", "25"]
+    assert _wg(wg_tool, "show", name, "listen-port").strip() == "51820"
+
+
+def test_wg_show_tolerates_extension_lines(wg_server, wg_tool):
+    name, control, server = wg_server
+    server.extensions_in_get = True   # wg skips keys it does not know
+    control.listen_port = 1
+    assert "listening port: 1" in _wg(wg_tool, "show", name)
+
+
+def test_wg_set(wg_server, wg_tool, tmp_path):
+    name, control, _ = wg_server
+    keyfile = tmp_path / "key"
+    keyfile.write_text(b64(K1) + "\n")
+    pskfile = tmp_path / "psk"
+    pskfile.write_text(b64(K3) + "\n")
+    _wg(wg_tool, "set", name, "private-key", str(keyfile), "listen-port", "51000",
+        "fwmark", "0x10", "peer", b64(K2), "preshared-key", str(pskfile),
+        "endpoint", "[2001:db8::5]:1234", "persistent-keepalive", "25",
+        "allowed-ips", "10.0.0.2/32,fd00::2/128")
+    assert control.calls[:3] == [("set_private_key", K1), ("set_listen_port", 51000),
+                                 ("set_fwmark", 16)]
+    op = control.calls[3][1]
+    assert op == PeerUpdate(public_key=K2, preshared_key=K3,
+                            endpoint=Endpoint("2001:db8::5", 1234, "[2001:db8::5]:1234"),
+                            persistent_keepalive=25, replace_allowed_ips=True,
+                            allowed_ips=(net("10.0.0.2/32"), net("fd00::2/128")))
+    assert len(control.calls) == 4
+    # change only the allowed IPs, then remove the peer
+    control.calls.clear()
+    _wg(wg_tool, "set", name, "peer", b64(K2), "allowed-ips", "10.9.0.0/16")
+    assert control.calls == [("upsert_peer", PeerUpdate(
+        public_key=K2, replace_allowed_ips=True, allowed_ips=(net("10.9.0.0/16"),)))]
+    assert control.peers[K2].allowed_ips == [net("10.9.0.0/16")]
+    control.calls.clear()
+    _wg(wg_tool, "set", name, "peer", b64(K2), "remove")
+    assert control.calls == [("remove_peer", K2)] and not control.peers
+
+
+def _write_conf(tmp_path, text):
+    p = tmp_path / "wg.conf"
+    p.write_text(textwrap.dedent(text))
+    os.chmod(p, 0o600)
+    return str(p)
+
+
+def test_wg_setconf_and_syncconf(wg_server, wg_tool, tmp_path):
+    name, control, _ = wg_server
+    control.peers[K3] = PeerSnapshot(public_key=K3, allowed_ips=[net("10.0.0.3/32")])
+    conf = _write_conf(tmp_path, f"""\
+        [Interface]
+        PrivateKey = {b64(K1)}
+        ListenPort = 51820
+
+        [Peer]
+        PublicKey = {b64(K2)}
+        AllowedIPs = 10.0.0.2/32
+        Endpoint = 192.0.2.1:51820
+        """)
+    _wg(wg_tool, "setconf", name, conf)
+    assert control.call_names() == ["set_private_key", "set_listen_port", "set_fwmark",
+                                    "replace_peers", "upsert_peer"]
+    assert control.calls[2] == ("set_fwmark", 0)
+    assert list(control.peers) == [K2]
+    assert control.peers[K2].endpoint == Endpoint("192.0.2.1", 51820, "192.0.2.1:51820")
+
+    # syncconf: K2 changes keepalive, K3 is added; nothing is replaced wholesale
+    control.calls.clear()
+    conf = _write_conf(tmp_path, f"""\
+        [Interface]
+        PrivateKey = {b64(K1)}
+        ListenPort = 51820
+
+        [Peer]
+        PublicKey = {b64(K3)}
+        AllowedIPs = 10.0.0.3/32
+        """)
+    _wg(wg_tool, "syncconf", name, conf)
+    names = control.call_names()
+    assert "replace_peers" not in names
+    assert ("remove_peer", K2) in control.calls
+    assert list(control.peers) == [K3]
+    assert control.peers[K3].allowed_ips == [net("10.0.0.3/32")]

@@ -1,0 +1,109 @@
+"""Key types that never show their material in repr()/str().
+
+PublicKey, PrivateKey and PresharedKey are ``bytes`` subclasses (32 bytes), so
+they pass anywhere raw key bytes are expected, but printing one in a log line
+or an exception gives at most a short fingerprint (public keys) or
+``<redacted>`` (secrets), never the full base64 or hex form.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+
+KEY_LEN = 32
+ZERO_KEY = bytes(KEY_LEN)
+
+
+class KeyFormatError(ValueError):
+    """A key string is malformed. The message never contains the key text."""
+
+
+class _Key(bytes):
+    __slots__ = ()
+
+    def __new__(cls, raw: bytes | bytearray | memoryview):
+        raw = bytes(raw)
+        if len(raw) != KEY_LEN:
+            raise KeyFormatError("a key is 32 bytes")
+        return super().__new__(cls, raw)
+
+    @classmethod
+    def from_base64(cls, text: str) -> "_Key":
+        text = text.strip()
+        if len(text) != 44 or text[-1] != "=":
+            raise KeyFormatError("a key is 44 characters of base64 ending in '='")
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise KeyFormatError("a key must be valid base64") from None
+        if len(raw) != KEY_LEN:
+            raise KeyFormatError("a key is base64 of 32 bytes")
+        return cls(raw)
+
+    @classmethod
+    def from_hex(cls, text: str) -> "_Key":
+        if len(text) != 2 * KEY_LEN:
+            raise KeyFormatError("a key is 64 hex digits")
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            raise KeyFormatError("a key must be hex digits") from None
+        return cls(raw)
+
+    def to_base64(self) -> str:
+        return base64.b64encode(bytes(self)).decode("ascii")
+
+    def to_hex(self) -> str:
+        return bytes(self).hex()
+
+    def is_zero(self) -> bool:
+        return hmac.compare_digest(bytes(self), ZERO_KEY)
+
+    def __eq__(self, other):  # constant-time for secrets; fine for public keys
+        if isinstance(other, (bytes, bytearray)):
+            return hmac.compare_digest(bytes(self), bytes(other))
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = bytes.__hash__
+
+
+class PublicKey(_Key):
+    __slots__ = ()
+
+    def fingerprint(self) -> str:
+        """First 8 base64 characters: enough to tell peers apart in logs."""
+        return self.to_base64()[:8] + "…"
+
+    def __repr__(self) -> str:
+        return f"PublicKey({self.fingerprint()})"
+
+    __str__ = __repr__
+
+
+class _SecretKey(_Key):
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(<redacted>)"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+
+class PrivateKey(_SecretKey):
+    __slots__ = ()
+
+
+class PresharedKey(_SecretKey):
+    __slots__ = ()
+
+
+def fingerprint(public_key: bytes) -> str:
+    return PublicKey(public_key).fingerprint()

@@ -1,0 +1,1 @@
+"""Daemon-side building blocks: UAPI server, sd_notify, TUN, logging."""

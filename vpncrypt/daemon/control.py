@@ -1,0 +1,90 @@
+"""What the UAPI server (and the SIGHUP reload) needs from the running device.
+
+The daemon implements Control on top of vpncrypt.protocol.Device; tests use
+an in-memory fake. All methods are called from the event loop thread and must
+not block for long. To report a failure with a specific errno (e.g. the new
+listen port is in use) raise ControlError(errno.EADDRINUSE, "...") or an
+OSError; anything else is answered with -EIO.
+"""
+from __future__ import annotations
+
+import abc
+import errno as _errno
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
+
+from ..config.ops import PeerUpdate
+
+
+class ControlError(Exception):
+    def __init__(self, errno: int, message: str = ""):
+        super().__init__(message or _errno.errorcode.get(errno, str(errno)))
+        self.errno = errno
+
+
+@dataclass
+class PeerSnapshot:
+    public_key: bytes
+    preshared_key: Optional[bytes] = None      # None or all-zero: no PSK
+    endpoint: object = None                    # None, Endpoint, "host:port" or (host, port[, ...])
+    persistent_keepalive: int = 0              # seconds, 0 = off
+    allowed_ips: Sequence = ()                 # ip_network objects or strings "a.b.c.d/n"
+    last_handshake_time_sec: int = 0           # wall clock (Unix time); 0 = never
+    last_handshake_time_nsec: int = 0
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+    protocol_version: int = 1
+
+
+@dataclass
+class InterfaceSnapshot:
+    private_key: Optional[bytes] = None
+    listen_port: int = 0
+    fwmark: int = 0
+    peers: Sequence[PeerSnapshot] = ()
+    # vpncrypt extras (drop counters etc.), reported as vpncrypt_<name>=N
+    # only on the `get=vpncrypt` request (or when the server enables them).
+    counters: Mapping[str, int] = field(default_factory=dict)
+
+
+class Control(abc.ABC):
+    """The device as the UAPI sees it."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> InterfaceSnapshot: ...
+
+    @abc.abstractmethod
+    def set_private_key(self, key: Optional[bytes]) -> None:
+        """Set the static private key; None removes it."""
+
+    @abc.abstractmethod
+    def set_listen_port(self, port: int) -> None:
+        """Rebind the UDP socket(s); 0 = random port."""
+
+    @abc.abstractmethod
+    def set_fwmark(self, fwmark: int) -> None:
+        """Set SO_MARK on the UDP socket(s); 0 = none."""
+
+    @abc.abstractmethod
+    def replace_peers(self) -> None:
+        """Remove every peer."""
+
+    @abc.abstractmethod
+    def has_peer(self, public_key: bytes) -> bool: ...
+
+    @abc.abstractmethod
+    def remove_peer(self, public_key: bytes) -> None:
+        """Remove one peer; no error if it does not exist."""
+
+    @abc.abstractmethod
+    def upsert_peer(self, update: PeerUpdate) -> None:
+        """Create the peer if needed, then apply the non-None fields of
+        ``update`` (see PeerUpdate). ``update.update_only`` has already been
+        handled by the caller."""
+
+    # Only needed for config reloads (wg-quick extras); not used by the UAPI.
+    def set_mtu(self, mtu: int) -> None:
+        raise ControlError(_errno.EOPNOTSUPP, "changing the MTU is not supported")
+
+    def set_addresses(self, add: Iterable, remove: Iterable) -> None:
+        raise ControlError(_errno.EOPNOTSUPP, "changing addresses is not supported")

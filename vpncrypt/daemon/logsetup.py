@@ -1,0 +1,120 @@
+"""Logging to stderr: journald-friendly ``<N>`` syslog-priority prefixes when
+stderr is the journal (JOURNAL_STREAM matches), plain lines otherwise.
+
+Every line goes through redact(): anything shaped like a WireGuard key
+(44-character base64 ending in '=', or 64 hex digits) is replaced, so key
+material never reaches the log even if code logs it by mistake. Key objects
+from vpncrypt.config.keys already print as a fingerprint or <redacted>.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from typing import Optional, TextIO
+
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+          "error": logging.ERROR, "critical": logging.CRITICAL}
+
+_SYSLOG_PRIORITY = [  # (min level, priority)
+    (logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4),
+    (logging.INFO, 6), (0, 7),
+]
+
+_B64_KEY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=")
+_HEX_KEY = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64}(?![0-9A-Fa-f])")
+REDACTED = "<redacted>"
+
+
+def redact(text: str) -> str:
+    text = _B64_KEY.sub(REDACTED, text)
+    text = _HEX_KEY.sub(REDACTED, text)
+    return text
+
+
+class RedactingFormatter(logging.Formatter):
+    def __init__(self, fmt: str, *, journal: bool = False, datefmt: Optional[str] = None):
+        super().__init__(fmt, datefmt=datefmt)
+        self.journal = journal
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = redact(super().format(record))
+        if not self.journal:
+            return text
+        prio = next(p for lvl, p in _SYSLOG_PRIORITY if record.levelno >= lvl)
+        # journald takes the prefix per line
+        return "\n".join(f"<{prio}>{line}" for line in text.split("\n"))
+
+
+class RedactingFilter(logging.Filter):
+    """For handlers this module does not create: redacts the message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        red = redact(msg)
+        if red != msg or record.args:
+            record.msg, record.args = red, None
+        return True
+
+
+def stderr_is_journal(stream: TextIO = None, env=None) -> bool:
+    """True if JOURNAL_STREAM names the device:inode of ``stream``."""
+    env = os.environ if env is None else env
+    value = env.get("JOURNAL_STREAM", "")
+    if not value:
+        return False
+    stream = sys.stderr if stream is None else stream
+    try:
+        dev, ino = (int(x) for x in value.split(":", 1))
+        st = os.fstat(stream.fileno())
+    except (ValueError, OSError, AttributeError):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
+def parse_level(level) -> int:
+    if isinstance(level, int):
+        return level
+    try:
+        return LEVELS[str(level).lower()]
+    except KeyError:
+        raise ValueError(f"unknown log level {level!r} (use one of {', '.join(LEVELS)})") from None
+
+
+def setup_logging(level="info", *, stream: Optional[TextIO] = None,
+                  journal: Optional[bool] = None, env=None) -> logging.Handler:
+    """Configure the ``vpncrypt`` logger (and the root logger) to write to
+    ``stream`` (stderr). ``journal=None`` detects journald via JOURNAL_STREAM.
+    Returns the handler. Calling it again replaces the previous handler."""
+    lvl = parse_level(level)
+    stream = sys.stderr if stream is None else stream
+    if journal is None:
+        journal = stderr_is_journal(stream, env)
+    if journal:
+        fmt = RedactingFormatter("%(name)s: %(message)s", journal=True)
+    else:
+        fmt = RedactingFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(fmt)
+    handler.addFilter(RedactingFilter())
+    handler._vpncrypt = True  # type: ignore[attr-defined]
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "_vpncrypt", False):
+            root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(lvl)
+    logging.getLogger("vpncrypt").setLevel(lvl)
+    logging.captureWarnings(True)
+    return handler
+
+
+def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--log-level`` (default: $VPNCRYPT_LOG_LEVEL or info)."""
+    default = os.environ.get("VPNCRYPT_LOG_LEVEL", "info").lower()
+    if default not in LEVELS:
+        default = "info"
+    parser.add_argument("--log-level", choices=list(LEVELS), default=default,
+                        help="log verbosity (default: %(default)s)")
