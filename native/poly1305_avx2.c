@@ -1,0 +1,306 @@
+/* Poly1305 (RFC 8439 section 2.5) with AVX2: radix 2^26 limbs in 64-bit lanes
+ * (vpmuludq), 4 blocks in parallel with precomputed r^1..r^4.
+ *
+ * The hash lives in scalar radix-2^44 limbs between calls.  An update() that
+ * brings at least AVX2_MIN_BLOCKS whole blocks runs them through the 4-lane
+ * kernel: the n blocks are split into ceil(n/4) groups of 4, the first group
+ * front-padded with zero blocks (no 2^128 bit), so position p of every group
+ * holds a block whose final power of r is 4 - p.  Each group step is
+ * H = H*r^4 + M; the last step multiplies position p by r^(4-p) and the lanes
+ * are summed back into the scalar hash.  Short runs, the buffered partial
+ * block and the final reduction use the scalar radix-2^44 code.  No branch or
+ * memory index depends on the key or the message, only on lengths. */
+#include "vc_internal.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+typedef unsigned __int128 u128;
+
+#define M44 0xfffffffffffULL
+#define M42 0x3ffffffffffULL
+#define M26 0x3ffffffULL
+
+/* Measured crossover on Zen 4 (80 B: scalar faster, 96 B: vector faster); must be >= 4. */
+#ifndef AVX2_MIN_BLOCKS
+#define AVX2_MIN_BLOCKS 6
+#endif
+
+#define TAVX2 __attribute__((target("avx2")))
+
+typedef struct {
+    __m256i  rp[5];      /* lane l: limb k (radix 2^26) of r^(4 - pos(l)), pos = {0,2,1,3} */
+    uint64_t h[3];       /* hash, radix 2^44 */
+    uint64_t r[3];       /* clamped r */
+    uint64_t s[2];       /* key[16..31] */
+    uint64_t have_pow;   /* rp valid */
+    uint64_t buf_len;
+    uint8_t  buf[16];
+} poly_avx2;
+
+_Static_assert(sizeof(poly_avx2) <= sizeof(vc_poly1305_state), "state too small");
+
+static void wipe(void *p, size_t n) {
+    memset(p, 0, n);
+    __asm__ __volatile__("" : : "r"(p) : "memory");
+}
+
+/* ---- scalar radix 2^44 ---- */
+
+/* o = a * b mod p (partially reduced: o0 < 2^44, o1 <= 2^44 + 2^20, o2 < 2^42). */
+static inline void mul44(uint64_t o[3], const uint64_t a[3], const uint64_t b[3]) {
+    uint64_t s1 = b[1] * 20, s2 = b[2] * 20;
+    u128 d0 = (u128)a[0] * b[0] + (u128)a[1] * s2 + (u128)a[2] * s1;
+    u128 d1 = (u128)a[0] * b[1] + (u128)a[1] * b[0] + (u128)a[2] * s2;
+    u128 d2 = (u128)a[0] * b[2] + (u128)a[1] * b[1] + (u128)a[2] * b[0];
+    uint64_t c, x0, x1, x2;
+    x0 = (uint64_t)d0 & M44; c = (uint64_t)(d0 >> 44);
+    d1 += c; x1 = (uint64_t)d1 & M44; c = (uint64_t)(d1 >> 44);
+    d2 += c; x2 = (uint64_t)d2 & M42; c = (uint64_t)(d2 >> 42);
+    x0 += c * 5; c = x0 >> 44; x0 &= M44;
+    x1 += c;
+    o[0] = x0; o[1] = x1; o[2] = x2;
+}
+
+static void scalar_blocks(poly_avx2 *p, const uint8_t *m, size_t n, uint64_t hibit) {
+    uint64_t r[3] = {p->r[0], p->r[1], p->r[2]};
+    uint64_t h[3] = {p->h[0], p->h[1], p->h[2]};
+    while (n--) {
+        uint64_t t0 = vc_load64_le(m), t1 = vc_load64_le(m + 8);
+        h[0] += t0 & M44;
+        h[1] += ((t0 >> 44) | (t1 << 20)) & M44;
+        h[2] += (t1 >> 24) | (hibit << 40);
+        mul44(h, h, r);
+        m += 16;
+    }
+    p->h[0] = h[0]; p->h[1] = h[1]; p->h[2] = h[2];
+}
+
+/* ---- vector ---- */
+
+typedef struct { __m256i l[5]; } v5;
+
+/* Radix 2^44 (limbs l0 < 2^44, l1 <= 2^44 + 2^20, l2 < 2^42 + 2^20) to radix 2^26
+ * limbs below 2^27, lane-wise; the value is preserved exactly. */
+static inline TAVX2 v5 to26(__m256i l0, __m256i l1, __m256i l2) {
+    const __m256i m26 = _mm256_set1_epi64x(M26);
+    v5 o;
+    o.l[0] = _mm256_and_si256(l0, m26);
+    o.l[1] = _mm256_add_epi64(_mm256_srli_epi64(l0, 26), _mm256_and_si256(_mm256_slli_epi64(l1, 18), m26));
+    o.l[2] = _mm256_and_si256(_mm256_srli_epi64(l1, 8), m26);
+    o.l[3] = _mm256_add_epi64(_mm256_srli_epi64(l1, 34), _mm256_and_si256(_mm256_slli_epi64(l2, 10), m26));
+    o.l[4] = _mm256_srli_epi64(l2, 16);
+    return o;
+}
+
+static inline TAVX2 __m256i times5(__m256i x) {
+    return _mm256_add_epi64(x, _mm256_slli_epi64(x, 2));
+}
+
+#define MUL(a, b) _mm256_mul_epu32(a, b)
+#define ADD(a, b) _mm256_add_epi64(a, b)
+
+/* x * y + a (lane-wise), carried to limbs < 2^26 + 2^9.
+ * x limbs < 2^28, y limbs < 2^27 (s = 5 * y limbs 1..4), a limbs < 2^27. */
+static inline TAVX2 v5 vmul(const v5 *x, const __m256i *y, const __m256i *s, const v5 *a) {
+    const __m256i m26 = _mm256_set1_epi64x(M26);
+    __m256i x0 = x->l[0], x1 = x->l[1], x2 = x->l[2], x3 = x->l[3], x4 = x->l[4];
+    __m256i d0, d1, d2, d3, d4, c0, c1, c2, c3, c4;
+    d0 = ADD(ADD(ADD(MUL(x0, y[0]), MUL(x1, s[4])), ADD(MUL(x2, s[3]), MUL(x3, s[2]))),
+             ADD(MUL(x4, s[1]), a->l[0]));
+    d1 = ADD(ADD(ADD(MUL(x0, y[1]), MUL(x1, y[0])), ADD(MUL(x2, s[4]), MUL(x3, s[3]))),
+             ADD(MUL(x4, s[2]), a->l[1]));
+    d2 = ADD(ADD(ADD(MUL(x0, y[2]), MUL(x1, y[1])), ADD(MUL(x2, y[0]), MUL(x3, s[4]))),
+             ADD(MUL(x4, s[3]), a->l[2]));
+    d3 = ADD(ADD(ADD(MUL(x0, y[3]), MUL(x1, y[2])), ADD(MUL(x2, y[1]), MUL(x3, y[0]))),
+             ADD(MUL(x4, s[4]), a->l[3]));
+    d4 = ADD(ADD(ADD(MUL(x0, y[4]), MUL(x1, y[3])), ADD(MUL(x2, y[2]), MUL(x3, y[1]))),
+             ADD(MUL(x4, y[0]), a->l[4]));
+    c0 = _mm256_srli_epi64(d0, 26); d0 = _mm256_and_si256(d0, m26);
+    c3 = _mm256_srli_epi64(d3, 26); d3 = _mm256_and_si256(d3, m26);
+    d1 = ADD(d1, c0); d4 = ADD(d4, c3);
+    c1 = _mm256_srli_epi64(d1, 26); d1 = _mm256_and_si256(d1, m26);
+    c4 = _mm256_srli_epi64(d4, 26); d4 = _mm256_and_si256(d4, m26);
+    d2 = ADD(d2, c1); d0 = ADD(d0, times5(c4));
+    c2 = _mm256_srli_epi64(d2, 26); d2 = _mm256_and_si256(d2, m26);
+    c0 = _mm256_srli_epi64(d0, 26); d0 = _mm256_and_si256(d0, m26);
+    d3 = ADD(d3, c2); d1 = ADD(d1, c0);
+    c3 = _mm256_srli_epi64(d3, 26); d3 = _mm256_and_si256(d3, m26);
+    d4 = ADD(d4, c3);
+    v5 o = {{d0, d1, d2, d3, d4}};
+    return o;
+}
+
+/* Blocks at positions 0..3 of a group: a = positions 0,1; b = positions 2,3.
+ * Lane order after the unpack is positions {0, 2, 1, 3}. */
+static inline TAVX2 v5 split(__m256i a, __m256i b, __m256i hib) {
+    const __m256i m26 = _mm256_set1_epi64x(M26);
+    __m256i t0 = _mm256_unpacklo_epi64(a, b), t1 = _mm256_unpackhi_epi64(a, b);
+    v5 o;
+    o.l[0] = _mm256_and_si256(t0, m26);
+    o.l[1] = _mm256_and_si256(_mm256_srli_epi64(t0, 26), m26);
+    o.l[2] = _mm256_and_si256(_mm256_or_si256(_mm256_srli_epi64(t0, 52), _mm256_slli_epi64(t1, 12)), m26);
+    o.l[3] = _mm256_and_si256(_mm256_srli_epi64(t1, 14), m26);
+    o.l[4] = _mm256_or_si256(_mm256_srli_epi64(t1, 40), hib);
+    return o;
+}
+
+static TAVX2 __attribute__((noinline)) void compute_powers(poly_avx2 *p) {
+    uint64_t r2[3], r3[3], r4[3];
+    mul44(r2, p->r, p->r);
+    mul44(r3, r2, p->r);
+    mul44(r4, r2, r2);
+    /* lanes (positions 0,2,1,3) = r^4, r^2, r^3, r^1 */
+    __m256i l0 = _mm256_set_epi64x((long long)p->r[0], (long long)r3[0], (long long)r2[0], (long long)r4[0]);
+    __m256i l1 = _mm256_set_epi64x((long long)p->r[1], (long long)r3[1], (long long)r2[1], (long long)r4[1]);
+    __m256i l2 = _mm256_set_epi64x((long long)p->r[2], (long long)r3[2], (long long)r2[2], (long long)r4[2]);
+    v5 t = to26(l0, l1, l2);
+    for (int k = 0; k < 5; k++) p->rp[k] = t.l[k];
+    p->have_pow = 1;
+}
+
+/* n >= 4 whole blocks, each with the 2^128 bit. */
+static TAVX2 void vec_blocks(poly_avx2 *p, const uint8_t *m, size_t n) {
+    if (!p->have_pow) compute_powers(p);
+    __m256i y[5], s[5], yt[5], st[5];
+    for (int k = 0; k < 5; k++) {
+        yt[k] = p->rp[k];
+        st[k] = times5(yt[k]);
+        y[k] = _mm256_permute4x64_epi64(yt[k], 0);   /* r^4 everywhere */
+        s[k] = times5(y[k]);
+    }
+    const __m256i one24 = _mm256_set1_epi64x(1LL << 24);
+    const __m256i zero = _mm256_setzero_si256();
+
+    size_t groups = (n + 3) / 4;
+    unsigned zpad = (unsigned)(groups * 4 - n);      /* 0..3 leading zero blocks */
+    __m256i a, b;
+    switch (zpad) {
+    case 0:
+        a = _mm256_loadu_si256((const __m256i *)m);
+        b = _mm256_loadu_si256((const __m256i *)(m + 32));
+        break;
+    case 1:
+        a = _mm256_inserti128_si256(zero, _mm_loadu_si128((const __m128i *)m), 1);
+        b = _mm256_loadu_si256((const __m256i *)(m + 16));
+        break;
+    case 2:
+        a = zero;
+        b = _mm256_loadu_si256((const __m256i *)m);
+        break;
+    default:
+        a = zero;
+        b = _mm256_inserti128_si256(zero, _mm_loadu_si128((const __m128i *)m), 1);
+        break;
+    }
+    /* lane l holds position pos(l); live positions are >= zpad; h joins position zpad */
+    const __m256i pos = _mm256_set_epi64x(3, 1, 2, 0);
+    __m256i live = _mm256_cmpgt_epi64(pos, _mm256_set1_epi64x((long long)zpad - 1));
+    __m256i first = _mm256_cmpeq_epi64(pos, _mm256_set1_epi64x((long long)zpad));
+    v5 h = split(a, b, _mm256_and_si256(live, one24));
+    {
+        v5 hs = to26(_mm256_set1_epi64x((long long)p->h[0]), _mm256_set1_epi64x((long long)p->h[1]),
+                     _mm256_set1_epi64x((long long)p->h[2]));
+        for (int k = 0; k < 5; k++) h.l[k] = ADD(h.l[k], _mm256_and_si256(first, hs.l[k]));
+    }
+    m += 16 * (4 - zpad);
+
+    for (size_t g = 1; g < groups; g++) {
+        v5 msg = split(_mm256_loadu_si256((const __m256i *)m),
+                       _mm256_loadu_si256((const __m256i *)(m + 32)), one24);
+        h = vmul(&h, y, s, &msg);
+        m += 64;
+    }
+    v5 none = {{zero, zero, zero, zero, zero}};
+    h = vmul(&h, yt, st, &none);
+
+    /* horizontal sums, each < 2^29 */
+    uint64_t l[5];
+    for (int k = 0; k < 5; k++) {
+        __m128i x = _mm_add_epi64(_mm256_castsi256_si128(h.l[k]), _mm256_extracti128_si256(h.l[k], 1));
+        x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
+        l[k] = (uint64_t)_mm_cvtsi128_si64(x);
+    }
+    /* back to radix 2^44 */
+    uint64_t t, c, h0, h1, h2;
+    t = l[0] + (l[1] << 26);                 h0 = t & M44; c = t >> 44;
+    t = c + (l[2] << 8) + (l[3] << 34);      h1 = t & M44; c = t >> 44;
+    h2 = c + (l[4] << 16);
+    c = h2 >> 42; h2 &= M42; h0 += c * 5;
+    c = h0 >> 44; h0 &= M44; h1 += c;
+    p->h[0] = h0; p->h[1] = h1; p->h[2] = h2;
+}
+
+/* ---- interface ---- */
+
+static void init(vc_poly1305_state *st, const uint8_t key[32]) {
+    poly_avx2 *p = (poly_avx2 *)st->opaque;
+    uint64_t t0 = vc_load64_le(key) & 0x0ffffffc0fffffffULL;
+    uint64_t t1 = vc_load64_le(key + 8) & 0x0ffffffc0ffffffcULL;
+    p->r[0] = t0 & M44;
+    p->r[1] = ((t0 >> 44) | (t1 << 20)) & M44;
+    p->r[2] = t1 >> 24;
+    p->s[0] = vc_load64_le(key + 16);
+    p->s[1] = vc_load64_le(key + 24);
+    p->h[0] = p->h[1] = p->h[2] = 0;
+    p->have_pow = 0;
+    p->buf_len = 0;
+}
+
+static TAVX2 void update(vc_poly1305_state *st, const uint8_t *m, size_t len) {
+    poly_avx2 *p = (poly_avx2 *)st->opaque;
+    if (p->buf_len) {
+        size_t want = 16 - p->buf_len;
+        if (want > len) want = len;
+        memcpy(p->buf + p->buf_len, m, want);
+        p->buf_len += want; m += want; len -= want;
+        if (p->buf_len < 16) return;
+        scalar_blocks(p, p->buf, 1, 1);
+        p->buf_len = 0;
+    }
+    size_t n = len / 16;
+    if (n >= AVX2_MIN_BLOCKS) vec_blocks(p, m, n);
+    else if (n) scalar_blocks(p, m, n, 1);
+    m += 16 * n; len -= 16 * n;
+    if (len) { memcpy(p->buf, m, len); p->buf_len = len; }
+}
+
+static void final(vc_poly1305_state *st, uint8_t tag[16]) {
+    poly_avx2 *p = (poly_avx2 *)st->opaque;
+    if (p->buf_len) {
+        p->buf[p->buf_len] = 1;
+        memset(p->buf + p->buf_len + 1, 0, 15 - p->buf_len);
+        scalar_blocks(p, p->buf, 1, 0);
+    }
+    uint64_t h0 = p->h[0], h1 = p->h[1], h2 = p->h[2], c;
+    /* full carry: h < 2^130 + small, limbs 44/44/42 */
+    c = h1 >> 44; h1 &= M44; h2 += c;
+    c = h2 >> 42; h2 &= M42; h0 += c * 5;
+    c = h0 >> 44; h0 &= M44; h1 += c;
+    c = h1 >> 44; h1 &= M44; h2 += c;
+    c = h2 >> 42; h2 &= M42; h0 += c * 5;
+    c = h0 >> 44; h0 &= M44; h1 += c;
+    /* g = h + 5 - 2^130; keep g when it does not borrow, i.e. h >= p */
+    uint64_t g0 = h0 + 5; c = g0 >> 44; g0 &= M44;
+    uint64_t g1 = h1 + c; c = g1 >> 44; g1 &= M44;
+    uint64_t g2 = h2 + c - (1ULL << 42);
+    uint64_t keep_g = (g2 >> 63) - 1;
+    h0 = (h0 & ~keep_g) | (g0 & keep_g);
+    h1 = (h1 & ~keep_g) | (g1 & keep_g);
+    h2 = (h2 & ~keep_g) | (g2 & keep_g);
+    uint64_t lo = h0 | (h1 << 44), hi = (h1 >> 20) | (h2 << 24);
+    u128 acc = (u128)lo + p->s[0];
+    lo = (uint64_t)acc;
+    hi = hi + p->s[1] + (uint64_t)(acc >> 64);
+    vc_store64_le(tag, lo);
+    vc_store64_le(tag + 8, hi);
+    wipe(p, sizeof *p);
+}
+
+const vc_poly1305_impl vc_poly1305_avx2_impl = {
+    "avx2", init, update, final, vc_cpu_has_avx2,
+};
+
+#else
+typedef int vc_poly1305_avx2_unused;
+#endif
