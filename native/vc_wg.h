@@ -56,16 +56,25 @@ int  vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpoint *e
 int  vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out);
 /* Drops that belong to no peer (unknown index, malformed, no route), by status. */
 void vc_wg_table_drops(vc_wg_table *t, uint64_t out[12]);
+/* Take back n drops of `status` (a datagram retried after a handshake in its batch). */
+void vc_wg_table_undrop(vc_wg_table *t, int status, uint64_t n);
+/* The peer's sending keypair; it is not used at or after `expires` (a `now`). */
 int  vc_wg_tx_set(vc_wg_table *t, uint32_t peer, uint32_t remote_index, const uint8_t key[32],
-                  uint64_t counter);
+                  uint64_t counter, double expires);
 int  vc_wg_tx_clear(vc_wg_table *t, uint32_t peer);
-/* Receiving keypairs by this side's index; the window starts empty. */
-int  vc_wg_rx_add(vc_wg_table *t, uint32_t local_index, uint32_t peer, const uint8_t key[32]);
+uint64_t vc_wg_tx_counter(vc_wg_table *t, uint32_t peer);     /* next sending counter */
+int  vc_wg_tx_set_counter(vc_wg_table *t, uint32_t peer, uint64_t counter);
+/* Receiving keypairs by this side's index; the window starts empty.  Data on it
+ * at or after `expires` is dropped as VC_WG_EXPIRED. */
+int  vc_wg_rx_add(vc_wg_table *t, uint32_t local_index, uint32_t peer, const uint8_t key[32],
+                  double expires);
+int  vc_wg_rx_count(vc_wg_table *t);
 int  vc_wg_rx_remove(vc_wg_table *t, uint32_t local_index);
 
 /* AllowedIPs: family 4 or 6, addr in network order, cidr 0..32 / 0..128. */
 int  vc_wg_route_add(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer);
 int  vc_wg_route_remove_peer(vc_wg_table *t, uint32_t peer);
+int  vc_wg_route_clear(vc_wg_table *t);
 int  vc_wg_route_lookup(vc_wg_table *t, int family, const uint8_t *addr);  /* peer or -1 */
 
 /* Open a batch of received datagrams in place (datagram i at buf+off[i], len[i], from ep[i]).
@@ -78,15 +87,16 @@ size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off, const
                         uint32_t *deliver_off, uint32_t *deliver_len,
                         uint32_t *other, size_t *n_other, uint32_t *touched, size_t *n_touched);
 
-/* Route and seal a batch of inner IP packets (packet i at in+in_off[i], in_len[i]).  Message i
- * is written at out + i*stride (stride >= mtu + 32 and a multiple of 16), out_len[i] set, and
- * out_ep[i] the peer's endpoint.  status[i]: VC_WG_OK, NO_ROUTE, NO_KEY (caller queues and
- * starts a handshake), MALFORMED, EXPIRED; peer[i] is the routed peer or -1.  Plaintext is
- * padded to a multiple of 16 but not past mtu.  Returns the number sealed. */
+/* Route and seal a batch of inner IP packets (packet i at in+in_off[i], in_len[i]).  The
+ * sealed messages are packed to the front: the j-th one sealed is written at out + j*stride
+ * (stride >= mtu + 32), with out_len[j] and out_ep[j] (the peer's endpoint) set.  status[i]: VC_WG_OK, NO_ROUTE, NO_KEY (caller queues and
+ * starts a handshake), MALFORMED, NO_ENDPOINT; peer[i] is the routed peer or -1.  Plaintext
+ * is padded to a multiple of 16 but not past mtu.  Peers that sent are listed once each in
+ * touched[].  Returns the number sealed. */
 size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_off,
                         const uint32_t *in_len, size_t n, uint32_t mtu, double now,
                         uint8_t *out, size_t stride, uint32_t *out_len, vc_endpoint *out_ep,
-                        int32_t *status, int32_t *peer);
+                        int32_t *status, int32_t *peer, uint32_t *touched, size_t *n_touched);
 
 /* Seal one packet (a keepalive is len 0) for a given peer, whatever its route. */
 int vc_wg_seal_for_peer(vc_wg_table *t, uint32_t peer, const uint8_t *in, size_t len,

@@ -10,6 +10,7 @@
 /* ---------- receiving keypairs: open addressing on the local index ---------- */
 typedef struct {
     uint32_t used, local_index, peer, _pad;
+    double   expires;
     uint8_t  key[32];
     uint64_t last;                    /* greatest counter accepted */
     uint64_t bitmap[WINDOW_WORDS];
@@ -18,6 +19,7 @@ typedef struct {
 typedef struct {
     vc_wg_peer_stats s;
     uint8_t  tx_key[32];
+    double   tx_expires;
     uint32_t touched_gen;
     int32_t  in_use;
 } peer_state;
@@ -82,7 +84,9 @@ static rx_keypair *rx_find(vc_wg_table *t, uint32_t idx) {
     }
 }
 
-int vc_wg_rx_add(vc_wg_table *t, uint32_t idx, uint32_t peer, const uint8_t key[32]) {
+int vc_wg_rx_count(vc_wg_table *t) { return (int)t->rx_count; }
+
+int vc_wg_rx_add(vc_wg_table *t, uint32_t idx, uint32_t peer, const uint8_t key[32], double expires) {
     if (peer >= t->max_peers) return -1;
     rx_keypair *k = rx_find(t, idx);
     if (!k) {
@@ -96,6 +100,7 @@ int vc_wg_rx_add(vc_wg_table *t, uint32_t idx, uint32_t peer, const uint8_t key[
     k->used = 1;
     k->local_index = idx;
     k->peer = peer;
+    k->expires = expires;
     memcpy(k->key, key, 32);
     t->peers[peer].in_use = 1;
     return 0;
@@ -173,15 +178,30 @@ void vc_wg_table_drops(vc_wg_table *t, uint64_t out[VC_WG_STATUS_COUNT]) {
     memcpy(out, t->drops, sizeof t->drops);
 }
 
+void vc_wg_table_undrop(vc_wg_table *t, int status, uint64_t n) {
+    if (status >= 0 && status < VC_WG_STATUS_COUNT && t->drops[status] >= n) t->drops[status] -= n;
+}
+
 int vc_wg_tx_set(vc_wg_table *t, uint32_t peer, uint32_t remote_index, const uint8_t key[32],
-                 uint64_t counter) {
+                 uint64_t counter, double expires) {
     if (peer >= t->max_peers) return -1;
     peer_state *p = &t->peers[peer];
     memcpy(p->tx_key, key, 32);
     p->s.tx_remote_index = remote_index;
     p->s.tx_counter = counter;
+    p->tx_expires = expires;
     p->s.tx_valid = 1;
     p->in_use = 1;
+    return 0;
+}
+
+uint64_t vc_wg_tx_counter(vc_wg_table *t, uint32_t peer) {
+    return peer < t->max_peers ? t->peers[peer].s.tx_counter : 0;
+}
+
+int vc_wg_tx_set_counter(vc_wg_table *t, uint32_t peer, uint64_t counter) {
+    if (peer >= t->max_peers) return -1;
+    t->peers[peer].s.tx_counter = counter;
     return 0;
 }
 
@@ -259,6 +279,13 @@ int vc_wg_route_remove_peer(vc_wg_table *t, uint32_t peer) {
     return route_rebuild(t, t->route_cap, 1, peer);
 }
 
+int vc_wg_route_clear(vc_wg_table *t) {
+    memset(t->routes, 0, (size_t)t->route_cap * sizeof *t->routes);
+    memset(t->cidr_count, 0, sizeof t->cidr_count);
+    t->route_count = 0;
+    return 0;
+}
+
 static int route_lookup(vc_wg_table *t, int family, const uint8_t *addr) {
     int v6 = family == 6, bytes = v6 ? 16 : 4;
     uint8_t m[16];
@@ -299,7 +326,7 @@ static int ip_parse(const uint8_t *p, size_t len, int dst, const uint8_t **addr,
 /* ---------- sealing ---------- */
 static int seal_one(peer_state *p, const uint8_t *in, size_t len, uint32_t mtu, double now,
                     uint8_t *out, size_t room, uint32_t *out_len) {
-    if (!p->s.tx_valid) return VC_WG_NO_KEY;
+    if (!p->s.tx_valid || now >= p->tx_expires) return VC_WG_NO_KEY;
     if (p->s.tx_counter >= REJECT_AFTER_MESSAGES) return VC_WG_EXPIRED;
     size_t padded = (len + 15) & ~(size_t)15;
     if (padded > mtu && len <= mtu) padded = mtu;
@@ -325,12 +352,12 @@ static int seal_one(peer_state *p, const uint8_t *in, size_t len, uint32_t mtu, 
 size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_off,
                         const uint32_t *in_len, size_t n, uint32_t mtu, double now,
                         uint8_t *out, size_t stride, uint32_t *out_len, vc_endpoint *out_ep,
-                        int32_t *status, int32_t *peer) {
-    size_t ok = 0;
+                        int32_t *status, int32_t *peer, uint32_t *touched, size_t *n_touched) {
+    size_t ok = 0, nt = 0;
+    uint32_t gen = ++t->gen;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *pkt = in + in_off[i], *dst;
         size_t ip_len;
-        out_len[i] = 0;
         peer[i] = -1;
         int fam = ip_parse(pkt, in_len[i], 1, &dst, &ip_len);
         int st;
@@ -345,8 +372,11 @@ size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_of
                 st = VC_WG_NO_ENDPOINT;
             } else {
                 peer_state *p = &t->peers[pid];
-                st = seal_one(p, pkt, in_len[i], mtu, now, out + i * stride, stride, &out_len[i]);
-                if (st == VC_WG_OK) out_ep[i] = p->s.endpoint;
+                st = seal_one(p, pkt, in_len[i], mtu, now, out + ok * stride, stride, &out_len[ok]);
+                if (st == VC_WG_OK) {
+                    out_ep[ok] = p->s.endpoint;
+                    if (p->touched_gen != gen) { p->touched_gen = gen; touched[nt++] = (uint32_t)pid; }
+                }
             }
         }
         status[i] = st;
@@ -354,6 +384,7 @@ size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_of
         else if (peer[i] >= 0 && st != VC_WG_NO_KEY) t->peers[peer[i]].s.drops[st]++;
         else if (st != VC_WG_NO_KEY) t->drops[st]++;
     }
+    *n_touched = nt;
     return ok;
 }
 
@@ -389,7 +420,9 @@ size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off, const
             uint64_t c = vc_load64_le(m + 8);
             size_t clen = L - VC_WG_OVERHEAD;
             p = &t->peers[k->peer];
-            if (!replay_ok(k, c)) {
+            if (now >= k->expires) {
+                st = VC_WG_EXPIRED;
+            } else if (!replay_ok(k, c)) {
                 st = VC_WG_REPLAY;
             } else {
                 uint8_t nonce[12] = {0};

@@ -57,6 +57,8 @@ class Side:
         self.other = ffi.new("uint32_t[]", batch)
         self.touched = ffi.new("uint32_t[]", batch)
         self.n_other = ffi.new("size_t *")
+        self.tx_touched = ffi.new("uint32_t[]", batch)
+        self.n_tx_touched = ffi.new("size_t *")
         self.n_touched = ffi.new("size_t *")
 
     def seal(self, packets, now=1.0):
@@ -67,9 +69,12 @@ class Side:
             pos += len(p)
         k = lib.vc_wg_seal_batch(self.t, ffi.from_buffer(data), offs, [len(p) for p in packets],
                                  len(packets), MTU, now, self.out, STRIDE, self.out_len,
-                                 self.out_ep, self.status, self.peer)
-        msgs = [ffi.buffer(self.out + i * STRIDE, self.out_len[i])[:] for i in range(len(packets))]
-        return k, msgs, [self.status[i] for i in range(len(packets))]
+                                 self.out_ep, self.status, self.peer, self.tx_touched,
+                                 self.n_tx_touched)
+        status = [self.status[i] for i in range(len(packets))]
+        sealed = iter(ffi.buffer(self.out + j * STRIDE, self.out_len[j])[:] for j in range(k))
+        msgs = [next(sealed) if st == lib.VC_WG_OK else b"" for st in status]
+        return k, msgs, status
 
     def open(self, datagrams, ep=None, now=2.0):
         buf = bytearray(b"".join(datagrams))
@@ -97,11 +102,11 @@ def pair():
     """A (peer 0 = B) sends to B (peer 3 = A) over one keypair."""
     key = os.urandom(32)
     a, b = Side(), Side()
-    lib.vc_wg_tx_set(a.t, 0, 0xB0B0B0B0, key, 0)
+    lib.vc_wg_tx_set(a.t, 0, 0xB0B0B0B0, key, 0, 1e9)
     lib.vc_wg_peer_set_endpoint(a.t, 0, endpoint("127.0.0.1", 2000))
     route(a.t, "10.0.0.2/32", 0)
     route(a.t, "fd00::2/128", 0)
-    lib.vc_wg_rx_add(b.t, 0xB0B0B0B0, 3, key)
+    lib.vc_wg_rx_add(b.t, 0xB0B0B0B0, 3, key, 1e9)
     route(b.t, "10.0.0.1/32", 3)
     route(b.t, "fd00::1/128", 3)
     return a, b, key
@@ -118,6 +123,7 @@ def test_wire_format_matches_the_protocol(pair):
     plain = vc.get_backend("pynacl").open(key, nonce, msg[16:])
     assert plain == pkt + bytes(11)
     ep = a.out_ep[0]
+    assert a.out_len[0] == len(msg)
     assert ep.port == 2000 and bytes(ep.addr[0:4]) == bytes([127, 0, 0, 1])
     delivered, status = b.open([msg])
     assert delivered == [pkt] and status == [lib.VC_WG_OK]
@@ -160,12 +166,12 @@ def test_window_limits():
     a, b = Side(), Side()
     lib.vc_wg_peer_set_endpoint(a.t, 0, endpoint())
     route(a.t, "0.0.0.0/0", 0)
-    lib.vc_wg_rx_add(b.t, 7, 0, key)
+    lib.vc_wg_rx_add(b.t, 7, 0, key, 1e9)
     route(b.t, "0.0.0.0/0", 0)
     pkt = ipv4("1.1.1.1", "2.2.2.2")
 
     def msg_at(counter):
-        lib.vc_wg_tx_set(a.t, 0, 7, key, counter)
+        lib.vc_wg_tx_set(a.t, 0, 7, key, counter, 1e9)
         return a.seal([pkt])[1][0]
 
     old = msg_at(100)
@@ -178,7 +184,7 @@ def test_window_limits():
     forged = struct.pack("<IIQ", 4, 7, reject) + vc.seal(key, bytes(4) + struct.pack("<Q", reject), pkt)
     assert b.open([forged])[1] == [lib.VC_WG_REPLAY]
     assert b.open([msg_at(reject - 1)])[1] == [lib.VC_WG_OK]
-    lib.vc_wg_tx_set(a.t, 0, 7, key, 2**64 - 2**13 - 1)
+    lib.vc_wg_tx_set(a.t, 0, 7, key, 2**64 - 2**13 - 1, 1e9)
     assert a.seal([pkt])[2] == [lib.VC_WG_EXPIRED]
 
 
@@ -235,8 +241,10 @@ def test_roaming_follows_authenticated_data_only(pair):
 
 def test_outgoing_drops(pair):
     a, _, _ = pair
-    k, _, st = a.seal([ipv4("10.0.0.1", "10.7.7.7"), b"\x45junk", ipv4("10.0.0.1", "10.0.0.2")])
+    good = ipv4("10.0.0.1", "10.0.0.2", b"ok")
+    k, msgs, st = a.seal([ipv4("10.0.0.1", "10.7.7.7"), b"\x45junk", good])
     assert k == 1 and st == [lib.VC_WG_NO_ROUTE, lib.VC_WG_MALFORMED, lib.VC_WG_OK]
+    assert ffi.buffer(a.out, 4)[:] == b"\x04\0\0\0" and a.out_len[0] == len(msgs[2]) == 64
     route(a.t, "10.5.0.0/16", 1)
     assert a.seal([ipv4("10.0.0.1", "10.5.1.1")])[2] == [lib.VC_WG_NO_ENDPOINT]
     lib.vc_wg_peer_set_endpoint(a.t, 1, endpoint())
@@ -299,17 +307,29 @@ def test_keypair_table_add_remove():
             assert lib.vc_wg_rx_remove(s.t, victim) == 0
             live.discard(victim)
         elif len(live) < 500 and idx not in live:
-            assert lib.vc_wg_rx_add(s.t, idx, 1, key) == 0
+            assert lib.vc_wg_rx_add(s.t, idx, 1, key, 1e9) == 0
             live.add(idx)
-    assert lib.vc_wg_rx_add(s.t, 12345, 9, key) == -1          # no such peer
+    assert lib.vc_wg_rx_add(s.t, 12345, 9, key, 1e9) == -1          # no such peer
     sender = Side()
     lib.vc_wg_peer_set_endpoint(sender.t, 0, endpoint())
     route(sender.t, "0.0.0.0/0", 0)
     for idx in list(live)[:100] + [rng.getrandbits(32) for _ in range(20)]:
-        lib.vc_wg_tx_set(sender.t, 0, idx, key, 0)
+        lib.vc_wg_tx_set(sender.t, 0, idx, key, 0, 1e9)
         _, (m,), _ = sender.seal([ipv4("1.2.3.4", "5.6.7.8")])
         want = lib.VC_WG_OK if idx in live else lib.VC_WG_UNKNOWN_INDEX
         assert s.open([m])[1] == [want]
+
+
+def test_keypairs_expire(pair):
+    a, b, key = pair
+    lib.vc_wg_tx_set(a.t, 0, 0xB0B0B0B0, key, 0, 100.0)
+    pkt = ipv4("10.0.0.1", "10.0.0.2")
+    k, (m,), st = a.seal([pkt], now=99.0)
+    assert st == [lib.VC_WG_OK] and a.tx_touched[0] == 0 and a.n_tx_touched[0] == 1
+    assert a.seal([pkt], now=100.0)[2] == [lib.VC_WG_NO_KEY]
+    lib.vc_wg_rx_add(b.t, 0xB0B0B0B0, 3, key, 50.0)
+    assert b.open([m], now=50.0)[1] == [lib.VC_WG_EXPIRED]
+    assert b.stats(3).drops[lib.VC_WG_EXPIRED] == 1
 
 
 def test_peer_reset_forgets_everything(pair):

@@ -1,0 +1,484 @@
+/* Batch UDP I/O: recvmmsg with GRO splitting, sendmmsg with UDP_SEGMENT (GSO).
+ * Plain Linux C (also built for aarch64). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+
+#include "vc_io.h"
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+#define VC_API __attribute__((visibility("default")))
+
+/* Control buffer per message: UDP_GRO (an int) plus room for cmsgs another
+ * part of the program may have enabled (IP_PKTINFO, ...); MSG_CTRUNC is harmless. */
+#define CTRL_SIZE 128
+typedef union {
+    char buf[CTRL_SIZE];
+    struct cmsghdr align;
+} ctrl_buf;
+
+typedef union {
+    struct sockaddr sa;
+    struct sockaddr_in in4;
+    struct sockaddr_in6 in6;
+} any_addr;
+
+_Static_assert(sizeof(vc_endpoint) == 24, "vc_endpoint layout");
+_Static_assert(sizeof(((vc_udp_rx *)0)->pend) / sizeof(vc_udp_pending) == VC_UDP_MAX_MSGS,
+               "pend[] holds one recvmmsg call");
+
+static const uint8_t v4mapped_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+static int sa_to_ep(vc_endpoint *ep, const struct sockaddr *sa, size_t salen)
+{
+    memset(ep, 0, sizeof *ep);
+    if (salen >= sizeof(struct sockaddr_in) && sa->sa_family == AF_INET) {
+        const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
+        ep->family = 4;
+        ep->port = ntohs(s->sin_port);
+        memcpy(ep->addr, &s->sin_addr, 4);
+        return 0;
+    }
+    if (salen >= sizeof(struct sockaddr_in6) && sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
+        ep->port = ntohs(s->sin6_port);
+        if (memcmp(s->sin6_addr.s6_addr, v4mapped_prefix, 12) == 0) {
+            ep->family = 4;
+            memcpy(ep->addr, s->sin6_addr.s6_addr + 12, 4);
+        } else {
+            ep->family = 6;
+            ep->scope_id = s->sin6_scope_id;
+            memcpy(ep->addr, s->sin6_addr.s6_addr, 16);
+        }
+        return 0;
+    }
+    return -EAFNOSUPPORT;
+}
+
+/* Returns the sockaddr length, 0 for an invalid endpoint. */
+static socklen_t ep_to_sa(any_addr *a, const vc_endpoint *ep, int v6sock)
+{
+    memset(a, 0, sizeof *a);
+    if (ep->family == 4 && !v6sock) {
+        a->in4.sin_family = AF_INET;
+        a->in4.sin_port = htons(ep->port);
+        memcpy(&a->in4.sin_addr, ep->addr, 4);
+        return sizeof(struct sockaddr_in);
+    }
+    if (ep->family == 4) {
+        a->in6.sin6_family = AF_INET6;
+        a->in6.sin6_port = htons(ep->port);
+        memcpy(a->in6.sin6_addr.s6_addr, v4mapped_prefix, 12);
+        memcpy(a->in6.sin6_addr.s6_addr + 12, ep->addr, 4);
+        return sizeof(struct sockaddr_in6);
+    }
+    if (ep->family == 6) {
+        a->in6.sin6_family = AF_INET6;
+        a->in6.sin6_port = htons(ep->port);
+        a->in6.sin6_scope_id = ep->scope_id;
+        memcpy(a->in6.sin6_addr.s6_addr, ep->addr, 16);
+        return sizeof(struct sockaddr_in6);
+    }
+    return 0;
+}
+
+static int ep_equal(const vc_endpoint *a, const vc_endpoint *b)
+{
+    if (a->family != b->family || a->port != b->port)
+        return 0;
+    if (a->family == 4)
+        return memcmp(a->addr, b->addr, 4) == 0;
+    return a->scope_id == b->scope_id && memcmp(a->addr, b->addr, 16) == 0;
+}
+
+VC_API int vc_endpoint_to_sockaddr(const vc_endpoint *ep, uint8_t *sa, size_t cap, int v6_socket)
+{
+    any_addr a;
+    socklen_t n = ep_to_sa(&a, ep, v6_socket);
+    if (n == 0 || n > cap)
+        return 0;
+    memcpy(sa, &a, n);
+    return (int)n;
+}
+
+VC_API int vc_endpoint_from_sockaddr(vc_endpoint *ep, const uint8_t *sa, size_t salen)
+{
+    any_addr a;
+    memset(&a, 0, sizeof a);
+    if (salen > sizeof a)
+        salen = sizeof a;
+    memcpy(&a, sa, salen);
+    return sa_to_ep(ep, &a.sa, salen);
+}
+
+VC_API int vc_udp_set_gro(int fd, int on)
+{
+    int v = on ? 1 : 0;
+    if (setsockopt(fd, SOL_UDP, UDP_GRO, &v, sizeof v) != 0)
+        return -errno;
+    return 0;
+}
+
+VC_API int vc_udp_gso_supported(int fd)
+{
+    int v = 0;
+    socklen_t l = sizeof v;
+    return getsockopt(fd, SOL_UDP, UDP_SEGMENT, &v, &l) == 0;
+}
+
+/* ---------------------------------------------------------------- receive */
+
+typedef struct {
+    uint32_t *off, *len, *segs;
+    vc_endpoint *ep;
+    int count, max, nbufs;
+    vc_udp_rx *st;
+} rx_out;
+
+/* Report the datagrams of one buffer [o, o+l) (GRO segment size seg, 0 if
+ * none) until the output is full; the rest goes to st->pend (or is dropped). */
+static void emit_buffer(rx_out *o, uint32_t at, uint32_t l, uint32_t seg, const vc_endpoint *ep)
+{
+    int first = o->count;
+    if (seg == 0 || seg >= l)
+        seg = l ? l : 1;           /* one datagram (possibly empty) */
+    do {
+        if (o->count >= o->max) {
+            if (o->st && o->st->npend < VC_UDP_MAX_MSGS) {
+                vc_udp_pending *p = &o->st->pend[o->st->npend++];
+                p->off = at;
+                p->len = l;
+                p->seg = seg;
+                p->pad = 0;
+                p->ep = *ep;
+            }
+            break;
+        }
+        uint32_t n = l < seg ? l : seg;
+        o->off[o->count] = at;
+        o->len[o->count] = n;
+        o->ep[o->count] = *ep;
+        o->count++;
+        at += n;
+        l -= n;
+    } while (l > 0);
+    if (o->count > first && o->segs)
+        o->segs[o->nbufs] = (uint32_t)(o->count - first);
+    if (o->count > first)
+        o->nbufs++;
+}
+
+static int drain_pending(rx_out *o)
+{
+    vc_udp_rx *st = o->st;
+    while (st->next < st->npend && o->count < o->max) {
+        vc_udp_pending *p = &st->pend[st->next];
+        int before = o->count;
+        uint32_t seg = p->seg ? p->seg : (p->len ? p->len : 1);
+        /* emit_buffer appends overflow to pend[]: do it by hand here. */
+        uint32_t at = p->off, l = p->len;
+        do {
+            if (o->count >= o->max)
+                break;
+            uint32_t n = l < seg ? l : seg;
+            o->off[o->count] = at;
+            o->len[o->count] = n;
+            o->ep[o->count] = p->ep;
+            o->count++;
+            at += n;
+            l -= n;
+        } while (l > 0);
+        if (o->segs)
+            o->segs[o->nbufs] = (uint32_t)(o->count - before);
+        o->nbufs++;
+        if (l > 0 && o->count >= o->max) {
+            p->off = at;            /* the rest of this buffer waits again */
+            p->len = l;
+            break;
+        }
+        st->next++;
+    }
+    if (st->next >= st->npend)
+        st->next = st->npend = 0;
+    st->datagrams += (uint64_t)o->count;
+    return o->count;
+}
+
+VC_API int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t slab_size, size_t mtu,
+                                  uint32_t *off, uint32_t *len, vc_endpoint *ep, int max, int gro,
+                                  uint32_t *segs, int *nbufs)
+{
+    rx_out o = {off, len, segs, ep, 0, max, 0, st};
+    if (nbufs)
+        *nbufs = 0;
+    if (max < 1 || !slab || !off || !len || !ep)
+        return -EINVAL;
+    if (st && st->next < st->npend) {
+        int r = drain_pending(&o);
+        if (nbufs)
+            *nbufs = o.nbufs;
+        return r;
+    }
+    if (st)
+        st->npend = st->next = 0;
+
+    size_t slot;
+    if (gro) {
+        slot = VC_UDP_GRO_SLOT;
+    } else {
+        if (mtu == 0)
+            return -EINVAL;
+        if (mtu > VC_UDP_GRO_SLOT)
+            mtu = VC_UDP_GRO_SLOT;
+        slot = (mtu + 15) & ~(size_t)15;
+    }
+    if (slab_size > UINT32_MAX)     /* offsets are 32-bit */
+        slab_size = UINT32_MAX;
+    if (slab_size < slot)
+        return -EINVAL;
+
+    struct mmsghdr msgs[VC_UDP_MAX_MSGS];
+    struct iovec iov[VC_UDP_MAX_MSGS];
+    any_addr names[VC_UDP_MAX_MSGS];
+    ctrl_buf ctrl[VC_UDP_MAX_MSGS];
+    size_t cursor = 0;
+    int err = 0;
+
+    while (o.count < max) {
+        size_t room = (slab_size - cursor) / slot;
+        int k = max - o.count;
+        if ((size_t)k > room)
+            k = (int)room;
+        if (k > VC_UDP_MAX_MSGS)
+            k = VC_UDP_MAX_MSGS;
+        if (k <= 0)
+            break;
+        for (int j = 0; j < k; j++) {
+            iov[j].iov_base = slab + cursor + (size_t)j * slot;
+            iov[j].iov_len = slot;
+            memset(&msgs[j].msg_hdr, 0, sizeof msgs[j].msg_hdr);
+            msgs[j].msg_hdr.msg_name = &names[j];
+            msgs[j].msg_hdr.msg_namelen = sizeof names[j];
+            msgs[j].msg_hdr.msg_iov = &iov[j];
+            msgs[j].msg_hdr.msg_iovlen = 1;
+            msgs[j].msg_hdr.msg_control = ctrl[j].buf;
+            msgs[j].msg_hdr.msg_controllen = sizeof ctrl[j].buf;
+            msgs[j].msg_len = 0;
+        }
+        int r = recvmmsg(fd, msgs, (unsigned)k, MSG_DONTWAIT, NULL);
+        if (st)
+            st->syscalls++;
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                err = -errno;
+            break;
+        }
+        for (int j = 0; j < r; j++) {
+            struct msghdr *h = &msgs[j].msg_hdr;
+            uint32_t l = msgs[j].msg_len;
+            uint32_t seg = 0;
+            vc_endpoint e;
+            if (st)
+                st->buffers++;
+            if (h->msg_flags & MSG_TRUNC) {
+                if (st)
+                    st->dropped++;
+                continue;
+            }
+            if (l > slot)
+                l = (uint32_t)slot;   /* cannot happen; never report beyond the slot */
+            for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+                if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+                    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                    int g;
+                    memcpy(&g, CMSG_DATA(c), sizeof g);
+                    if (g > 0)
+                        seg = (uint32_t)g;
+                }
+            }
+            if (h->msg_namelen == 0 || sa_to_ep(&e, &names[j].sa, h->msg_namelen) != 0)
+                memset(&e, 0, sizeof e);
+            emit_buffer(&o, (uint32_t)(cursor + (size_t)j * slot), l, seg, &e);
+        }
+        cursor += (size_t)r * slot;
+        if (r < k)
+            break;          /* the queue was empty */
+    }
+    if (st)
+        st->datagrams += (uint64_t)o.count;
+    if (nbufs)
+        *nbufs = o.nbufs;
+    if (o.count == 0 && err)
+        return err;
+    return o.count;
+}
+
+VC_API int vc_udp_recv_batch(int fd, vc_udp_rx *st, uint8_t *slab, size_t slab_size, size_t mtu,
+                             uint32_t *off, uint32_t *len, vc_endpoint *ep, int max, int gro)
+{
+    return vc_udp_recv_batch_segs(fd, st, slab, slab_size, mtu, off, len, ep, max, gro, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------- send */
+
+#define TX_IOV_CAP 512
+
+static int transient(int e)
+{
+    return e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == ENOMEM;
+}
+
+static int fatal(int e)
+{
+    return e == EBADF || e == ENOTSOCK || e == EFAULT || e == EPIPE;
+}
+
+VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
+                             const vc_endpoint *ep, int n, int gso, int *err)
+{
+    struct mmsghdr msgs[VC_UDP_MAX_MSGS];
+    struct iovec iov[TX_IOV_CAP];
+    any_addr names[VC_UDP_MAX_MSGS];
+    ctrl_buf ctrl[VC_UDP_MAX_MSGS];
+    int first[VC_UDP_MAX_MSGS], count[VC_UDP_MAX_MSGS];
+    int sent = 0, e0 = 0, v6sock = 0;
+    int i = 0;
+
+    if (err)
+        *err = 0;
+    if (n <= 0)
+        return 0;
+    if (ep) {
+        int dom = 0;
+        socklen_t dl = sizeof dom;
+        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) != 0) {
+            if (err)
+                *err = errno;
+            return 0;
+        }
+        v6sock = dom == AF_INET6;
+    }
+
+    while (i < n) {
+        /* Build one sendmmsg chunk from datagram i on. */
+        int nm = 0, niov = 0, j = i;
+        while (j < n && nm < VC_UDP_MAX_MSGS) {
+            int g = 1;
+            uint32_t seglen = len[j];
+            size_t total = seglen;
+            if (gso && seglen > 0 && seglen <= VC_UDP_GSO_MAX_BYTES) {
+                while (j + g < n && g < VC_UDP_GSO_MAX_SEGS) {
+                    uint32_t l = len[j + g];
+                    if (l == 0 || l > seglen || total + l > VC_UDP_GSO_MAX_BYTES)
+                        break;
+                    if (ep && !ep_equal(&ep[j], &ep[j + g]))
+                        break;
+                    total += l;
+                    g++;
+                    if (l < seglen)
+                        break;      /* a shorter datagram ends the run */
+                }
+            }
+            if (niov + g > TX_IOV_CAP)
+                break;
+            struct msghdr *h = &msgs[nm].msg_hdr;
+            memset(h, 0, sizeof *h);
+            if (ep) {
+                socklen_t sl = ep_to_sa(&names[nm], &ep[j], v6sock);
+                if (sl == 0) {
+                    /* invalid endpoint: drop these datagrams without a syscall */
+                    if (!e0)
+                        e0 = EAFNOSUPPORT;
+                    j += g;
+                    continue;
+                }
+                h->msg_name = &names[nm];
+                h->msg_namelen = sl;
+            }
+            for (int k = 0; k < g; k++) {
+                iov[niov + k].iov_base = (void *)(buf + off[j + k]);
+                iov[niov + k].iov_len = len[j + k];
+            }
+            h->msg_iov = &iov[niov];
+            h->msg_iovlen = (size_t)g;
+            if (g > 1) {
+                memset(ctrl[nm].buf, 0, CMSG_SPACE(sizeof(uint16_t)));
+                h->msg_control = ctrl[nm].buf;
+                h->msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+                struct cmsghdr *c = CMSG_FIRSTHDR(h);
+                c->cmsg_level = SOL_UDP;
+                c->cmsg_type = UDP_SEGMENT;
+                c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+                uint16_t s = (uint16_t)seglen;
+                memcpy(CMSG_DATA(c), &s, sizeof s);
+            }
+            first[nm] = j;
+            count[nm] = g;
+            niov += g;
+            nm++;
+            j += g;
+        }
+        if (nm == 0) {
+            i = j;
+            continue;
+        }
+
+        /* Send it; on a failure, skip or stop. */
+        int done = 0, rebuild = 0, retried = -1;
+        while (done < nm) {
+            int r = sendmmsg(fd, msgs + done, (unsigned)(nm - done), MSG_DONTWAIT);
+            if (r > 0) {
+                for (int k = done; k < done + r; k++)
+                    sent += count[k];
+                done += r;
+                continue;
+            }
+            int e = r < 0 ? errno : EAGAIN;
+            if (e == EINTR)
+                continue;
+            if (!e0)
+                e0 = e;
+            if (transient(e) || fatal(e)) {
+                if (err)
+                    *err = e0;
+                return sent;
+            }
+            if (e == ECONNREFUSED && retried != done) {
+                /* a pending ICMP error of an earlier datagram (connected
+                 * socket), now consumed: this message was not tried yet */
+                retried = done;
+                continue;
+            }
+            if (count[done] > 1 && (e == EIO || e == EINVAL)) {
+                /* the route cannot segment: resend without GSO from here */
+                gso = 0;
+                i = first[done];
+                rebuild = 1;
+                break;
+            }
+            done++;         /* drop this message, go on */
+        }
+        if (!rebuild)
+            i = j;
+    }
+    if (err)
+        *err = e0;
+    return sent;
+}

@@ -1,0 +1,69 @@
+"""WireGuard-specific message layout: sizes, offsets, type bytes, reserved zeros."""
+from vpncrypt.protocol import messages as m
+from vpncrypt.protocol.noise import HASH, LABEL_COOKIE, LABEL_MAC1, MAC
+from vpncrypt.protocol.handshake import ik_responder_read_static, init_state
+from vpncrypt.protocol import noise
+
+from tests.protocol.helpers import A_ADDR, A_IP, B_ADDR, B_IP, ipv4, make_pair
+
+
+def test_layout_of_every_message(crypto, clock):
+    a, b, net = make_pair(crypto, clock)
+    net.send(A_ADDR, [ipv4(A_IP, B_IP, b"q" * 20)])
+    (s1, _, init), (s2, _, resp), (s3, _, data) = net.log
+    assert (s1, s2, s3) == (A_ADDR, B_ADDR, A_ADDR)
+    pa, pb = a.peers[b.public_key], b.peers[a.public_key]
+
+    assert len(init) == 148 and init[:4] == b"\x01\x00\x00\x00"
+    assert int.from_bytes(init[4:8], "little") == pa.current.local_index
+    assert init[116:132] == MAC(HASH(LABEL_MAC1, b.public_key), init[:116])
+    assert init[132:148] == bytes(16)  # no cookie: mac2 is zero
+    # the encrypted static at 40..88 decrypts to A's public key
+    st = init_state(noise.CONSTRUCTION, noise.IDENTIFIER, b.public_key, crypto)
+    assert ik_responder_read_static(st, b.private_key, init[8:40], init[40:88]) == a.public_key
+    msg = m.parse_initiation(init)
+    assert msg.ephemeral == init[8:40] and msg.static == init[40:88] and msg.timestamp == init[88:116]
+
+    assert len(resp) == 92 and resp[:4] == b"\x02\x00\x00\x00"
+    assert int.from_bytes(resp[4:8], "little") == pb.current.local_index
+    assert int.from_bytes(resp[8:12], "little") == pa.current.local_index
+    assert resp[60:76] == MAC(HASH(LABEL_MAC1, a.public_key), resp[:60])
+    assert resp[76:92] == bytes(16)
+
+    assert data[:4] == b"\x04\x00\x00\x00"
+    assert int.from_bytes(data[4:8], "little") == pb.current.local_index
+    assert int.from_bytes(data[8:16], "little") == 0
+    assert len(data) == 16 + 48 + 16  # 40-byte packet padded to 48, plus the tag
+    plain = crypto.open(bytes(pb.current.recv_key), b"\x00" * 4 + data[8:16], data[16:])
+    assert plain == ipv4(A_IP, B_IP, b"q" * 20) + bytes(8)
+
+    # cookie reply
+    b.load.force = True
+    clock.now += 10
+    from vpncrypt.protocol import Output
+    out = Output()
+    a._initiate(a.peers[b.public_key], clock.now, out)
+    init2 = out.datagrams[-1][0]
+    assert init2[0] == 1
+    reply = b.receive_datagram(init2, A_ADDR, clock.now).datagrams[0][0]
+    assert len(reply) == 64 and reply[:4] == b"\x03\x00\x00\x00"
+    assert reply[4:8] == init2[4:8]
+    cookie = crypto.xopen(HASH(LABEL_COOKIE, b.public_key), reply[8:32], reply[32:64], init2[116:132])
+    assert len(cookie) == 16
+    assert cookie == MAC(b.checker.secret(clock.now), bytes([192, 0, 2, 1]) + (51820).to_bytes(2, "big"))
+
+
+def test_sizes_and_offsets_constants():
+    assert m.INITIATION_LEN == 148 and m.RESPONSE_LEN == 92 and m.COOKIE_REPLY_LEN == 64
+    assert m.INIT_MAC1 == (116, 132) and m.INIT_MAC2 == (132, 148)
+    assert m.RESP_MAC1 == (60, 76) and m.RESP_MAC2 == (76, 92)
+    assert m.pack_transport_header(0x01020304, 5) == b"\x04\0\0\0\x04\x03\x02\x01" + (5).to_bytes(8, "little")
+    assert len(m.pack_cookie_reply(1, bytes(24), bytes(32))) == 64
+
+
+def test_type_word_requires_reserved_zero():
+    assert m.message_type(b"\x01\x00\x00\x00") == 1
+    assert m.message_type(b"\x04\x00\x00\x00") == 4
+    assert m.message_type(b"\x01\x00\x00\x01") == 0
+    assert m.message_type(b"\x05\x00\x00\x00") == 0
+    assert m.message_type(b"") == 0

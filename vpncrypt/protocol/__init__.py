@@ -1,0 +1,13 @@
+"""vpncrypt.protocol: the WireGuard protocol core, sans-I/O.
+
+Modules: keys (X25519, wg-compatible base64 keys), noise (HASH/MAC/HMAC/KDF,
+constants, SymmetricState), messages (wire formats), handshake (Noise IKpsk2 +
+WireGuard framing), cookie (mac1/mac2, cookie replies, rate limiter, load),
+replay (anti-replay window), keypair, timers (constants, TimerConfig),
+routing (AllowedIPs), counters, peer, device (Device, Output: the entry point).
+"""
+from vpncrypt.protocol.device import Device, Output
+from vpncrypt.protocol.keys import genkey, genpsk, pubkey
+from vpncrypt.protocol.timers import TimerConfig
+
+__all__ = ["Device", "Output", "TimerConfig", "genkey", "genpsk", "pubkey"]

@@ -1,0 +1,33 @@
+"""Traffic and drop counters, per peer and per device."""
+
+DROP_REASONS = (
+    "bad_mac1", "bad_mac2", "bad_tag", "replay", "unknown_index", "unknown_peer",
+    "source_not_allowed", "malformed", "rate_limited", "no_route", "queue_full",
+    "expired", "no_endpoint", "cookie_sent", "internal_error",
+)
+
+
+class Counters:
+    __slots__ = ("rx_bytes", "rx_packets", "tx_bytes", "tx_packets", "handshakes_sent",
+                 "handshakes_completed", "last_handshake", "drops")
+
+    def __init__(self):
+        self.rx_bytes = 0
+        self.rx_packets = 0
+        self.tx_bytes = 0
+        self.tx_packets = 0
+        self.handshakes_sent = 0
+        self.handshakes_completed = 0
+        self.last_handshake = 0.0  # wall clock of the last completed handshake
+        self.drops = dict.fromkeys(DROP_REASONS, 0)
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.drops[reason] = self.drops.get(reason, 0) + n
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__slots__ if k != "drops"}
+        d["drops"] = dict(self.drops)
+        return d
+
+    def __repr__(self):
+        return f"<Counters rx={self.rx_packets}/{self.rx_bytes}B tx={self.tx_packets}/{self.tx_bytes}B>"

@@ -1,0 +1,128 @@
+"""Noise_IKpsk2 handshake: the generic Noise pattern and WireGuard's framing.
+
+The ``ik_*`` functions are the bare Noise IKpsk2 message processing on a
+SymmetricState; they take the protocol name / prologue from the caller so the
+published Noise known-answer vector runs through exactly this code.  The
+``wg_*`` functions add WireGuard's framing (indices, TAI64N timestamp, mac1 /
+mac2 are added by the caller through cookie.CookieState).
+"""
+from vpncrypt.protocol import keys
+from vpncrypt.protocol.noise import CONSTRUCTION, IDENTIFIER, SymmetricState, tai64n
+
+ZERO_PSK = bytes(32)
+
+
+class HandshakeError(ValueError):
+    """A handshake message failed to process (no key material in the text)."""
+
+
+def init_state(protocol_name: bytes, prologue: bytes, responder_static_pub: bytes, crypto) -> SymmetricState:
+    ss = SymmetricState(protocol_name, crypto)
+    ss.mix_hash(prologue)
+    ss.mix_hash(responder_static_pub)  # IK pre-message: <- s
+    return ss
+
+
+# --- generic Noise IKpsk2 -------------------------------------------------
+
+def ik_initiator_write(ss, s_pub, rs_pub, e_priv, dh_ss, payload):
+    """-> e, es, s, ss ; returns (e_pub, enc_static, enc_payload)."""
+    e_pub = keys.public_from_private(e_priv)
+    ss.mix_hash(e_pub)
+    ss.mix_key(e_pub)  # psk modifier: e also mixes into the chaining key
+    ss.mix_key(keys.dh(e_priv, rs_pub))
+    enc_s = ss.encrypt_and_hash(s_pub)
+    ss.mix_key(dh_ss)
+    return e_pub, enc_s, ss.encrypt_and_hash(payload)
+
+
+def ik_responder_read_static(ss, s_priv, e_pub, enc_s):
+    """First half of reading message 1; returns the initiator's static key."""
+    ss.mix_hash(e_pub)
+    ss.mix_key(e_pub)
+    ss.mix_key(keys.dh(s_priv, e_pub))
+    return ss.decrypt_and_hash(enc_s)
+
+
+def ik_responder_read_payload(ss, dh_ss, enc_payload):
+    ss.mix_key(dh_ss)
+    return ss.decrypt_and_hash(enc_payload)
+
+
+def ik_responder_write(ss, e_priv, re_pub, rs_pub, psk, payload):
+    """<- e, ee, se, psk ; returns (e_pub, enc_payload)."""
+    e_pub = keys.public_from_private(e_priv)
+    ss.mix_hash(e_pub)
+    ss.mix_key(e_pub)
+    ss.mix_key(keys.dh(e_priv, re_pub))
+    ss.mix_key(keys.dh(e_priv, rs_pub))
+    ss.mix_key_and_hash(psk)
+    return e_pub, ss.encrypt_and_hash(payload)
+
+
+def ik_initiator_read(ss, e_priv, s_priv, re_pub, psk, enc_payload):
+    ss.mix_hash(re_pub)
+    ss.mix_key(re_pub)
+    ss.mix_key(keys.dh(e_priv, re_pub))
+    ss.mix_key(keys.dh(s_priv, re_pub))
+    ss.mix_key_and_hash(psk)
+    return ss.decrypt_and_hash(enc_payload)
+
+
+# --- WireGuard framing ----------------------------------------------------
+
+class PendingInitiation:
+    """Initiator state between sending an initiation and its response."""
+
+    __slots__ = ("ss", "e_priv", "local_index", "sent_at", "peer")
+
+    def __init__(self, ss, e_priv, local_index, sent_at):
+        self.ss = ss
+        self.e_priv = bytearray(e_priv)
+        self.local_index = local_index
+        self.sent_at = sent_at
+        self.peer = None
+
+    def wipe(self):
+        for i in range(len(self.e_priv)):
+            self.e_priv[i] = 0
+
+    def __repr__(self):
+        return f"<PendingInitiation index={self.local_index:#010x}>"
+
+
+def wg_create_initiation(crypto, s_priv, s_pub, peer_pub, dh_ss, local_index, e_priv, unix_now, now):
+    """Returns (the 116 bytes before mac1, PendingInitiation)."""
+    from vpncrypt.protocol.messages import pack_initiation_body
+    ss = init_state(CONSTRUCTION, IDENTIFIER, peer_pub, crypto)
+    e_pub, enc_s, enc_ts = ik_initiator_write(ss, s_pub, peer_pub, e_priv, dh_ss, tai64n(unix_now))
+    return pack_initiation_body(local_index, e_pub, enc_s, enc_ts), PendingInitiation(ss, e_priv, local_index, now)
+
+
+def wg_begin_consume_initiation(crypto, s_priv, s_pub, msg):
+    """Decrypts the initiator's static key; returns (ss, initiator static pub)."""
+    ss = init_state(CONSTRUCTION, IDENTIFIER, s_pub, crypto)
+    static = ik_responder_read_static(ss, s_priv, msg.ephemeral, msg.static)
+    return ss, static
+
+
+def wg_finish_consume_initiation(ss, dh_ss, msg):
+    """Returns the 12-byte TAI64N timestamp."""
+    return ik_responder_read_payload(ss, dh_ss, msg.timestamp)
+
+
+def wg_create_response(ss, e_priv, initiation, initiator_static, psk, local_index):
+    """Returns (the 60 bytes before mac1, (send_key, recv_key))."""
+    from vpncrypt.protocol.messages import pack_response_body
+    e_pub, empty = ik_responder_write(ss, e_priv, initiation.ephemeral, initiator_static,
+                                      psk or ZERO_PSK, b"")
+    t_i2r, t_r2i = ss.split()
+    return pack_response_body(local_index, initiation.sender, e_pub, empty), (t_r2i, t_i2r)
+
+
+def wg_consume_response(pending, s_priv, psk, msg):
+    """Returns (send_key, recv_key) for the initiator."""
+    ss = pending.ss
+    ik_initiator_read(ss, bytes(pending.e_priv), s_priv, msg.ephemeral, psk or ZERO_PSK, msg.empty)
+    t_i2r, t_r2i = ss.split()
+    return t_i2r, t_r2i

@@ -1,0 +1,128 @@
+"""Noise primitives over BLAKE2s as WireGuard uses them.
+
+HASH, MAC (keyed BLAKE2s-128), HMAC (HMAC-BLAKE2s), KDF1..3, TAI64N, the
+protocol constants, and a Noise SymmetricState that both the WireGuard
+handshake and the Noise known-answer test run on.
+"""
+import hashlib
+import hmac as _hmac
+import struct
+
+CONSTRUCTION = b"Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s"
+IDENTIFIER = b"WireGuard v1 zx2c4 Jason@zx2c4.com"
+LABEL_MAC1 = b"mac1----"
+LABEL_COOKIE = b"cookie--"
+
+HASH_LEN = 32
+TAG_LEN = 16
+ZERO_NONCE = bytes(12)
+_blake2s = hashlib.blake2s
+_hmac_digest = _hmac.digest
+
+
+def HASH(*parts: bytes) -> bytes:
+    h = _blake2s()
+    for p in parts:
+        h.update(p)
+    return h.digest()
+
+
+def MAC(key: bytes, data: bytes) -> bytes:
+    """Keyed BLAKE2s with a 16-byte output."""
+    return _blake2s(data, digest_size=16, key=bytes(key)).digest()
+
+
+def HMAC(key: bytes, data: bytes) -> bytes:
+    return _hmac_digest(bytes(key), data, "blake2s")
+
+
+def KDF(n: int, key: bytes, data: bytes) -> tuple[bytes, ...]:
+    t0 = HMAC(key, data)
+    out, prev = [], b""
+    for i in range(1, n + 1):
+        prev = HMAC(t0, prev + bytes([i]))
+        out.append(prev)
+    return tuple(out)
+
+
+def KDF1(key, data):
+    return KDF(1, key, data)[0]
+
+
+def KDF2(key, data):
+    return KDF(2, key, data)
+
+
+def KDF3(key, data):
+    return KDF(3, key, data)
+
+
+def aead_nonce(counter: int) -> bytes:
+    """32 zero bits then the 64-bit little-endian counter."""
+    return b"\x00\x00\x00\x00" + counter.to_bytes(8, "little")
+
+
+_TAI64_BASE = 0x400000000000000A
+
+
+def tai64n(unix_seconds: float) -> bytes:
+    secs = int(unix_seconds // 1)
+    nanos = int((unix_seconds - secs) * 1e9)
+    nanos = min(max(nanos, 0), 999_999_999)
+    return struct.pack(">QI", _TAI64_BASE + secs, nanos)
+
+
+class SymmetricState:
+    """Noise SymmetricState (chaining key, hash, cipher key with nonce)."""
+
+    __slots__ = ("ck", "h", "k", "n", "crypto")
+
+    def __init__(self, protocol_name: bytes, crypto):
+        h = protocol_name.ljust(32, b"\x00") if len(protocol_name) <= 32 else HASH(protocol_name)
+        self.ck = h
+        self.h = h
+        self.k = None
+        self.n = 0
+        self.crypto = crypto
+
+    def __repr__(self):
+        return "<SymmetricState>"
+
+    def mix_hash(self, data: bytes) -> None:
+        self.h = HASH(self.h, data)
+
+    def mix_key(self, ikm: bytes) -> None:
+        self.ck, self.k = KDF2(self.ck, ikm)
+        self.n = 0
+
+    def mix_ck(self, ikm: bytes) -> None:
+        """KDF1 into the chaining key only (the psk-mode 'e' token)."""
+        self.ck = KDF1(self.ck, ikm)
+
+    def mix_key_and_hash(self, ikm: bytes) -> None:
+        self.ck, temp_h, self.k = KDF3(self.ck, ikm)
+        self.mix_hash(temp_h)
+        self.n = 0
+
+    def encrypt_and_hash(self, plaintext: bytes) -> bytes:
+        if self.k is None:
+            ct = plaintext
+        else:
+            ct = self.crypto.seal(self.k, aead_nonce(self.n), plaintext, self.h)
+            self.n += 1
+        self.mix_hash(ct)
+        return ct
+
+    def decrypt_and_hash(self, ciphertext: bytes) -> bytes:
+        """Raises vpncrypt.crypto.AuthenticationError on a bad tag."""
+        if self.k is None:
+            pt = ciphertext
+        else:
+            pt = self.crypto.open(self.k, aead_nonce(self.n), ciphertext, self.h)
+            self.n += 1
+        self.mix_hash(ciphertext)
+        return pt
+
+    def split(self) -> tuple[bytes, bytes]:
+        """(initiator->responder key, responder->initiator key)."""
+        return KDF2(self.ck, b"")
