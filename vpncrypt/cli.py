@@ -13,6 +13,16 @@ def _bench_crypto(sub):
     p.set_defaults(func=bench_crypto.run)
 
 
+def _loopback_bench(sub):
+    from vpncrypt.bench import loopback
+    p = sub.add_parser("loopback-bench", help="two vpncrypt devices over 127.0.0.1: speed and "
+                       "correctness of the real data plane, against an unencrypted baseline",
+                       description=loopback.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    loopback.add_arguments(p)
+    p.set_defaults(func=loopback.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vpncrypt",
@@ -20,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"vpncrypt {__import__('vpncrypt').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _loopback_bench(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (crypto)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
