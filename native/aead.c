@@ -82,8 +82,13 @@ static int seal_with_state(uint8_t *ct, uint8_t tag[16], const uint8_t *pt, size
     if (!counter_fits(1, len)) return VC_ERR_LENGTH;
     const vc_chacha_impl *impl = vc_chacha_current();
     uint8_t otk[32];
-    one_time_key(otk, impl, st);
-    impl->stream(ct, pt, len, st, 20);
+    if (impl->stream_otk) {
+        st[12] = 0;
+        impl->stream_otk(otk, ct, pt, len, st, 20);
+    } else {
+        one_time_key(otk, impl, st);
+        impl->stream(ct, pt, len, st, 20);
+    }
     aead_tag(tag, otk, aad, aad_len, ct, len);
     vc_wipe(otk, sizeof otk);
     vc_wipe(st, 64);

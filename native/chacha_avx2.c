@@ -192,6 +192,6 @@ static TGT void chacha_avx2_stream(uint8_t *dst, const uint8_t *src, size_t len,
 }
 
 const vc_chacha_impl vc_chacha_avx2_impl = {
-    "avx2", chacha_avx2_stream, NULL, vc_cpu_has_avx2,
+    "avx2", chacha_avx2_stream, NULL, vc_cpu_has_avx2, NULL,
 };
 #endif

@@ -32,11 +32,18 @@ TGT_INLINE void xor_block(uint8_t *dst, const uint8_t *src, size_t n, __m512i k)
     }
 }
 
-/* Write block j of a pass, or stop the pass when the data ends before it. */
+/* Write block j of a pass, or stop the pass when the data ends before it.
+ * With otk (the AEAD's one-time Poly1305 key) block 0 is keystream for otk
+ * (its first 32 bytes) and the data starts at block 1. */
 #define OUT_BLOCK(j, k)                                                         \
     do {                                                                        \
-        if (len <= (size_t)64 * (j)) return;                                    \
-        xor_block(dst + 64 * (j), src + 64 * (j), len - 64 * (j), (k));         \
+        if (otk && (j) == 0) {                                                  \
+            _mm256_storeu_si256((__m256i *)otk, _mm512_castsi512_si256(k));     \
+            break;                                                              \
+        }                                                                       \
+        size_t at_ = (size_t)64 * (j) - (otk ? 64 : 0);                         \
+        if (len <= at_) return;                                                 \
+        xor_block(dst + at_, src + at_, len - at_, (k));                        \
     } while (0)
 
 /* ---------------- 16 blocks, one per zmm lane ---------------- */
@@ -71,8 +78,9 @@ TGT_INLINE void xor_block(uint8_t *dst, const uint8_t *src, size_t n, __m512i k)
         o3 = _mm512_shuffle_i32x4(u2_, u3_, 0xDD);                              \
     } while (0)
 
-/* One pass of up to 16 blocks: len in 1..1024 bytes (the whole pass when 1024). */
-static TGT void pass16(uint8_t *dst, const uint8_t *src, size_t len,
+/* One pass of up to 16 blocks: len in 1..1024 bytes (the whole pass when 1024), or
+ * with otk, len in 0..960. */
+static TGT void pass16(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
                        const uint32_t st[16], uint32_t ctr, int rounds) {
     const __m512i ctr_off = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512i s0 = _mm512_set1_epi32((int)st[0]), s1 = _mm512_set1_epi32((int)st[1]);
@@ -143,7 +151,7 @@ static TGT void pass16(uint8_t *dst, const uint8_t *src, size_t len,
     } while (0)
 
 /* len in 1..512. */
-static TGT void pass8(uint8_t *dst, const uint8_t *src, size_t len,
+static TGT void pass8(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
                       const uint32_t st[16], uint32_t ctr, int rounds) {
     const __m256i ctr_off = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i s0 = _mm256_set1_epi32((int)st[0]), s1 = _mm256_set1_epi32((int)st[1]);
@@ -201,7 +209,7 @@ static TGT void pass8(uint8_t *dst, const uint8_t *src, size_t len,
     d = _mm##V##_shuffle_epi32(d, 0x39)
 
 /* 3-4 blocks in zmm; len in 1..256. */
-static TGT void row4(uint8_t *dst, const uint8_t *src, size_t len,
+static TGT void row4(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
                      const uint32_t st[16], uint32_t ctr, int rounds) {
     __m512i a0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)st));
     __m512i b0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(st + 4)));
@@ -221,7 +229,7 @@ static TGT void row4(uint8_t *dst, const uint8_t *src, size_t len,
 }
 
 /* 1-2 blocks in ymm; len in 1..128. */
-static TGT void row2(uint8_t *dst, const uint8_t *src, size_t len,
+static TGT void row2(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
                      const uint32_t st[16], uint32_t ctr, int rounds) {
     __m256i a0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)st));
     __m256i b0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(st + 4)));
@@ -244,16 +252,34 @@ static TGT void chacha_avx512_stream(uint8_t *dst, const uint8_t *src, size_t le
                                      const uint32_t st[16], int rounds) {
     uint32_t ctr = st[12];
     while (len >= 1024) {
-        pass16(dst, src, 1024, st, ctr, rounds);
+        pass16(NULL, dst, src, 1024, st, ctr, rounds);
         ctr += 16; dst += 1024; src += 1024; len -= 1024;
     }
-    if (len > 512) pass16(dst, src, len, st, ctr, rounds);
-    else if (len > 256) pass8(dst, src, len, st, ctr, rounds);
-    else if (len > 128) row4(dst, src, len, st, ctr, rounds);
-    else if (len > 0) row2(dst, src, len, st, ctr, rounds);
+    if (len > 512) pass16(NULL, dst, src, len, st, ctr, rounds);
+    else if (len > 256) pass8(NULL, dst, src, len, st, ctr, rounds);
+    else if (len > 128) row4(NULL, dst, src, len, st, ctr, rounds);
+    else if (len > 0) row2(NULL, dst, src, len, st, ctr, rounds);
+}
+
+/* The AEAD form: block st[12] gives the 32-byte one-time key, the data starts at
+ * the next block, and the first pass computes both (no separate one-block pass). */
+static TGT void chacha_avx512_stream_otk(uint8_t otk[32], uint8_t *dst, const uint8_t *src,
+                                         size_t len, const uint32_t st[16], int rounds) {
+    uint32_t ctr = st[12];
+    size_t first;
+    if (len + 64 > 512) { first = len < 960 ? len : 960; pass16(otk, dst, src, first, st, ctr, rounds); }
+    else if (len + 64 > 256) { first = len; pass8(otk, dst, src, len, st, ctr, rounds); }
+    else if (len + 64 > 128) { first = len; row4(otk, dst, src, len, st, ctr, rounds); }
+    else { first = len; row2(otk, dst, src, len, st, ctr, rounds); }
+    if (len > first) {
+        uint32_t rest[16];
+        memcpy(rest, st, sizeof rest);
+        rest[12] = ctr + 16;
+        chacha_avx512_stream(dst + first, src + first, len - first, rest, rounds);
+    }
 }
 
 const vc_chacha_impl vc_chacha_avx512_impl = {
-    "avx512", chacha_avx512_stream, NULL, vc_cpu_has_avx512,
+    "avx512", chacha_avx512_stream, NULL, vc_cpu_has_avx512, chacha_avx512_stream_otk,
 };
 #endif

@@ -58,5 +58,5 @@ void vc_hchacha_generic(uint32_t out[8], const uint32_t state[16], int rounds) {
 }
 
 const vc_chacha_impl vc_chacha_generic_impl = {
-    "generic", vc_chacha_stream_generic, vc_hchacha_generic, NULL,
+    "generic", vc_chacha_stream_generic, vc_hchacha_generic, NULL, NULL,
 };

@@ -1,9 +1,11 @@
 /* Run-time CPU feature detection. */
 #include "vc_internal.h"
 
+/* memset, then a compiler barrier that claims to read the memory, so the
+ * stores cannot be removed as dead (the explicit_bzero technique). */
 void vc_wipe(void *p, size_t n) {
-    volatile uint8_t *v = (volatile uint8_t *)p;
-    while (n--) *v++ = 0;
+    memset(p, 0, n);
+    __asm__ __volatile__("" : : "r"(p) : "memory");
 }
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -9,30 +9,36 @@ uint64_t vc_monotonic_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-/* The payload pattern after the 24-byte preamble: a 64-bit xorshift stream seeded
- * by sequence number and stream id. */
-static uint64_t pattern_seed(uint64_t seq, uint32_t stream) {
-    uint64_t x = seq * 0x9E3779B97F4A7C15ULL ^ ((uint64_t)stream << 32 | 0x5bd1e995u);
-    return x ? x : 1;
-}
-static inline uint64_t xorshift(uint64_t *x) {
-    *x ^= *x << 13; *x ^= *x >> 7; *x ^= *x << 17;
-    return *x;
+/* The payload pattern after the 24-byte preamble: 32-bit words seed + i * K
+ * (an arithmetic progression the compiler vectorises), seeded by the sequence
+ * number and stream id, so every byte depends on which packet it belongs to. */
+#define PATTERN_K 0x9E3779B9u
+
+static uint32_t pattern_seed(uint64_t seq, uint32_t stream) {
+    uint64_t x = (seq + 1) * 0x9E3779B97F4A7C15ULL ^ ((uint64_t)stream << 29);
+    return (uint32_t)(x ^ (x >> 32));
 }
 
-static void write_pattern(uint8_t *p, size_t n, uint64_t seed) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) vc_store64_le(p + i, xorshift(&seed));
-    uint64_t last = xorshift(&seed);
-    for (; i < n; i++, last >>= 8) p[i] = (uint8_t)last;
+static void write_pattern(uint8_t *p, size_t n, uint32_t seed) {
+    size_t words = n / 4, i;
+    for (i = 0; i < words; i++) {
+        uint32_t w = seed + (uint32_t)i * PATTERN_K;
+        memcpy(p + 4 * i, &w, 4);
+    }
+    uint32_t last = seed + (uint32_t)words * PATTERN_K;
+    for (i = 4 * words; i < n; i++, last >>= 8) p[i] = (uint8_t)last;
 }
 
-static int pattern_ok(const uint8_t *p, size_t n, uint64_t seed) {
-    size_t i = 0;
-    uint64_t diff = 0;
-    for (; i + 8 <= n; i += 8) diff |= vc_load64_le(p + i) ^ xorshift(&seed);
-    uint64_t last = xorshift(&seed);
-    for (; i < n; i++, last >>= 8) diff |= p[i] ^ (uint8_t)last;
+static int pattern_ok(const uint8_t *p, size_t n, uint32_t seed) {
+    size_t words = n / 4, i;
+    uint32_t diff = 0;
+    for (i = 0; i < words; i++) {
+        uint32_t w;
+        memcpy(&w, p + 4 * i, 4);
+        diff |= w ^ (seed + (uint32_t)i * PATTERN_K);
+    }
+    uint32_t last = seed + (uint32_t)words * PATTERN_K;
+    for (i = 4 * words; i < n; i++, last >>= 8) diff |= p[i] ^ (uint8_t)last;
     return diff == 0;
 }
 
@@ -43,7 +49,7 @@ static uint16_t ip_checksum(const uint8_t *h) {
     return (uint16_t)~sum;
 }
 
-int vc_traffic_fill(uint8_t *slab, size_t stride, uint32_t *off, uint32_t *len,
+int vc_traffic_fill(uint8_t *slab, size_t stride, uint32_t base, uint32_t *off, uint32_t *len,
                     const uint32_t *payload_len, size_t n, const uint8_t src[4],
                     const uint8_t dst[4], uint32_t stream, uint64_t seq0, uint64_t now_ns) {
     for (size_t i = 0; i < n; i++) {
@@ -63,7 +69,7 @@ int vc_traffic_fill(uint8_t *slab, size_t stride, uint32_t *off, uint32_t *len,
         vc_store64_le(p + 36, now_ns);
         vc_store64_le(p + 44, stream);
         write_pattern(p + 52, pl - VC_TRAFFIC_MIN_PAYLOAD, pattern_seed(seq, stream));
-        off[i] = (uint32_t)(i * stride);
+        off[i] = base + (uint32_t)(i * stride);
         len[i] = (uint32_t)total;
     }
     return (int)n;

@@ -44,11 +44,18 @@ typedef void (*vc_chacha_stream_fn)(uint8_t *dst, const uint8_t *src, size_t len
 /* hchacha: out = words 0..3 and 12..15 of the permuted state (no feed-forward). */
 typedef void (*vc_hchacha_fn)(uint32_t out[8], const uint32_t state[16], int rounds);
 
+/* stream_otk: the AEAD's sealing form.  Block state[12] yields the one-time
+ * Poly1305 key (its first 32 bytes go to otk) and the len bytes of data are
+ * XORed with the blocks after it, in one pass where the kernel can. */
+typedef void (*vc_chacha_stream_otk_fn)(uint8_t otk[32], uint8_t *dst, const uint8_t *src,
+                                        size_t len, const uint32_t state[16], int rounds);
+
 typedef struct {
     const char          *name;
     vc_chacha_stream_fn  stream;
     vc_hchacha_fn        hchacha;        /* NULL: use the generic one */
     int                (*available)(void);/* NULL: always available */
+    vc_chacha_stream_otk_fn stream_otk;  /* NULL: two stream calls */
 } vc_chacha_impl;
 
 /* ---- Poly1305 kernels ----

@@ -18,8 +18,9 @@ typedef struct {
 
 /* Write n packets: packet i at slab + i*stride, IPv4 src -> dst, UDP ports 9/9, payload
  * of payload_len[i] bytes (>= VC_TRAFFIC_MIN_PAYLOAD) with sequence number seq0 + i and
- * timestamp now_ns.  off[i]/len[i] are set.  Returns n, or -1 if a packet does not fit. */
-int vc_traffic_fill(uint8_t *slab, size_t stride, uint32_t *off, uint32_t *len,
+ * timestamp now_ns.  off[i] = base + i*stride and len[i] are set.  Returns n, or -1 if a
+ * packet does not fit. */
+int vc_traffic_fill(uint8_t *slab, size_t stride, uint32_t base, uint32_t *off, uint32_t *len,
                     const uint32_t *payload_len, size_t n, const uint8_t src[4],
                     const uint8_t dst[4], uint32_t stream, uint64_t seq0, uint64_t now_ns);
 

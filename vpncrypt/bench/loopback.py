@@ -304,12 +304,10 @@ class _Source:
             if k <= 0:
                 break
             start = (self.seq + done) % self.ring_n
-            if lib.vc_traffic_fill(self.slab + done * self.stride, self.stride, self.off + done,
-                                   self.len + done, self.ring + start, k, self.src, dst,
-                                   self.stream, self.seq + done, now_ns) < 0:
+            if lib.vc_traffic_fill(self.slab + done * self.stride, self.stride, done * self.stride,
+                                   self.off + done, self.len + done, self.ring + start, k, self.src,
+                                   dst, self.stream, self.seq + done, now_ns) < 0:
                 raise ValueError("a packet does not fit the source stride")
-            for i in range(done, done + k):
-                self.off[i] += done * self.stride
             done += k
         self.seq += n
         return n
