@@ -30,9 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"vpncrypt {__import__('vpncrypt').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from vpncrypt.daemon import commands as daemon_commands
+    daemon_commands.register(sub)
     _loopback_bench(sub)
 
-    bench = sub.add_parser("bench", help="benchmarks (crypto)")
+    bench = sub.add_parser("bench", help="benchmarks (crypto)",
+                           description="Benchmarks: `vpncrypt bench crypto --help`.")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench_sub.required = True
     _bench_crypto(bench_sub)
@@ -47,5 +50,14 @@ def main(argv=None) -> int:
         return 2
     try:
         return args.func(args) or 0
+    except KeyboardInterrupt:
+        return 130
+
+
+def go_main(argv=None) -> int:
+    """The `vpncrypt-go IFACE [-f]` entry point (wireguard-go's command line)."""
+    from vpncrypt.daemon.commands import go_main as _go_main
+    try:
+        return _go_main(argv)
     except KeyboardInterrupt:
         return 130

@@ -53,10 +53,7 @@ def get_backend(name: str = "native"):
     return _backends[name]
 
 
-seal = _native.seal
-open = _native.open  # noqa: A001 - the issue names it open
-xseal = _native.xseal
-xopen = _native.xopen
+from vpncrypt.crypto.native import open, seal, xopen, xseal  # noqa: E402,A001 - the API's names
 seal_batch = _native.seal_batch
 open_batch = _native.open_batch
 

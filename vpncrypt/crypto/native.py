@@ -1,4 +1,5 @@
 """The native backend: vpncrypt's own C core through cffi."""
+import threading
 from array import array
 
 from vpncrypt._native import ffi, lib
@@ -50,62 +51,86 @@ def use_poly1305_implementation(name: str) -> None:
             lib.vc_poly1305_impl_available, lib.vc_poly1305_impl_select)
 
 
+# One message per call: the hot path of the Python API.  The common case (all
+# arguments bytes of the right size) needs no conversion, since cffi passes
+# bytes straight to `const uint8_t *`; anything else goes through args.buf
+# (clear errors, any bytes-like input).  Output is written to a per-thread
+# scratch buffer (cffi releases the GIL during the call) and copied out once
+# with ffi.unpack; the C code writes every byte it reports, and zeroes the
+# output when authentication fails.
+_unpack = ffi.unpack
+_seal_attached = lib.vc_aead_seal_attached
+_open_attached = lib.vc_aead_open_attached
+_alloc = ffi.new_allocator(should_clear_after_alloc=False)
+_SCRATCH_MAX = 1 << 20
+_local = threading.local()
+
+
+def _scratch(n: int):
+    """The calling thread's output buffer, at least n bytes."""
+    try:
+        buf = _local.buf
+        if len(buf) >= n:
+            return buf
+    except AttributeError:
+        pass
+    if n > _SCRATCH_MAX:
+        return _alloc("char[]", n)
+    buf = _local.buf = _alloc("char[]", max(n, 4096))
+    return buf
+
+
+def _converted(key, nonce, nonce_len, data, data_name, aad):
+    key = _from(args.buf("key", key, 32))
+    nonce = _from(args.buf("nonce", nonce, nonce_len))
+    data = args.sealed(data_name, data) if data_name == "sealed" else args.buf(data_name, data)
+    return key, nonce, _from(data), _from(args.buf("aad", aad))
+
+
+def _make(nonce_len: int):
+    """seal and open for one nonce size, each a single Python frame."""
+
+    def seal(key, nonce, plaintext, aad=_EMPTY, _bytes=bytes) -> bytes:
+        if not (type(key) is _bytes and type(nonce) is _bytes and type(plaintext) is _bytes
+                and type(aad) is _bytes and len(key) == 32 and len(nonce) == nonce_len):
+            key, nonce, plaintext, aad = _converted(key, nonce, nonce_len, plaintext, "plaintext", aad)
+        n = len(plaintext)
+        out = _scratch(n + 16)
+        if _seal_attached(out, plaintext, n, aad, len(aad), key, nonce, nonce_len):
+            raise ValueError(f"plaintext is too long for one message ({n} bytes)")
+        return _unpack(out, n + 16)
+
+    def open_(key, nonce, sealed, aad=_EMPTY, _bytes=bytes) -> bytes:
+        if not (type(key) is _bytes and type(nonce) is _bytes and type(sealed) is _bytes
+                and type(aad) is _bytes and len(key) == 32 and len(nonce) == nonce_len
+                and len(sealed) >= 16):
+            key, nonce, sealed, aad = _converted(key, nonce, nonce_len, sealed, "sealed", aad)
+        n = len(sealed) - 16
+        out = _scratch(n)
+        if _open_attached(out, sealed, n + 16, aad, len(aad), key, nonce, nonce_len):
+            raise AuthenticationError("message failed to authenticate")
+        return _unpack(out, n)
+
+    return seal, open_
+
+
+seal, open = _make(12)  # noqa: A001 - the API's names
+seal.__doc__ = "ChaCha20-Poly1305 (RFC 8439): ciphertext followed by the 16-byte tag."
+open.__doc__ = "Open ciphertext||tag; raises AuthenticationError on a bad tag."
+xseal, xopen = _make(24)
+xseal.__doc__ = "XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha): 24-byte nonce."
+xopen.__doc__ = "Open an XChaCha20-Poly1305 message; raises AuthenticationError on a bad tag."
+
+
 class NativeBackend:
     """seal/open/xseal/xopen and their batch forms on the native core."""
 
     name = "native"
 
-    def seal(self, key, nonce, plaintext, aad=_EMPTY) -> bytes:
-        key = args.buf("key", key, 32)
-        nonce = args.buf("nonce", nonce, 12)
-        plaintext = args.buf("plaintext", plaintext)
-        aad = args.buf("aad", aad)
-        n = len(plaintext)
-        out = ffi.new("uint8_t[]", n + 16)
-        rc = lib.vc_aead_seal(out, out + n, _from(plaintext), n, _from(aad), len(aad),
-                              _from(key), _from(nonce))
-        if rc != lib.VC_OK:
-            raise ValueError(f"plaintext is too long for one ChaCha20-Poly1305 message ({n} bytes)")
-        return ffi.buffer(out)[:]
-
-    def open(self, key, nonce, sealed, aad=_EMPTY) -> bytes:
-        key = args.buf("key", key, 32)
-        nonce = args.buf("nonce", nonce, 12)
-        sealed = args.sealed("sealed", sealed)
-        aad = args.buf("aad", aad)
-        n = len(sealed) - 16
-        src = _from(sealed)
-        out = ffi.new("uint8_t[]", n)
-        rc = lib.vc_aead_open(out, src, n, src + n, _from(aad), len(aad), _from(key), _from(nonce))
-        if rc != lib.VC_OK:
-            raise AuthenticationError("message failed to authenticate")
-        return ffi.buffer(out)[:]
-
-    def xseal(self, key, nonce, plaintext, aad=_EMPTY) -> bytes:
-        key = args.buf("key", key, 32)
-        nonce = args.buf("nonce", nonce, 24)
-        plaintext = args.buf("plaintext", plaintext)
-        aad = args.buf("aad", aad)
-        n = len(plaintext)
-        out = ffi.new("uint8_t[]", n + 16)
-        rc = lib.vc_xaead_seal(out, out + n, _from(plaintext), n, _from(aad), len(aad),
-                               _from(key), _from(nonce))
-        if rc != lib.VC_OK:
-            raise ValueError(f"plaintext is too long for one XChaCha20-Poly1305 message ({n} bytes)")
-        return ffi.buffer(out)[:]
-
-    def xopen(self, key, nonce, sealed, aad=_EMPTY) -> bytes:
-        key = args.buf("key", key, 32)
-        nonce = args.buf("nonce", nonce, 24)
-        sealed = args.sealed("sealed", sealed)
-        aad = args.buf("aad", aad)
-        n = len(sealed) - 16
-        src = _from(sealed)
-        out = ffi.new("uint8_t[]", n)
-        rc = lib.vc_xaead_open(out, src, n, src + n, _from(aad), len(aad), _from(key), _from(nonce))
-        if rc != lib.VC_OK:
-            raise AuthenticationError("message failed to authenticate")
-        return ffi.buffer(out)[:]
+    seal = staticmethod(seal)
+    open = staticmethod(open)
+    xseal = staticmethod(xseal)
+    xopen = staticmethod(xopen)
 
     def seal_batch(self, key, nonces, plaintexts, aad=_EMPTY) -> list[bytes]:
         """Seal many messages under one key in one native call."""

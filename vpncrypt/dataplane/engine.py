@@ -78,6 +78,20 @@ class Engine:
             self._timer.cancel()
             self._timer = None
 
+    def replace_udp(self, udp) -> None:
+        """Switch to another UdpBatchSocket (same batch size), e.g. after a
+        listen-port change; the caller closes the old one."""
+        if udp.batch != self.udp.batch:
+            raise ValueError("the new socket must have the same batch size")
+        if self._running:
+            try:
+                self.loop.remove_reader(self.udp.fd)
+            except (ValueError, OSError):
+                pass
+        self.udp = udp
+        if self._running:
+            self.loop.add_reader(udp.fd, self._on_udp_readable)
+
     def resync(self) -> None:
         """After a configuration change made directly on the Device."""
         if self.fast is not None:

@@ -1,0 +1,351 @@
+"""Network namespaces, veth pairs and daemons for the interop tests.
+
+Two namespaces A and B joined by a veth pair (192.168.241.1/24 in A,
+192.168.241.2/24 in B); a tunnel between them (10.200.0.1 in A, 10.200.0.2 in
+B).  Everything is created with random names and removed by Lab.close(), even
+when a test fails."""
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from vpncrypt.protocol import keys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOCKET_DIR = "/var/run/wireguard"
+OUTER = {"A": "192.168.241.1", "B": "192.168.241.2"}
+INNER = {"A": "10.200.0.1", "B": "10.200.0.2"}
+PORT = 51820
+
+
+def need(tool):
+    path = shutil.which(tool)
+    assert path, f"required tool {tool!r} is not installed (tests never skip)"
+    return path
+
+
+class Proc:
+    def __init__(self, name, popen, log_path):
+        self.name = name
+        self.popen = popen
+        self.log_path = log_path
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+
+class Node:
+    """One end of the tunnel: namespace, interface name, keys, daemon."""
+
+    def __init__(self, lab, side, kind):
+        self.lab = lab
+        self.side = side
+        self.kind = kind                     # "vpncrypt" or "wggo"
+        self.ns = lab.ns[side]
+        self.iface = ("vc" if kind == "vpncrypt" else "wg") + side.lower() + lab.id
+        self.private = keys.genkey()
+        self.public = keys.pubkey(self.private)
+        self.outer = OUTER[side]
+        self.inner = INNER[side]
+        self.proc = None
+        self.conf_path = None
+
+    @property
+    def sock(self):
+        return os.path.join(SOCKET_DIR, f"{self.iface}.sock")
+
+    def run(self, *cmd, check=True, timeout=60, **kw):
+        return self.lab.run_in(self.side, *cmd, check=check, timeout=timeout, **kw)
+
+    def wg(self, *args, check=True, input=None):
+        r = subprocess.run(["wg", *args], capture_output=True, text=True, input=input, timeout=20)
+        if check:
+            assert r.returncode == 0, f"wg {' '.join(args)}: {r.stderr}"
+        return r
+
+    def uapi(self, request: str) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(self.sock)
+            s.sendall(request.encode())
+            buf = b""
+            while not buf.endswith(b"\n\n"):
+                b = s.recv(65536)
+                if not b:
+                    break
+                buf += b
+        return buf.decode()
+
+    def counters(self) -> dict:
+        out = {}
+        for line in self.uapi("get=vpncrypt\n\n").splitlines():
+            k, _, v = line.partition("=")
+            if k.startswith("vpncrypt_"):
+                out[k[9:]] = int(v)
+        return out
+
+    def drops(self) -> int:
+        return sum(v for k, v in self.counters().items() if k.startswith("drop_"))
+
+    def dump(self) -> dict:
+        """`wg show IFACE dump`: {peer public key: {...}}."""
+        lines = self.wg("show", self.iface, "dump").stdout.strip().splitlines()
+        peers = {}
+        for line in lines[1:]:
+            f = line.split("\t")
+            peers[f[0]] = {"psk": f[1], "endpoint": f[2], "allowed_ips": f[3],
+                           "handshake": int(f[4]), "rx": int(f[5]), "tx": int(f[6]),
+                           "keepalive": f[7]}
+        return peers
+
+    def conf(self, peers, *, listen=True, mtu=None, address=True, extra_iface=""):
+        """A config: for vpncrypt a file with the wg-quick extras, for wg-go
+        the `wg setconf` part only."""
+        lines = ["[Interface]", f"PrivateKey = {self.private}"]
+        if listen:
+            lines.append(f"ListenPort = {PORT}")
+        if self.kind == "vpncrypt":
+            if address:
+                lines.append(f"Address = {self.inner}/24")
+            if mtu:
+                lines.append(f"MTU = {mtu}")
+        if extra_iface:
+            lines.append(extra_iface)
+        for p in peers:
+            lines += ["", "[Peer]", f"PublicKey = {p['public']}"]
+            if p.get("psk"):
+                lines.append(f"PresharedKey = {p['psk']}")
+            lines.append(f"AllowedIPs = {p.get('allowed', p.get('inner', '') + '/32')}")
+            if p.get("endpoint"):
+                lines.append(f"Endpoint = {p['endpoint']}")
+            if p.get("keepalive"):
+                lines.append(f"PersistentKeepalive = {p['keepalive']}")
+        return "\n".join(lines) + "\n"
+
+    def write_conf(self, text, mode=0o600, name=None):
+        path = os.path.join(self.lab.tmp, name or f"{self.iface}.conf")
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        self.conf_path = path
+        return path
+
+    def start(self, conf_text, *, mtu=None, env=None):
+        if self.kind == "vpncrypt":
+            self.start_vpncrypt(conf_text, env=env)
+        else:
+            self.start_wggo(conf_text, mtu=mtu)
+
+    def start_vpncrypt(self, conf_text, env=None):
+        path = self.write_conf(conf_text)
+        self.proc = self.lab.spawn_vpncrypt(self.side, self.iface, path, env=env)
+
+    def start_wggo(self, conf_text, mtu=None):
+        need("wireguard-go")
+        log = os.path.join(self.lab.tmp, f"{self.iface}.log")
+        with open(log, "wb") as f:
+            p = subprocess.Popen(["ip", "netns", "exec", self.ns, "wireguard-go", "-f", self.iface],
+                                 stdout=f, stderr=subprocess.STDOUT,
+                                 env={**os.environ, "LOG_LEVEL": "debug",
+                                      "WG_PROCESS_FOREGROUND": "1"})
+        self.proc = Proc(self.iface, p, log)
+        self.lab.procs.append(self.proc)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.sock):
+            assert p.poll() is None, f"wireguard-go exited: {self.proc.log()}"
+            assert time.monotonic() < deadline, "wireguard-go did not create its socket"
+            time.sleep(0.05)
+        path = self.write_conf(conf_text)
+        self.wg("setconf", self.iface, path)
+        self.run("ip", "address", "add", f"{self.inner}/24", "dev", self.iface)
+        self.run("ip", "link", "set", "dev", self.iface, "mtu", str(mtu or 1420), "up")
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        p = self.proc.popen
+        if p.poll() is None:
+            p.send_signal(sig)
+        try:
+            return p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
+
+    def ping(self, other, count=3, check=True):
+        r = self.run("ping", "-c", str(count), "-W", "2", "-i", "0.2", other.inner, check=False)
+        if check:
+            assert r.returncode == 0, (f"ping {self.side}->{other.side} failed:\n{r.stdout}\n"
+                                       f"{self.lab.logs()}")
+        return r.returncode == 0
+
+
+class Lab:
+    def __init__(self, veth_mtu=1500):
+        need("ip")
+        need("wg")
+        self.id = secrets.token_hex(3)
+        self.ns = {"A": f"vcA-{self.id}", "B": f"vcB-{self.id}"}
+        self.tmp = tempfile.mkdtemp(prefix="vpncrypt-interop-")
+        self.procs = []
+        self.nodes = []
+        self.notify_socks = []
+        try:
+            for ns in self.ns.values():
+                self._ip("netns", "add", ns)
+                self._ip("-n", ns, "link", "set", "lo", "up")
+            va, vb = f"va{self.id}", f"vb{self.id}"
+            self._ip("link", "add", va, "netns", self.ns["A"], "mtu", str(veth_mtu),
+                     "type", "veth", "peer", "name", vb, "netns", self.ns["B"], "mtu", str(veth_mtu))
+            self.veth = {"A": va, "B": vb}
+            for side, dev in self.veth.items():
+                self._ip("-n", self.ns[side], "address", "add", f"{OUTER[side]}/24", "dev", dev)
+                self._ip("-n", self.ns[side], "link", "set", dev, "up")
+        except BaseException:
+            self.close()
+            raise
+
+    def _ip(self, *args):
+        r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
+        assert r.returncode == 0, f"ip {' '.join(args)}: {r.stderr}"
+
+    def run_in(self, side, *cmd, check=True, timeout=60, **kw):
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        r = subprocess.run(["ip", "netns", "exec", self.ns[side], *cmd], timeout=timeout,
+                           cwd=REPO, **kw)
+        if check:
+            assert r.returncode == 0, f"{' '.join(cmd)} in {side}: rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+        return r
+
+    def popen_in(self, side, *cmd, **kw):
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns[side], *cmd], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+        self.procs.append(Proc(cmd[0], p, None))
+        return p
+
+    def tool(self, side, *args, timeout=120):
+        r = self.run_in(side, sys.executable, "-m", "tests.interop.tools", *args, timeout=timeout)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def tool_bg(self, side, *args):
+        p = self.popen_in(side, sys.executable, "-m", "tests.interop.tools", *args)
+        line = p.stdout.readline()   # {"listening": true}
+        assert "listening" in line, f"tool {args} did not start: {p.stderr.read()}"
+        return p
+
+    def node(self, side, kind):
+        n = Node(self, side, kind)
+        self.nodes.append(n)
+        return n
+
+    def notify_socket(self):
+        path = os.path.join(self.tmp, f"notify-{len(self.notify_socks)}.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.bind(path)
+        self.notify_socks.append(s)
+        return s, path
+
+    def spawn_vpncrypt(self, side, iface, conf_path, *, env=None, wait_ready=True,
+                       extra_args=()):
+        """Start `vpncrypt up` in a namespace with a NOTIFY_SOCKET; wait for READY=1."""
+        ns_sock, ns_path = self.notify_socket()
+        log = os.path.join(self.tmp, f"{iface}.log")
+        args = [sys.executable, "-m", "vpncrypt", "up", iface, "--log-level", "debug", *extra_args]
+        if conf_path:
+            args += ["-c", conf_path]
+        with open(log, "wb") as f:
+            p = subprocess.Popen(["ip", "netns", "exec", self.ns[side], *args], cwd=REPO,
+                                 stdout=f, stderr=subprocess.STDOUT,
+                                 env={**os.environ, **(env or {}), "NOTIFY_SOCKET": ns_path})
+        proc = Proc(iface, p, log)
+        proc.notify = ns_sock
+        self.procs.append(proc)
+        if wait_ready:
+            msgs = self.wait_notify(proc, "READY=1")
+            proc.ready_message = msgs
+        return proc
+
+    def wait_notify(self, proc, what, timeout=15):
+        deadline = time.monotonic() + timeout
+        proc.notify.settimeout(0.1)
+        seen = []
+        while time.monotonic() < deadline:
+            try:
+                msg = proc.notify.recv(4096).decode()
+                seen.append(msg)
+                if what in msg.split("\n"):
+                    return seen
+            except socket.timeout:
+                if proc.popen.poll() is not None:
+                    raise AssertionError(f"{proc.name} exited with {proc.popen.returncode} "
+                                         f"before {what}:\n{proc.log()}")
+        raise AssertionError(f"{proc.name}: no {what} within {timeout}s; got {seen}:\n{proc.log()}")
+
+    def logs(self):
+        out = []
+        for p in self.procs:
+            if p.log_path:
+                out.append(f"----- {p.name} -----\n{p.log()[-6000:]}")
+        return "\n".join(out)
+
+    def link_exists(self, side, iface):
+        r = subprocess.run(["ip", "-n", self.ns[side], "link", "show", iface],
+                           capture_output=True, timeout=10)
+        return r.returncode == 0
+
+    def close(self):
+        for p in self.procs:
+            if p.popen.poll() is None:
+                try:
+                    p.popen.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.popen.wait(5)
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait(5)
+            for stream in (p.popen.stdout, p.popen.stderr):
+                if stream is not None:
+                    stream.close()
+        for ns in self.ns.values():
+            # kills nothing of ours that is still alive: every process we
+            # started has exited above; this only removes the namespace
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+        for n in self.nodes:
+            if os.path.exists(n.sock):
+                try:
+                    os.unlink(n.sock)
+                except OSError:
+                    pass
+        for s in self.notify_socks:
+            s.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def pair(lab, kind_a, kind_b, *, initiator="A", psk=False, mtu=None, env_a=None, env_b=None,
+         keepalive=0):
+    """Start a tunnel: A is `kind_a`, B is `kind_b`; only the initiator has
+    the other's Endpoint (so it must be the one to start the handshake)."""
+    a, b = lab.node("A", kind_a), lab.node("B", kind_b)
+    key = keys.genpsk() if psk else None
+    pa = {"public": b.public, "inner": b.inner, "psk": key, "keepalive": keepalive}
+    pb = {"public": a.public, "inner": a.inner, "psk": key}
+    if initiator == "A":
+        pa["endpoint"] = f"{b.outer}:{PORT}"
+    else:
+        pb["endpoint"] = f"{a.outer}:{PORT}"
+    a.start(a.conf([pa], mtu=mtu), mtu=mtu, env=env_a)
+    b.start(b.conf([pb], mtu=mtu), mtu=mtu, env=env_b)
+    a.peer_conf, b.peer_conf = pa, pb
+    return a, b

@@ -1,0 +1,1 @@
+"""vpncrypt.bench: benchmarks (``vpncrypt bench crypto`` lives in vpncrypt.bench.crypto)."""

@@ -1,0 +1,922 @@
+"""``vpncrypt bench crypto``: ChaCha20 / ChaCha20-Poly1305 throughput, vpncrypt
+against OpenSSL (through ``cryptography``) and libsodium (through pynacl).
+
+Running it
+    vpncrypt bench crypto [options]               (or python3 -m vpncrypt bench crypto)
+    python3 -m vpncrypt.bench.crypto [options]    (the same, without the CLI)
+    native/bench/build.sh /tmp/cbench && /tmp/cbench [--quick] [--json]
+                                                  (the C level on its own)
+
+    --quick                 small run: repeat 3, 2 ms batches, sweep step 64
+    --sizes 16,64,...       the fixed ("tcrypt") sizes, default 16 64 256 1024 1472 8192
+    --sweep / --no-sweep    every size 8..1496 step --sweep-step (default 8; on)
+    --views stream,seal,open
+    --impls NAME,...        e.g. vpncrypt (all kernels), avx2, vpncrypt:generic,
+                            cryptography, pynacl
+    --repeat N --min-time S repetitions (median taken) and the least time per batch
+    --poly1305 NAME         pin the Poly1305 kernel (default: its own default)
+    --c-level/--no-c-level  also build and run the C bench (default on), whose
+                            tables and C targets are folded into this report
+    --json                  machine-readable results on stdout instead of tables
+    --plot FILE.png         throughput against size per implementation (matplotlib)
+    --progress              progress on stderr even when it is not a terminal
+
+What is measured
+    Sizes: the tcrypt sizes; a sweep of every size from 8 to 1496 step 8; and
+    "rand", a fixed-seed list of lengths drawn uniformly from [64, 1088), reported
+    as total bytes over total time.  Views: "stream" (ChaCha20 keystream XOR),
+    "seal" and "open" (ChaCha20-Poly1305, no AAD), one packet per call, as an
+    application calls each library:
+        vpncrypt:<kernel>  vpncrypt.crypto.chacha20_xor / seal / open with the
+                           ChaCha kernel switched by use_implementation(); Poly1305
+                           follows its own default unless --poly1305 is given
+        cryptography       Cipher(algorithms.ChaCha20(key, ctr||nonce), None)
+                           .encryptor().update(); ChaCha20Poly1305(key)
+                           .encrypt / .decrypt (key object made once, as a session)
+        pynacl             crypto_stream_chacha20_ietf_xor (when this pynacl has it);
+                           crypto_aead_chacha20poly1305_ietf_encrypt / decrypt
+    Batch: vpncrypt.crypto.seal_batch of 64 packets of 1472 bytes in one call
+    (GB/s), against 64 per-packet seals for the others.
+
+    Method for a noisy machine: each implementation is first calibrated so that
+    one timed batch takes at least --min-time (half of it for sweep points);
+    then every repetition runs one batch of each implementation, round-robin
+    with a rotating start (so drift and neighbours hit all of them alike); the
+    figure is the median over repetitions (time.perf_counter_ns, gc off while
+    timing; a batch during which the thread was descheduled, i.e. its wall
+    time exceeds its thread CPU time by more than 3%, is run again).  Ratios are against the reference, OpenSSL ("cryptography" here,
+    "openssl" EVP at the C level), taken per repetition (the batches of one
+    round are neighbours in time) and then the median of those.
+    Every implementation's output is checked against vpncrypt's generic kernel
+    before timing; a mismatch is reported and makes the exit status 3.
+
+    The C level (native/bench/cbench.c, built by native/bench/build.sh with
+    native/*.c at -O3 and libcrypto / libsodium from pkg-config) times the same
+    views at the tcrypt sizes with no FFI in the way, a stream sweep 64..1536 for
+    the size-cliff check, and the packed batch; see that file's header.
+
+    The "targets" section computes each ratio of the speed goals and marks it
+    met / NOT MET; it never fails the run (benchmarks are not tests).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from itertools import repeat as _repeat
+from pathlib import Path
+
+TCRYPT_SIZES = (16, 64, 256, 1024, 1472, 8192)
+SWEEP_START, SWEEP_STOP, SWEEP_STEP = 8, 1496, 8
+RANDOM_RANGE = (64, 1088)
+VIEWS = ("stream", "seal", "open")
+BATCH_N, BATCH_LEN = 64, 1472
+REFERENCE = "cryptography"
+C_REFERENCE = "openssl"
+RAND_LABEL = "rand"
+
+KEY = bytes(range(0x80, 0xA0))
+NONCE = bytes(range(1, 13))
+
+NATIVE_DIR = Path(__file__).resolve().parents[2] / "native"
+BUILD_SH = NATIVE_DIR / "bench" / "build.sh"
+
+
+# --------------------------------------------------------------------------- options
+
+def _csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        out = [int(p) for p in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes must be integers: {text!r}") from None
+    if not out or any(s < 1 or s > 1 << 20 for s in out):
+        raise argparse.ArgumentTypeError("sizes must be in 1..1048576")
+    return out
+
+
+def _views(text: str) -> list[str]:
+    out = _csv(text)
+    bad = [v for v in out if v not in VIEWS]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(f"views are {', '.join(VIEWS)}; got {text!r}")
+    return [v for v in VIEWS if v in out]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``vpncrypt bench crypto`` options to parser."""
+    g = parser.add_argument_group("what to run")
+    g.add_argument("--sizes", type=_sizes, default=None, metavar="N,N,...",
+                   help="fixed packet sizes (default: tcrypt sizes 16,64,256,1024,1472,8192)")
+    g.add_argument("--sweep", dest="sweep", action="store_true", default=True,
+                   help="also every size 8..1496 (default)")
+    g.add_argument("--no-sweep", dest="sweep", action="store_false")
+    g.add_argument("--sweep-step", type=int, default=None, metavar="N",
+                   help="sweep step in bytes (default 8; 64 with --quick)")
+    g.add_argument("--random-count", type=int, default=None, metavar="N",
+                   help="how many random lengths from [64, 1088) (default 256; 64 with --quick; 0: none)")
+    g.add_argument("--views", type=_views, default=list(VIEWS), metavar="V,V",
+                   help="stream, seal, open (default all)")
+    g.add_argument("--impls", type=_csv, default=None, metavar="NAME,...",
+                   help="implementations: vpncrypt (every kernel), vpncrypt:KERNEL or KERNEL, "
+                        "cryptography, pynacl (default all)")
+    g.add_argument("--poly1305", default=None, metavar="KERNEL",
+                   help="pin the Poly1305 kernel (default: its own default)")
+    g.add_argument("--batch", dest="batch", action="store_true", default=True,
+                   help="seal_batch of 64 x 1472 B in one call (default)")
+    g.add_argument("--no-batch", dest="batch", action="store_false")
+    g.add_argument("--c-level", dest="c_level", action="store_true", default=True,
+                   help="build and run the C bench too (default)")
+    g.add_argument("--no-c-level", dest="c_level", action="store_false")
+    g.add_argument("--cbench", default=None, metavar="PATH",
+                   help="use this cbench binary instead of building one")
+    m = parser.add_argument_group("method")
+    m.add_argument("--repeat", type=int, default=None, metavar="N",
+                   help="repetitions per point; the median is reported (default 7; 3 with --quick)")
+    m.add_argument("--min-time", type=float, default=None, metavar="SECONDS",
+                   help="least time per timed batch (default 0.005; 0.002 with --quick; "
+                        "half of it for sweep points)")
+    m.add_argument("--quick", action="store_true", help="a short run")
+    m.add_argument("--seed", type=int, default=1, help="seed of the random lengths")
+    o = parser.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="JSON on stdout instead of tables")
+    o.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="plot throughput against size (needs matplotlib)")
+    o.add_argument("--progress", action="store_true", help="show progress on stderr even if not a tty")
+
+
+# --------------------------------------------------------------------------- implementations
+
+class Impl:
+    """One implementation: a name, and per view a factory of timed runners."""
+
+    def __init__(self, name: str, library: str, version: str = ""):
+        self.name = name
+        self.library = library
+        self.version = version
+        self.unavailable: dict[str, str] = {}   # view -> reason
+        self.verified = True
+        self.errors: list[str] = []
+
+    def prepare(self) -> None:
+        """Called before each timed batch (vpncrypt switches its kernel here)."""
+
+    # Each returns fn(payload) -> output, used for the check; runners are built
+    # from the same callables in make_runner().
+    def op(self, view: str):
+        raise NotImplementedError
+
+
+def _loop_kn_x(f, k, n, items):
+    def run(count):
+        for _ in _repeat(None, count):
+            for x in items:
+                f(k, n, x)
+    return run
+
+
+def _loop_n_x_none(f, n, items):
+    def run(count):
+        for _ in _repeat(None, count):
+            for x in items:
+                f(n, x, None)
+    return run
+
+
+def _loop_x_none_n_k(f, n, k, items):
+    def run(count):
+        for _ in _repeat(None, count):
+            for x in items:
+                f(x, None, n, k)
+    return run
+
+
+def _loop_x_n_k(f, n, k, items):
+    def run(count):
+        for _ in _repeat(None, count):
+            for x in items:
+                f(x, n, k)
+    return run
+
+
+def _loop_x(f, items):
+    def run(count):
+        for _ in _repeat(None, count):
+            for x in items:
+                f(x)
+    return run
+
+
+class VpncryptImpl(Impl):
+    def __init__(self, kernel: str):
+        super().__init__(f"vpncrypt:{kernel}", "vpncrypt")
+        import vpncrypt
+        from vpncrypt import crypto
+        self.kernel = kernel
+        self.crypto = crypto
+        self.version = vpncrypt.__version__
+
+    def prepare(self):
+        self.crypto.use_implementation(self.kernel)
+
+    def op(self, view):
+        c = self.crypto
+        if view == "stream":
+            return lambda x: c.chacha20_xor(KEY, NONCE, x)
+        if view == "seal":
+            return lambda x: c.seal(KEY, NONCE, x)
+        return lambda x: c.open(KEY, NONCE, x)
+
+    def runner(self, view, items):
+        c = self.crypto
+        f = {"stream": c.chacha20_xor, "seal": c.seal, "open": c.open}[view]
+        return _loop_kn_x(f, KEY, NONCE, items)
+
+    def batch_runner(self, nonces, pts):
+        seal_batch = self.crypto.seal_batch
+
+        def run(count):
+            for _ in _repeat(None, count):
+                seal_batch(KEY, nonces, pts)
+        return run
+
+
+class CryptographyImpl(Impl):
+    def __init__(self):
+        import cryptography
+        from cryptography.hazmat.backends.openssl import backend
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+        from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+        super().__init__("cryptography", "cryptography",
+                         f"{cryptography.__version__} ({backend.openssl_version_text()})")
+        self.aead = ChaCha20Poly1305(KEY)
+        iv = b"\0\0\0\0" + NONCE            # LE32 block counter 0, then the 12-byte nonce
+
+        def stream(x, _C=Cipher, _A=algorithms.ChaCha20, _k=KEY, _iv=iv):
+            return _C(_A(_k, _iv), None).encryptor().update(x)
+        self._stream = stream
+
+    def op(self, view):
+        if view == "stream":
+            return self._stream
+        if view == "seal":
+            return lambda x: self.aead.encrypt(NONCE, x, None)
+        return lambda x: self.aead.decrypt(NONCE, x, None)
+
+    def runner(self, view, items):
+        if view == "stream":
+            return _loop_x(self._stream, items)
+        f = self.aead.encrypt if view == "seal" else self.aead.decrypt
+        return _loop_n_x_none(f, NONCE, items)
+
+    def batch_runner(self, nonces, pts):
+        enc = self.aead.encrypt
+        pairs = list(zip(nonces, pts))
+
+        def run(count):
+            for _ in _repeat(None, count):
+                [enc(n, p, None) for n, p in pairs]
+        return run
+
+
+class PynaclImpl(Impl):
+    def __init__(self):
+        import nacl
+        from nacl import bindings as nb
+        super().__init__("pynacl", "pynacl", f"{nacl.__version__} (libsodium)")
+        self.nb = nb
+        self.xor = getattr(nb, "crypto_stream_chacha20_ietf_xor", None)
+        if self.xor is None:
+            self.unavailable["stream"] = (f"pynacl {nacl.__version__} has no "
+                                          "crypto_stream_chacha20_ietf_xor")
+
+    def op(self, view):
+        nb = self.nb
+        if view == "stream":
+            return lambda x: self.xor(x, NONCE, KEY)
+        if view == "seal":
+            return lambda x: nb.crypto_aead_chacha20poly1305_ietf_encrypt(x, None, NONCE, KEY)
+        return lambda x: nb.crypto_aead_chacha20poly1305_ietf_decrypt(x, None, NONCE, KEY)
+
+    def runner(self, view, items):
+        nb = self.nb
+        if view == "stream":
+            return _loop_x_n_k(self.xor, NONCE, KEY, items)
+        f = (nb.crypto_aead_chacha20poly1305_ietf_encrypt if view == "seal"
+             else nb.crypto_aead_chacha20poly1305_ietf_decrypt)
+        return _loop_x_none_n_k(f, NONCE, KEY, items)
+
+    def batch_runner(self, nonces, pts):
+        enc = self.nb.crypto_aead_chacha20poly1305_ietf_encrypt
+        pairs = list(zip(nonces, pts))
+
+        def run(count):
+            for _ in _repeat(None, count):
+                [enc(p, None, n, KEY) for n, p in pairs]
+        return run
+
+
+def discover(wanted: list[str] | None) -> tuple[list[Impl], list[str]]:
+    """The implementations to run (and notes on the ones that cannot)."""
+    from vpncrypt import crypto
+    notes = []
+    kernels = crypto.implementations()
+    every = [f"vpncrypt:{k}" for k in kernels] + ["cryptography", "pynacl"]
+    if wanted:
+        chosen = []
+        for w in wanted:
+            if w == "vpncrypt":
+                hits = every[:len(kernels)]
+            elif w in ("openssl",):
+                hits = ["cryptography"]
+            elif w in ("libsodium", "sodium", "nacl"):
+                hits = ["pynacl"]
+            else:
+                hits = [e for e in every if e == w or e == f"vpncrypt:{w}"]
+            if not hits:
+                raise ValueError(f"unknown implementation {w!r}; available: {', '.join(every)}")
+            chosen += [h for h in hits if h not in chosen]
+    else:
+        chosen = every
+    impls: list[Impl] = []
+    for name in every:
+        if name not in chosen:
+            continue
+        try:
+            if name.startswith("vpncrypt:"):
+                impls.append(VpncryptImpl(name.split(":", 1)[1]))
+            elif name == "cryptography":
+                impls.append(CryptographyImpl())
+            else:
+                impls.append(PynaclImpl())
+        except ImportError as e:
+            notes.append(f"{name}: not installed ({e})")
+    return impls, notes
+
+
+# --------------------------------------------------------------------------- measuring
+
+class Progress:
+    def __init__(self, total: int, enabled: bool):
+        self.total = max(total, 1)
+        self.done = 0
+        self.enabled = enabled
+        self.tty = enabled and sys.stderr.isatty()
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        el = now - self.start
+        eta = el / self.done * (self.total - self.done)
+        msg = f"[bench {100 * self.done // self.total:3d}%  {self.done}/{self.total}  eta {eta:4.0f}s] {label}"
+        if self.tty:
+            sys.stderr.write("\r" + msg[:100].ljust(100))
+            if self.done >= self.total:
+                sys.stderr.write("\r" + " " * 100 + "\r")
+            sys.stderr.flush()
+        elif now - self.last >= 2.0 or self.done >= self.total:
+            sys.stderr.write(msg + "\n")
+            sys.stderr.flush()
+            self.last = now
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            sys.stderr.write(("\r" + " " * 100 + "\r" if self.tty else "") + text + "\n")
+            sys.stderr.flush()
+
+
+def _time_once(impl: Impl, run, count: int) -> float:
+    impl.prepare()
+    t0 = time.perf_counter_ns()
+    run(count)
+    return time.perf_counter_ns() - t0
+
+
+PREEMPTED = [0]
+
+
+def _timed_sample(impl: Impl, run, count: int) -> float:
+    """A timed batch (perf_counter); one during which this thread was off the CPU
+    for more than 3% (wall minus thread CPU time) is run again, up to 8 times,
+    keeping the fastest if every try was."""
+    best = None
+    for _ in range(8):
+        impl.prepare()
+        c0 = time.thread_time_ns()
+        t0 = time.perf_counter_ns()
+        run(count)
+        t = time.perf_counter_ns() - t0
+        c = time.thread_time_ns() - c0
+        if t - c <= 0.03 * t + 20000:
+            return t
+        PREEMPTED[0] += 1
+        best = t if best is None else min(best, t)
+    return best
+
+
+def _calibrate(impl: Impl, run, min_ns: float) -> int:
+    count = 1
+    for _ in range(40):
+        t = _time_once(impl, run, count)
+        if t >= min_ns:
+            return count
+        nxt = int(count * min_ns / t * 1.1) + 1 if t > 0 else count * 16
+        count = max(count * 2, min(nxt, count * 64))
+    return count
+
+
+def measure_point(entries, repeat: int, min_time: float) -> list[dict]:
+    """entries: [(impl, run, ops_per_count, bytes_per_op)].  Round-robin, median."""
+    min_ns = min_time * 1e9
+    counts = [_calibrate(impl, run, min_ns) for impl, run, _, _ in entries]
+    samples: list[list[float]] = [[] for _ in entries]
+    n = len(entries)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(repeat):
+            for k in range(n):
+                j = (k + r) % n
+                impl, run, ops, _ = entries[j]
+                samples[j].append(_timed_sample(impl, run, counts[j]) / (counts[j] * ops))
+    finally:
+        if gc_was:
+            gc.enable()
+    out = []
+    for (impl, _, ops, nbytes), s, c in zip(entries, samples, counts):
+        med = statistics.median(s)
+        out.append({"impl": impl.name, "median_ns": round(med, 2), "min_ns": round(min(s), 2),
+                    "max_ns": round(max(s), 2), "reps": len(s), "iters": c * ops,
+                    "bytes_per_op": nbytes, "mbps": round(nbytes / med * 1e3, 3),
+                    "samples_ns": [round(x, 2) for x in s]})
+    return out
+
+
+def paired_ratio(a: dict | None, b: dict | None) -> float | None:
+    """Throughput of a over throughput of b: the median over repetitions of
+    b's time / a's time in the same round (neighbours in time, so a burst of
+    load on the machine hits both)."""
+    if not a or not b:
+        return None
+    pairs = [y / x for x, y in zip(a["samples_ns"], b["samples_ns"]) if x > 0]
+    return round(statistics.median(pairs), 4) if pairs else None
+
+
+def _payload(n: int) -> bytes:
+    return bytes((i * 131 + 7) & 0xFF for i in range(n))
+
+
+def verify(impls: list[Impl], views: list[str]) -> list[str]:
+    """Check every implementation against vpncrypt's generic kernel."""
+    from vpncrypt import crypto
+    problems = []
+    saved = crypto.active_implementation()
+    for size in (1, 15, 16, 17, 63, 64, 65, 255, 256, 1000, 1472, 1500, 8192):
+        pt = _payload(size)
+        crypto.use_implementation("generic")
+        want = {"stream": crypto.chacha20_xor(KEY, NONCE, pt), "seal": crypto.seal(KEY, NONCE, pt), "open": pt}
+        sealed = want["seal"]
+        crypto.use_implementation(saved)
+        for impl in impls:
+            for view in views:
+                if view in impl.unavailable:
+                    continue
+                impl.prepare()
+                try:
+                    got = impl.op(view)(sealed if view == "open" else pt)
+                except Exception as e:      # noqa: BLE001 - any failure is a wrong result
+                    got = f"{type(e).__name__}: {e}"
+                if isinstance(got, str) or bytes(got) != want[view]:
+                    if impl.verified:
+                        problems.append(f"{impl.name}: WRONG {view} output at {size} bytes")
+                    impl.verified = False
+    crypto.use_implementation(saved)
+    return problems
+
+
+# --------------------------------------------------------------------------- C level
+
+def run_c_level(args, impl_names: list[str], progress_on: bool, note) -> dict:
+    """Build (unless --cbench) and run the C bench; its parsed JSON or {"error": ...}."""
+    tmp = None
+    build_warnings: list[str] = []
+    try:
+        if args.cbench:
+            exe = args.cbench
+        else:
+            if not BUILD_SH.exists():
+                return {"error": f"{BUILD_SH} not found (the C bench needs a source checkout)"}
+            if not (shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")):
+                return {"error": "no C compiler (cc) found"}
+            tmp = tempfile.mkdtemp(prefix="vpncrypt-cbench-")
+            exe = os.path.join(tmp, "cbench")
+            note("building the C bench ...")
+            b = subprocess.run(["sh", str(BUILD_SH), exe], capture_output=True, text=True)
+            if b.returncode != 0:
+                return {"error": "build failed:\n" + (b.stderr or b.stdout)[-2000:]}
+            build_warnings = [ln.split("WARNING: ", 1)[1] for ln in b.stderr.splitlines()
+                              if "WARNING: left out" in ln]
+        cmd = [exe, "--json"]
+        if args.quick:
+            cmd.append("--quick")
+        if args.repeat_given:
+            cmd += ["--repeat", str(args.repeat)]
+        c_sizes = [str(s) for s in args.sizes if s <= 8192][:64]
+        if args.sizes_given and c_sizes:
+            cmd += ["--sizes", ",".join(c_sizes)]
+        cmd += ["--views", ",".join(args.views)]
+        if not args.sweep:
+            cmd.append("--no-sweep")
+        if not args.batch:
+            cmd.append("--no-batch")
+        if args.poly1305:
+            cmd += ["--poly", args.poly1305]
+        c_names = []
+        for n in impl_names:
+            c_names.append({"cryptography": "openssl", "pynacl": "libsodium"}.get(n, n))
+        cmd += ["--impls", ",".join(c_names)]
+        if progress_on:
+            cmd.append("--progress")
+        note("running the C bench: " + " ".join(cmd[1:]))
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if progress_on else subprocess.PIPE,
+                           text=True)
+        try:
+            data = json.loads(p.stdout)
+        except json.JSONDecodeError:
+            return {"error": f"cbench exit {p.returncode}: {(p.stderr or '')[-2000:]}"}
+        data["exit_status"] = p.returncode
+        data["command"] = cmd
+        data["build_warnings"] = build_warnings
+        return data
+    except OSError as e:
+        return {"error": f"could not run the C bench: {e}"}
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- targets
+
+def _find(results, group, view, size, impl):
+    for r in results:
+        if r["group"] == group and r["view"] == view and r["size"] == size and r["impl"] == impl:
+            return r
+    return None
+
+
+def python_targets(results: list[dict], vpn_impls: list[str]) -> list[dict]:
+    out = []
+    for impl in vpn_impls:
+        for other, thr, tid in (("cryptography", 1.5, "py_seal_1472_vs_cryptography"),
+                                ("pynacl", 4.0, "py_seal_1472_vs_pynacl")):
+            val = paired_ratio(_find(results, "tcrypt", "seal", 1472, impl),
+                               _find(results, "tcrypt", "seal", 1472, other))
+            out.append({"level": "python", "impl": impl, "id": tid, "threshold": thr, "value": val,
+                        "unit": "x", "met": None if val is None else val >= thr, "detail": "",
+                        "description": f"Python one seal 1472 >= {thr:g}x {other}"})
+        a = _find(results, "batch", "seal", BATCH_LEN, impl)
+        val = round(a["bytes_per_op"] / a["median_ns"], 4) if a else None
+        out.append({"level": "python", "impl": impl, "id": "py_seal_batch_64x1472_gbps", "threshold": 1.5,
+                    "value": val, "unit": "GB/s", "met": None if val is None else val >= 1.5, "detail": "",
+                    "description": "Python seal_batch 64 x 1472 in one call >= 1.5 GB/s"})
+    return out
+
+
+def c_targets(c: dict | None) -> list[dict]:
+    if not c or "targets" not in c:
+        return []
+    out = []
+    for t in c["targets"]:
+        out.append({"level": "c", "impl": t["impl"], "id": t["id"], "threshold": t["threshold"],
+                    "value": t["value"], "unit": "x", "met": t["met"], "detail": t.get("detail", ""),
+                    "description": t["description"]})
+    return out
+
+
+# --------------------------------------------------------------------------- output
+
+def _fmt_size(s):
+    return RAND_LABEL if s is None else str(s)
+
+
+def format_table(results, group, view, impls, ref, title, unit="MB/s") -> list[str]:
+    rows = [r for r in results if r["group"] == group and r["view"] == view]
+    if not rows:
+        return []
+    scale = 1.0 if unit == "MB/s" else 1e-3
+    sizes = []
+    for r in rows:
+        if r["size"] not in sizes:
+            sizes.append(r["size"])
+    present = [i for i in impls if any(r["impl"] == i for r in rows)]
+    w = max(20, max(len(i) for i in present) + 2)
+    lines = ["", f"{title} ({unit}, median{'; ratio vs ' + ref if ref in present else ''})",
+             f"{'size':>7}" + "".join(f"{i:>{w}}" for i in present)]
+    for s in sizes:
+        line = f"{_fmt_size(s):>7}"
+        for i in present:
+            r = _find(rows, group, view, s, i)
+            if r is None:
+                line += f"{'-':>{w}}"
+                continue
+            v = r["mbps"] * scale
+            cell = f"{v:.3f}" if v < 100 else f"{v:.1f}"
+            if i != ref and r.get("ratio_vs_ref") is not None:
+                cell += f" ({r['ratio_vs_ref']:5.2f}x)"
+            line += f"{cell:>{w}}"
+        lines.append(line)
+    return lines
+
+
+def format_sweep(results, view, impls, ref, title, unit="MB/s") -> list[str]:
+    rows = [r for r in results if r["group"] == "sweep" and r["view"] == view]
+    if not rows:
+        return []
+    scale = 1.0 if unit == "MB/s" else 1e-3
+    lo, hi = min(r["size"] for r in rows), max(r["size"] for r in rows)
+    lines = ["", f"{title} sizes {lo}..{hi} ({unit} min / median / max; ratio vs {ref} min / median)"]
+    for i in impls:
+        mine = [r for r in rows if r["impl"] == i]
+        if not mine:
+            continue
+        t = sorted(r["mbps"] * scale for r in mine)
+        line = f"  {i:<22} {t[0]:9.3f} / {statistics.median(t):9.3f} / {t[-1]:9.3f}"
+        if i != ref:
+            ratios = [(r["ratio_vs_ref"], r["size"]) for r in mine if r.get("ratio_vs_ref") is not None]
+            if ratios:
+                mn = min(ratios)
+                line += f"   {mn[0]:5.2f}x (at {mn[1]} B) / {statistics.median(q for q, _ in ratios):5.2f}x"
+        lines.append(line)
+    return lines
+
+
+def format_targets(targets: list[dict], default_impl: str) -> list[str]:
+    if not targets:
+        return []
+    impls = []
+    for t in targets:
+        if t["impl"] not in impls:
+            impls.append(t["impl"])
+    impls.sort(key=lambda i: i != default_impl)   # the default kernel first
+    heads = [i.split(":", 1)[-1] + ("*" if i == default_impl else "") for i in impls]
+    lines = ["", "targets (report only; * = the default kernel)",
+             f"  {'':<56}" + "".join(f"{h:>17}" for h in heads)]
+    order = []
+    for t in targets:
+        if t["id"] not in order:
+            order.append(t["id"])
+    for tid in order:
+        row = [t for t in targets if t["id"] == tid]
+        desc = row[0]["description"]
+        line = f"  {desc[:56]:<56}"
+        for i in impls:
+            t = next((x for x in row if x["impl"] == i), None)
+            if t is None or t["value"] is None:
+                cell = "n/a"
+            else:
+                u = "x" if t["unit"] == "x" else " GB/s"
+                cell = f"{t['value']:.2f}{u} {'met' if t['met'] else 'NOT'}"
+            line += f"{cell:>17}"
+        lines.append(line)
+        d = next((x for x in row if x["impl"] == default_impl and x.get("detail")), None)
+        if d:
+            lines.append(f"    ({default_impl.split(':', 1)[-1]}: {d['detail']})")
+    return lines
+
+
+def plot(path: str, report: dict, plt) -> None:
+    levels = [("Python", report["results"], "MB/s", 1.0)]
+    c = report.get("c_level") or {}
+    if c.get("results"):
+        levels.append(("C", c["results"], "GB/s", None))
+    views = report["config"]["views"]
+    fig, axes = plt.subplots(len(levels), len(views), figsize=(6 * len(views), 4.5 * len(levels)),
+                             squeeze=False)
+    for row, (lname, results, unit, _) in enumerate(levels):
+        for col, view in enumerate(views):
+            ax = axes[row][col]
+            pts = [r for r in results if r["view"] == view and r["group"] in ("tcrypt", "sweep")
+                   and r["size"] is not None]
+            names = []
+            for r in pts:
+                if r["impl"] not in names:
+                    names.append(r["impl"])
+            for name in names:
+                mine = sorted((r["size"], r.get("mbps", r.get("gbps", 0) * 1e3)) for r in pts if r["impl"] == name)
+                xs = [s for s, _ in mine]
+                ys = [v if unit == "MB/s" else v / 1e3 for _, v in mine]
+                ax.plot(xs, ys, marker=".", markersize=3, linewidth=1, label=name)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("bytes per packet")
+            ax.set_ylabel(unit)
+            ax.set_title(f"{lname}: {view}")
+            ax.grid(True, alpha=0.3)
+            if names:
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- main
+
+def run(args) -> int:
+    """Run the benchmark for parsed args; returns the exit status."""
+    plt = None
+    if args.plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("vpncrypt bench crypto: --plot needs matplotlib, which is not installed "
+                  "(pip install matplotlib, or pip install 'vpncrypt[bench]')", file=sys.stderr)
+            return 2
+
+    from vpncrypt import crypto
+
+    args.repeat_given = args.repeat is not None
+    args.sizes_given = args.sizes is not None
+    repeat = args.repeat if args.repeat is not None else (3 if args.quick else 7)
+    min_time = args.min_time if args.min_time is not None else (0.002 if args.quick else 0.005)
+    step = args.sweep_step or (64 if args.quick else SWEEP_STEP)
+    nrand = args.random_count if args.random_count is not None else (64 if args.quick else 256)
+    sizes = args.sizes or list(TCRYPT_SIZES)
+    args.repeat, args.sizes = max(1, repeat), sizes
+    if step < 1 or nrand < 0 or min_time < 0:
+        print("vpncrypt bench crypto: --sweep-step, --random-count, --min-time must be positive", file=sys.stderr)
+        return 2
+
+    saved_chacha = crypto.active_implementation()
+    saved_poly = crypto.active_poly1305_implementation()
+    try:
+        if args.poly1305:
+            crypto.use_poly1305_implementation(args.poly1305)
+        impls, notes = discover(args.impls)
+    except ValueError as e:
+        print(f"vpncrypt bench crypto: {e}", file=sys.stderr)
+        return 2
+    if not impls:
+        print("vpncrypt bench crypto: no implementation to run", file=sys.stderr)
+        return 2
+    for i in impls:
+        notes += [f"{i.name} {v}: left out, {why}" for v, why in i.unavailable.items() if v in args.views]
+    names = [i.name for i in impls]
+    vpn = [i.name for i in impls if i.library == "vpncrypt"]
+    default_impl = f"vpncrypt:{saved_chacha}"
+    progress_on = args.progress or sys.stderr.isatty()
+
+    # the points: (group, view, size or None, items)
+    rng = random.Random(args.seed)
+    rand_lens = [rng.randrange(*RANDOM_RANGE) for _ in range(nrand)]
+    sweep_sizes = list(range(SWEEP_START, SWEEP_STOP + 1, step)) if args.sweep else []
+    points = []
+    for view in args.views:
+        for s in sizes:
+            points.append(("tcrypt", view, s, None))
+        if rand_lens:
+            points.append(("random", view, None, rand_lens))
+        for s in sweep_sizes:
+            points.append(("sweep", view, s, None))
+    if args.batch and "seal" in args.views:
+        points.append(("batch", "seal", BATCH_LEN, None))
+
+    prog = Progress(len(points), progress_on)
+    problems = verify(impls, list(args.views))
+    for p in problems:
+        prog.note("WARNING: " + p)
+
+    results: list[dict] = []
+    sealed_cache: dict[int, bytes] = {}
+
+    def sealed(n):
+        if n not in sealed_cache:
+            crypto.use_implementation("generic")
+            sealed_cache[n] = crypto.seal(KEY, NONCE, _payload(n))
+        return sealed_cache[n]
+
+    try:
+        for group, view, size, lens in points:
+            if group == "batch":
+                pts = [_payload(BATCH_LEN) for _ in range(BATCH_N)]
+                nonces = [i.to_bytes(4, "little") + NONCE[4:] for i in range(BATCH_N)]
+                entries = [(im, im.batch_runner(nonces, pts), 1, BATCH_N * BATCH_LEN) for im in impls]
+            else:
+                ls = lens if lens is not None else [size]
+                items = [sealed(n) if view == "open" else _payload(n) for n in ls]
+                nbytes = sum(ls) / len(ls)
+                entries = [(im, im.runner(view, items), len(items), nbytes) for im in impls
+                           if view not in im.unavailable]
+            for r in measure_point(entries, args.repeat, min_time / 2 if group == "sweep" else min_time):
+                r.update(level="python", group=group, view=view, size=size)
+                results.append(r)
+            prog.step(f"{view} {RAND_LABEL if size is None else size} ({group})")
+    finally:
+        crypto.use_implementation(saved_chacha)
+        crypto.use_poly1305_implementation(saved_poly)
+
+    for r in results:
+        ref = _find(results, r["group"], r["view"], r["size"], REFERENCE)
+        r["ratio_vs_ref"] = paired_ratio(r, ref)
+
+    c = None
+    if args.c_level:
+        c = run_c_level(args, names, progress_on, prog.note)
+        if "error" in c:
+            notes.append("C level: " + c["error"])
+        if c.get("build_warnings"):
+            notes += ["C bench built with " + w for w in c["build_warnings"]]
+        if c.get("exit_status"):
+            notes.append(f"C level: cbench exited with status {c['exit_status']} "
+                         "(3: an implementation gave wrong output; 4: an operation failed)")
+
+    targets = python_targets(results, vpn) + c_targets(c)
+    report = {
+        "tool": "vpncrypt bench crypto",
+        "level": "python",
+        "config": {"sizes": sizes, "sweep": sweep_sizes, "random_lengths": {
+                       "range": list(RANDOM_RANGE), "count": len(rand_lens), "seed": args.seed,
+                       "mean": round(sum(rand_lens) / len(rand_lens), 2) if rand_lens else None},
+                   "views": list(args.views), "repeat": args.repeat, "min_time": min_time,
+                   "quick": bool(args.quick), "batch": {"packets": BATCH_N, "len": BATCH_LEN} if args.batch else None,
+                   "c_level": bool(args.c_level)},
+        "platform": {"python": platform.python_version(), "machine": platform.machine(),
+                     "system": platform.platform(), "cpus": os.cpu_count()},
+        "default_impl": default_impl,
+        "poly1305": args.poly1305 or saved_poly,
+        "reference": REFERENCE,
+        "implementations": [{"name": i.name, "library": i.library, "version": i.version,
+                             "verified": i.verified, "unavailable": i.unavailable,
+                             "default": i.name == default_impl} for i in impls],
+        "results": results,
+        "c_level": c,
+        "targets": targets,
+        "notes": notes + problems,
+        "preempted_batches_rerun": PREEMPTED[0],
+    }
+
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        out = [f"vpncrypt bench crypto: ChaCha kernels {', '.join(k.split(':')[1] for k in vpn) or '-'} "
+               f"(default {saved_chacha}), Poly1305 {report['poly1305']}; "
+               f"median of {args.repeat}, >= {min_time * 1e3:g} ms per batch"]
+        for i in impls:
+            out.append(f"  {i.name:<20} {i.version}" + ("" if i.verified else "   WRONG OUTPUT"))
+        titles = {"stream": "ChaCha20 stream", "seal": "AEAD seal", "open": "AEAD open"}
+        for view in args.views:
+            out += format_table(results, "tcrypt", view, names, REFERENCE, f"Python {titles[view]}")
+            out += format_table(results, "random", view, names, REFERENCE,
+                                f"Python {titles[view]}, random lengths [{RANDOM_RANGE[0]}, {RANDOM_RANGE[1]})")
+            out += format_sweep(results, view, names, REFERENCE, f"Python {titles[view]} sweep")
+        out += format_table(results, "batch", "seal", names, REFERENCE,
+                            f"Python seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: seal_batch, one call)", "GB/s")
+        if c and c.get("results"):
+            cn = [i["name"] for i in c["implementations"]]
+            cres = [dict(r, mbps=r["gbps"] * 1e3) for r in c["results"]]
+            for view in args.views:
+                out += format_table(cres, "tcrypt", view, cn, C_REFERENCE, f"C {titles[view]}", "GB/s")
+            out += format_sweep(cres, "stream", cn, C_REFERENCE, "C ChaCha20 stream sweep", "GB/s")
+            out += format_table(cres, "batch", "batch", cn, C_REFERENCE,
+                                f"C seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: one packed call)", "GB/s")
+        out += format_targets(targets, default_impl)
+        for n in notes + problems:
+            out.append(f"note: {n}")
+        print("\n".join(out))
+
+    if args.plot:
+        plot(args.plot, report, plt)
+        if not args.json:
+            print(f"plot written to {args.plot}")
+    if problems or (c and c.get("exit_status") == 3):
+        return 3
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="vpncrypt bench crypto",
+                                     description="Benchmark vpncrypt's ChaCha20-Poly1305 against "
+                                                 "OpenSSL (cryptography) and libsodium (pynacl).")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

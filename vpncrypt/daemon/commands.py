@@ -1,0 +1,331 @@
+"""The daemon's command-line commands: `vpncrypt up`, `genkey`, `pubkey`,
+`genpsk`, `show`, and the wireguard-go compatible `vpncrypt-go IFACE`."""
+from __future__ import annotations
+
+import argparse
+import glob
+import ipaddress
+import os
+import socket
+import sys
+import time
+
+from .logsetup import add_logging_arguments, setup_logging
+from .uapi import DEFAULT_SOCKET_DIR, socket_path
+
+UP_DESCRIPTION = """\
+Run the vpncrypt daemon for interface IFACE in the foreground: create the TUN
+device, apply the config file (the `wg setconf` format plus wg-quick's Address
+and MTU), open the UDP socket and serve the WireGuard UAPI on
+/var/run/wireguard/IFACE.sock, so `wg show`, `wg set` and `wg syncconf` work.
+Without -c the interface starts unconfigured and waits for `wg setconf`.
+SIGHUP re-reads the config file and applies only the differences; SIGTERM or
+SIGINT removes the socket and the interface.
+"""
+
+
+# --------------------------------------------------------------------------
+# up
+
+def add_up_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("interface", metavar="IFACE", help="interface name (e.g. wg0)")
+    p.add_argument("-c", "--config", metavar="FILE",
+                   help="config file (default: none; configure through the UAPI)")
+    p.add_argument("-f", "--foreground", action="store_true", default=True,
+                   help="stay in the foreground (the default; accepted for symmetry)")
+    add_logging_arguments(p)
+
+
+def _build_daemon(interface, config, on_ready=None):
+    from .service import Daemon, DaemonError, timer_config_from_env
+    from .tun import validate_interface_name
+    import logging
+    log = logging.getLogger("vpncrypt.daemon")
+    try:
+        validate_interface_name(interface)
+        timers = timer_config_from_env()
+    except (ValueError, DaemonError) as e:
+        log.error("%s", e)
+        return None
+    return Daemon(interface, config, timer_config=timers, on_ready=on_ready)
+
+
+def cmd_up(args) -> int:
+    from .service import run_daemon
+    setup_logging(args.log_level)
+    daemon = _build_daemon(args.interface, args.config)
+    if daemon is None:
+        return 1
+    return run_daemon(daemon)
+
+
+# --------------------------------------------------------------------------
+# keys
+
+def cmd_genkey(args) -> int:
+    from ..protocol import keys
+    old = os.umask(0o077)
+    try:
+        print(keys.genkey())
+    finally:
+        os.umask(old)
+    return 0
+
+
+def cmd_genpsk(args) -> int:
+    from ..protocol import keys
+    print(keys.genpsk())
+    return 0
+
+
+def cmd_pubkey(args) -> int:
+    from ..protocol import keys
+    data = sys.stdin.read(1024)
+    try:
+        print(keys.pubkey(data.strip()))
+    except ValueError:
+        print("vpncrypt pubkey: Key is not the correct length or format", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --------------------------------------------------------------------------
+# show
+
+def uapi_request(interface: str, request: str, socket_dir: str = DEFAULT_SOCKET_DIR,
+                 timeout: float = 5.0) -> str:
+    """Send one UAPI request (e.g. "get=1") and return the answer text."""
+    path = socket_path(interface, socket_dir)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(request.rstrip("\n").encode() + b"\n\n")
+        buf = b""
+        while not buf.endswith(b"\n\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return buf.decode()
+
+
+def parse_get(text: str) -> dict:
+    """A get=1 / get=vpncrypt answer as {interface fields..., "peers": [...],
+    "counters": {...}}.  Raises OSError for errno != 0."""
+    dev = {"peers": [], "counters": {}}
+    cur = dev
+    for line in text.split("\n"):
+        if not line:
+            continue
+        k, _, v = line.partition("=")
+        if k == "errno":
+            if v != "0":
+                raise OSError(-int(v), os.strerror(-int(v)))
+            continue
+        if k == "public_key":
+            cur = {"public_key": v, "allowed_ips": []}
+            dev["peers"].append(cur)
+        elif k == "allowed_ip":
+            cur["allowed_ips"].append(v)
+        elif k.startswith("vpncrypt_"):
+            dev["counters"][k[len("vpncrypt_"):]] = int(v)
+        else:
+            cur[k] = v
+    return dev
+
+
+def _b64(hexkey: str) -> str:
+    import base64
+    return base64.b64encode(bytes.fromhex(hexkey)).decode()
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.2f} {unit}"
+
+
+def _ago(seconds: int) -> str:
+    if seconds <= 0:
+        return "Now"
+    parts = []
+    for name, size in (("year", 365 * 86400), ("day", 86400), ("hour", 3600),
+                       ("minute", 60), ("second", 1)):
+        q, seconds = divmod(seconds, size)
+        if q:
+            parts.append(f"{q} {name}{'s' if q != 1 else ''}")
+    return ", ".join(parts) + " ago"
+
+
+def format_show(interface: str, dev: dict, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    out = [f"interface: {interface}"]
+    if "private_key" in dev:
+        from ..protocol import keys
+        out.append(f"  public key: {keys.pubkey(_b64(dev['private_key']))}")
+        out.append("  private key: (hidden)")
+    if dev.get("listen_port"):
+        out.append(f"  listening port: {dev['listen_port']}")
+    if dev.get("fwmark"):
+        out.append(f"  fwmark: 0x{int(dev['fwmark']):x}")
+    peers = sorted(dev["peers"], key=lambda p: -int(p.get("last_handshake_time_sec", 0)))
+    for p in peers:
+        out.append("")
+        out.append(f"peer: {_b64(p['public_key'])}")
+        if "preshared_key" in p:
+            out.append("  preshared key: (hidden)")
+        if "endpoint" in p:
+            out.append(f"  endpoint: {p['endpoint']}")
+        out.append(f"  allowed ips: {', '.join(p['allowed_ips']) or '(none)'}")
+        lh = int(p.get("last_handshake_time_sec", 0))
+        if lh:
+            out.append(f"  latest handshake: {_ago(int(now) - lh)}")
+        rx, tx = int(p.get("rx_bytes", 0)), int(p.get("tx_bytes", 0))
+        if rx or tx:
+            out.append(f"  transfer: {_bytes(rx)} received, {_bytes(tx)} sent")
+        ka = int(p.get("persistent_keepalive_interval", 0))
+        if ka:
+            out.append(f"  persistent keepalive: every {_ago(ka)[:-4]}")
+    drops = {k[5:]: v for k, v in dev["counters"].items() if k.startswith("drop_")}
+    other = {k: v for k, v in dev["counters"].items() if not k.startswith("drop_")}
+    out.append("")
+    out.append("drops:")
+    if any(drops.values()):
+        for k, v in sorted(drops.items()):
+            if v:
+                out.append(f"  {k}: {v}")
+    else:
+        out.append("  (none)")
+    if other:
+        out.append("counters:")
+        for k, v in sorted(other.items()):
+            out.append(f"  {k}: {v}")
+    return "\n".join(out)
+
+
+def cmd_show(args) -> int:
+    if args.interface:
+        names = [args.interface]
+    else:
+        names = sorted(os.path.basename(p)[:-5]
+                       for p in glob.glob(os.path.join(args.socket_dir, "*.sock")))
+    status = 0
+    blocks = []
+    for name in names:
+        try:
+            dev = parse_get(uapi_request(name, "get=vpncrypt", args.socket_dir))
+        except OSError as e:
+            print(f"vpncrypt show: {name}: {e.strerror or e}", file=sys.stderr)
+            status = 1
+            continue
+        blocks.append(format_show(name, dev))
+    if blocks:
+        print("\n\n".join(blocks))
+    return status
+
+
+# --------------------------------------------------------------------------
+# registration in vpncrypt.cli
+
+def register(sub) -> None:
+    p = sub.add_parser("up", help="run the daemon for an interface (foreground)",
+                       description=UP_DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_up_arguments(p)
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("genkey", help="print a new private key (base64), like `wg genkey`",
+                       description="Print a new random private key in base64, like `wg genkey`.")
+    p.set_defaults(func=cmd_genkey)
+    p = sub.add_parser("pubkey", help="read a private key on stdin, print its public key",
+                       description="Read a base64 private key on standard input and print "
+                       "its public key, like `wg pubkey`.")
+    p.set_defaults(func=cmd_pubkey)
+    p = sub.add_parser("genpsk", help="print a new preshared key, like `wg genpsk`",
+                       description="Print a new random preshared key in base64, like `wg genpsk`.")
+    p.set_defaults(func=cmd_genpsk)
+
+    p = sub.add_parser("show", help="show interfaces over the UAPI, like `wg show`, plus drops",
+                       description="Show one interface (or all userspace ones) as `wg show` "
+                       "does, read over the UAPI socket, plus vpncrypt's drop counters "
+                       "by reason (the get=vpncrypt extension).")
+    p.add_argument("interface", metavar="IFACE", nargs="?", help="interface (default: all)")
+    p.add_argument("--socket-dir", default=DEFAULT_SOCKET_DIR, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_show)
+
+
+# --------------------------------------------------------------------------
+# vpncrypt-go: the wireguard-go command line
+
+GO_DESCRIPTION = """\
+Like wireguard-go: create interface IFACE and serve the WireGuard UAPI on
+/var/run/wireguard/IFACE.sock, unconfigured (configure it with `wg setconf`).
+Without -f it forks, and the parent exits 0 once the interface, socket and
+UAPI are ready (exit 1 if the daemon failed to start).  Also honours
+WG_PROCESS_FOREGROUND=1 and LOG_LEVEL=verbose|debug|error|silent (without
+LOG_LEVEL a forked daemon logs nowhere once it is ready).  For
+WG_QUICK_USERSPACE_IMPLEMENTATION=vpncrypt-go wg-quick up CONF.
+"""
+
+_GO_LEVELS = {"verbose": "debug", "debug": "debug", "info": "info", "error": "error",
+              "silent": "critical"}
+
+
+def go_main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="vpncrypt-go", description=GO_DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("interface", metavar="IFACE", help="interface name")
+    p.add_argument("-f", "--foreground", action="store_true", help="do not fork")
+    p.add_argument("--version", action="version",
+                   version=f"vpncrypt-go {__import__('vpncrypt').__version__}")
+    args = p.parse_args(argv)
+    env_level = os.environ.get("LOG_LEVEL", "").lower()
+    level = _GO_LEVELS.get(env_level, "info")
+    foreground = args.foreground or os.environ.get("WG_PROCESS_FOREGROUND") == "1"
+    if foreground:
+        setup_logging(level)
+        from .service import run_daemon
+        daemon = _build_daemon(args.interface, None)
+        return 1 if daemon is None else run_daemon(daemon)
+    return _fork_daemon(args.interface, level, keep_output=bool(env_level))
+
+
+def _fork_daemon(interface: str, level: str, keep_output: bool) -> int:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            got = f.read(1)
+        if got == b"R":
+            return 0
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        return code if code > 0 else 1
+    # the daemon
+    os.close(r)
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        setup_logging(level)
+
+        def ready():
+            os.write(w, b"R")
+            os.close(w)
+            if not keep_output:  # detach from the caller's terminal/pipes
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+        daemon = _build_daemon(interface, None, on_ready=ready)
+        if daemon is not None:
+            from .service import run_daemon
+            code = run_daemon(daemon)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        os._exit(code)
