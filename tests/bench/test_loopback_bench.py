@@ -8,7 +8,7 @@ import pytest
 
 ROW_FIELDS = {"mode", "crypto", "handshake", "sent", "delivered", "delivered_pct", "elapsed_s",
               "pps", "gbit_s", "latency_p50_us", "latency_p99_us", "corrupted", "duplicated",
-              "cpu_s_per_packet", "cpu_s", "drops", "rss_kb", "intact"}
+              "cpu_s_per_packet", "cpu_s", "drops", "rss_kb", "rss_growth", "intact"}
 
 
 def _bench(*args):

@@ -198,6 +198,7 @@ def _summarise(mode, crypto, ra, rb):
         "cpu_s": {"A": ra["cpu_s"], "B": rb["cpu_s"]},
         "drops": {"A": ra["drops"], "B": rb["drops"]},
         "rss_kb": {"A": ra["rss_kb"], "B": rb["rss_kb"]},
+        "rss_growth": {"A": ra["rss_growth"], "B": rb["rss_growth"]},
     }
     row["intact"] = row["corrupted"] == 0 and row["duplicated"] == 0
     return row
@@ -368,6 +369,16 @@ class _Sink:
                 "first": (self.first or 0) / 1e9, "last": (self.last or 0) / 1e9}
 
 
+def _growth(samples):
+    """Resident size at the last tenth of the run over the second tenth (1.0 = flat)."""
+    if len(samples) < 10:
+        return None
+    tenth = len(samples) // 10
+    second = sorted(samples[tenth:2 * tenth])[tenth // 2]
+    last = sorted(samples[-tenth:])[tenth // 2]
+    return last / second if second else None
+
+
 def _rss_kb():
     with open("/proc/self/status") as f:
         for line in f:
@@ -474,6 +485,14 @@ async def _worker_main(cfg, inp, outp):
                 return
 
     ctl = asyncio.create_task(control())
+    rss_samples = []
+
+    async def sample_rss():
+        while True:
+            rss_samples.append(_rss_kb())
+            await asyncio.sleep(0.25)
+
+    sampler = asyncio.create_task(sample_rss())
     if source is not None:
         from vpncrypt._native import lib
         batch = cfg["batch"]
@@ -514,6 +533,7 @@ async def _worker_main(cfg, inp, outp):
         write({"sent_done": sent})
     await stop.wait()
     ctl.cancel()
+    sampler.cancel()
     cpu = time.process_time() - cpu0
     drops = {}
     for eng in engines:
@@ -530,7 +550,8 @@ async def _worker_main(cfg, inp, outp):
     rx_overflow = sum(_udp_drops(s.sock) for s in socks)
     if rx_overflow:
         drops["socket_receive_buffer"] = rx_overflow
-    write({"sent": sent, "sink": sink.report(), "cpu_s": cpu, "drops": drops, "rss_kb": _rss_kb()})
+    write({"sent": sent, "sink": sink.report(), "cpu_s": cpu, "drops": drops, "rss_kb": _rss_kb(),
+           "rss_growth": _growth(rss_samples)})
 
 
 def _udp_drops(sock) -> int:

@@ -104,6 +104,9 @@ class Device:
         self.load = LoadMonitor(under_load_threshold)
         self.ratelimiter = RateLimiter(ratelimit_rate, ratelimit_burst)
         self._last_wall = float("-inf")
+        # The caller's clock may jump back; inside, time never does (see _clock).
+        self._clock_offset = 0.0
+        self._last_now = float("-inf")
         self.strict = False  # tests: re-raise instead of counting "internal_error"
         self._private = None
         self.public_key = None
@@ -337,7 +340,25 @@ class Device:
     def receive_datagram(self, data: bytes, addr, now: float) -> Output:
         return self.receive_datagrams([(data, addr)], now)
 
+    def _clock(self, now: float) -> float:
+        """The caller's `now` on the Device's own clock, which never runs
+        backwards: after a backward jump it carries on from where it was (as
+        if time had stood still), so no deadline is pushed into the far future
+        and no session gets stuck.  Forward jumps pass through: keys expire and
+        handshakes start again, as they would after a suspend."""
+        t = now + self._clock_offset
+        if t < self._last_now:
+            self._clock_offset += self._last_now - t
+            t = self._last_now
+        self._last_now = t
+        return t
+
+    def external_time(self, t: float) -> float:
+        """A time on the Device's clock (a deadline, a key's expiry) on the caller's."""
+        return t - self._clock_offset
+
     def receive_datagrams(self, datagrams, now: float) -> Output:
+        now = self._clock(now)
         out = Output()
         index_get = self.index.get
         groups = {}
@@ -587,6 +608,7 @@ class Device:
         object (the native fast path): apply what follows it, as if it had
         come through receive_datagrams."""
         out = Output()
+        now = self._clock(now)
         kp = self.index.get(local_index)
         if kp is not None and kp.__class__ is Keypair and kp.alive:
             self._after_data_received(kp, n_packets, n_bytes, got_data, addr, now, out)
@@ -598,6 +620,7 @@ class Device:
         current keypair (whose send_counter the caller has brought up to
         date): counters, timers and the rekey checks."""
         out = Output()
+        now = self._clock(now)
         peer.counters.tx_packets += n_packets
         peer.counters.tx_bytes += n_bytes
         self.counters.tx_packets += n_packets
@@ -611,6 +634,7 @@ class Device:
     # ------------------------------------------------------------ send
 
     def send_packets(self, ip_packets, now: float) -> Output:
+        now = self._clock(now)
         out = Output()
         by_peer = {}
         lookup_v4 = self.routing.lookup_v4
@@ -715,6 +739,7 @@ class Device:
     # ------------------------------------------------------------ timers
 
     def handle_timers(self, now: float) -> Output:
+        now = self._clock(now)
         out = Output()
         c = self.config
         for peer in list(self.peers.values()):
@@ -765,4 +790,4 @@ class Device:
                       peer.zero_keys_at, peer.persistent_at):
                 if t is not None and (best is None or t < best):
                     best = t
-        return best
+        return None if best is None else self.external_time(best)
