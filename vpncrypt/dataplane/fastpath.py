@@ -104,7 +104,7 @@ class NativeFastPath:
                         del m.rx[idx]
                 for idx, kp in want.items():
                     if idx not in m.rx:
-                        if lib.vc_wg_rx_add(t, idx, pid, bytes(kp.recv_key),
+                        if lib.vc_wg_rx_add(t, idx, pid, ffi.from_buffer(kp.recv_key),
                                             dev.external_time(kp.created + reject_after)):
                             raise RuntimeError("native keypair table is full")
                         m.rx[idx] = kp
@@ -114,7 +114,7 @@ class NativeFastPath:
                 if cur is None:
                     lib.vc_wg_tx_clear(t, pid)
                 else:
-                    lib.vc_wg_tx_set(t, pid, cur.remote_index, bytes(cur.send_key),
+                    lib.vc_wg_tx_set(t, pid, cur.remote_index, ffi.from_buffer(cur.send_key),
                                      cur.send_counter, dev.external_time(cur.created + reject_after))
                 m.current = cur
                 m.tx_counter = cur.send_counter if cur is not None else 0
