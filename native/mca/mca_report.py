@@ -1,17 +1,23 @@
 """Static cycle estimate of the arm64 ChaCha routines with llvm-mca.
 
-Compiles native/mca/mca_entry.c (which includes native/chacha_neon.c) with
-clang --target=aarch64-linux-gnu -O3 -S twice: once as shipped (the double-round
+Compiles native/mca/mca_entry.c (which includes native/chacha_neon.c) to
+assembly with the package's own compiler and flags by default,
+aarch64-linux-gnu-gcc -O3 -S plus build_native.py's CFLAGS (the code that
+ships), or with clang --target=aarch64-linux-gnu (--cc clang; --cc both reports
+both).  It compiles the entry file as shipped (the double-round
 loop stays a loop; the region between the "LLVM-MCA-BEGIN dround" / "LLVM-MCA-END"
 markers that the C code emits gives the loop body, analysed with -iterations=100)
 and once with VC_MCA_UNROLL (the 20-round loop fully unrolled, constant length:
-the whole call is straight-line code, analysed once with -iterations=1).
+the whole call is straight-line code, analysed once with -iterations=1; gcc
+gets "#pragma GCC unroll" there).
 
 The whole call is, by default, the shipped code of a constant-length entry
 point with its loop body laid out trip-count times in a row (the loop branch
 dropped); --unrolled uses clang's own full unroll instead (VC_MCA_UNROLL).
 
-Usage: python3 native/mca/mca_report.py [--tune] [--unrolled] [--keep DIR] [extra clang flags...]
+Usage: python3 native/mca/mca_report.py [--cc gcc|clang|both] [--tune] [--unrolled]
+                                        [--keep DIR] [extra compiler flags...]
+  --cc     the compiler (default gcc: $CROSS_CC or aarch64-linux-gnu-gcc; clang: $CLANG).
   --tune   compile with -mtune=<model> for each model (default: generic tuning, as the
            package is built).
 """
@@ -26,6 +32,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ENTRY = os.path.join(HERE, "mca_entry.c")
 MODELS = ["cortex-a57", "cortex-a53"]
 CLANG = os.environ.get("CLANG", "clang")
+GCC = os.environ.get("CROSS_CC", "aarch64-linux-gnu-gcc")
+
+
+def product_cflags():
+    """CFLAGS from native/build_native.py: the flags the extension is built with."""
+    import ast
+    src = open(os.path.join(os.path.dirname(HERE), "build_native.py")).read()
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CFLAGS":
+            return list(ast.literal_eval(node.value))
+    sys.exit("mca: no CFLAGS in build_native.py")
 MCA = os.environ.get("LLVM_MCA", "llvm-mca")
 
 # (label, straight entry, bytes)
@@ -37,6 +54,8 @@ CALLS = [
     ("neon   64 B (one block, ALU)", "mca_neon_64", 64, 10),
     ("neon4 256 B (pure 4-way)", "mca_neon4_256", 256, 5),
     ("neon4  64 B (pure 4-way)", "mca_neon4_64", 64, 5),
+    ("neon  seal, key + 256 B (4+1, otk)", "mca_neon_otk_256", 256, 5),
+    ("neon4 seal, key + 192 B (otk)", "mca_neon4_otk_192", 192, 5),
 ]
 # (label, function holding the loop, double rounds per loop iteration)
 LOOPS = [
@@ -47,9 +66,13 @@ LOOPS = [
 ]
 
 
-def compile_asm(out, flags):
-    cmd = [CLANG, "--target=aarch64-linux-gnu", "-O3", "-S", "-DVC_MCA_MARKERS",
-           "-Wno-pass-failed", "-I" + os.path.dirname(HERE), ENTRY, "-o", out] + flags
+def compile_asm(out, flags, cc):
+    if cc == "gcc":
+        cmd = [GCC] + product_cflags() + ["-S", "-DVC_MCA_MARKERS"]
+    else:
+        cmd = [CLANG, "--target=aarch64-linux-gnu"] + product_cflags() + [
+            "-S", "-DVC_MCA_MARKERS", "-Wno-pass-failed"]
+    cmd += ["-I" + os.path.dirname(HERE), ENTRY, "-o", out] + flags
     subprocess.run(cmd, check=True)
     with open(out) as f:
         return f.read().split("\n")
@@ -72,6 +95,10 @@ def is_insn(l):
     return bool(s) and not s.startswith(("//", "#", ".", ";")) and not re.match(r"^[\w.$]+:", s)
 
 
+COND = r"(?:eq|ne|cs|hs|cc|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le|al)"
+JUMP = rf"^\s+(b|b\.?{COND}|cbnz|cbz|tbnz|tbz)\s+(?:\w+,\s*)*(\.L\w+)\s*$"
+
+
 def loop_body(lines, name):
     """The instructions of the double-round loop: within the dround marker region,
     from the loop header label to the backward branch to it."""
@@ -86,7 +113,7 @@ def loop_body(lines, name):
             labels[m.group(1)] = i
     best = None
     for i, l in enumerate(body):
-        m = re.match(r"^\s+(b|b\.\w+|cbnz|cbz|tbnz|tbz)\s+(?:\w+,\s*)*(\.L\w+)\s*$", l)
+        m = re.match(JUMP, l)
         if m and m.group(2) in labels and begin < labels[m.group(2)] < i:
             n = sum(is_insn(x) for x in body[labels[m.group(2)]:i + 1])
             if best is None or n > best[0]:
@@ -96,7 +123,7 @@ def loop_body(lines, name):
     return [l for l in body[best[1]:best[2] + 1] if is_insn(l)]
 
 
-BRANCH = r"^\s+(b|b\.\w+|cbnz|cbz|tbnz|tbz|bl|br|blr)\s"
+BRANCH = rf"^\s+(b|b\.?{COND}|cbnz|cbz|tbnz|tbz|bl|br|blr)\s"
 
 
 def straight_body(lines, name, trips=None):
@@ -113,7 +140,7 @@ def straight_body(lines, name, trips=None):
                 labels[m.group(1)] = i
         loop = None
         for i, l in enumerate(body):
-            m = re.match(r"^\s+(b|b\.\w+|cbnz|cbz|tbnz|tbz)\s+(?:\w+,\s*)*(\.L\w+)\s*$", l)
+            m = re.match(JUMP, l)
             if m and m.group(2) in labels and labels[m.group(2)] < i:
                 loop = (labels[m.group(2)], i)
         if loop is None:
@@ -138,38 +165,28 @@ def mca_cycles(insns, model, iterations, tmp):
     return int(re.search(r"Total Cycles:\s+(\d+)", out).group(1))
 
 
-def main(argv):
-    tune = "--tune" in argv
-    unrolled = "--unrolled" in argv
-    keep = None
-    if "--keep" in argv:
-        keep = argv[argv.index("--keep") + 1]
-        argv = [a for a in argv if a != keep]
-    flags = [a for a in argv if a not in ("--tune", "--keep", "--unrolled")]
-    tmp = keep or tempfile.mkdtemp(prefix="vc-mca-")
-    os.makedirs(tmp, exist_ok=True)
+def report(cc, flags, tune, unrolled, tmp):
     res_loop, res_call = {}, {}
-    try:
-        for model in MODELS:
-            extra = flags + (["-mtune=" + model] if tune else [])
-            loop_asm = compile_asm(os.path.join(tmp, f"loop-{model}.s"), extra)
-            if unrolled:
-                straight_asm = compile_asm(os.path.join(tmp, f"straight-{model}.s"), extra + ["-DVC_MCA_UNROLL"])
-            for label, fn, drs in LOOPS:
-                body = loop_body(loop_asm, fn)
-                res_loop[(label, model)] = (mca_cycles(body, model, 100, tmp) / 100 / drs, len(body) / drs)
-            for label, fn, nbytes, trips in CALLS:
-                body = (straight_body(straight_asm, fn) if unrolled
-                        else straight_body(loop_asm, fn, trips))
-                res_call[(label, model)] = (mca_cycles(body, model, 1, tmp), len(body))
-    finally:
-        if not keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+    for model in MODELS:
+        extra = flags + (["-mtune=" + model] if tune else [])
+        loop_asm = compile_asm(os.path.join(tmp, f"loop-{cc}-{model}.s"), extra, cc)
+        if unrolled:
+            straight_asm = compile_asm(os.path.join(tmp, f"straight-{cc}-{model}.s"),
+                                       extra + ["-DVC_MCA_UNROLL"], cc)
+        for label, fn, drs in LOOPS:
+            body = loop_body(loop_asm, fn)
+            res_loop[(label, model)] = (mca_cycles(body, model, 100, tmp) / 100 / drs, len(body) / drs)
+        for label, fn, nbytes, trips in CALLS:
+            body = (straight_body(straight_asm, fn) if unrolled
+                    else straight_body(loop_asm, fn, trips))
+            res_call[(label, model)] = (mca_cycles(body, model, 1, tmp), len(body))
     tuning = "per-model -mtune" if tune else "generic tuning (as built)"
-    tuning += ("; whole call: clang's fully unrolled variant" if unrolled
+    tuning += ("; whole call: the compiler's fully unrolled variant" if unrolled
                else "; whole call: the compiled loop body laid out 5 times (10 for the ALU block)")
+    compiler = (f"{GCC} {' '.join(product_cflags())}" if cc == "gcc"
+                else f"{CLANG} --target=aarch64-linux-gnu {' '.join(product_cflags())}")
     print(f"llvm-mca ({subprocess.run([MCA, '--version'], capture_output=True, text=True).stdout.split('version')[1].split()[0]}), "
-          f"clang -O3, {tuning}{' ' + ' '.join(flags) if flags else ''}")
+          f"{compiler}, {tuning}{' ' + ' '.join(flags) if flags else ''}")
     print(f"{'double-round loop (per double round)':40s} {'A57 cyc':>9s} {'A53 cyc':>9s} {'insns':>6s}")
     for label, fn, drs in LOOPS:
         a57, n = res_loop[(label, 'cortex-a57')]
@@ -180,15 +197,53 @@ def main(argv):
         c57, _ = res_call[(label, 'cortex-a57')]
         c53, _ = res_call[(label, 'cortex-a53')]
         print(f"{label:40s} {c57 / nbytes:9.2f} {c53 / nbytes:9.2f} {c57:9d} {c53:9d}")
-    # a 1472-byte packet: four 320-byte calls and one 192-byte call
-    p57 = 4 * res_call[(CALLS[0][0], 'cortex-a57')][0] + res_call[(CALLS[2][0], 'cortex-a57')][0]
-    p53 = 4 * res_call[(CALLS[0][0], 'cortex-a53')][0] + res_call[(CALLS[2][0], 'cortex-a53')][0]
-    b57 = 5 * res_call[(CALLS[0][0], 'cortex-a57')][0]
-    b53 = 5 * res_call[(CALLS[0][0], 'cortex-a53')][0]
-    print(f"{'neon 1472 B packet (4x320 + 192)':40s} {p57 / 1472:9.2f} {p53 / 1472:9.2f} {p57:9d} {p53:9d}")
-    print(f"{'neon 1600 B (5x320), the next multiple':40s} {b57 / 1600:9.2f} {b53 / 1600:9.2f} {b57:9d} {b53:9d}")
-    ok = res_call[(CALLS[0][0], 'cortex-a57')][0] / 320 <= 3.0 and p57 <= b57
+    cyc = {k: v[0] for k, v in res_call.items()}
+
+    def combo(parts, model):
+        return sum(n * cyc[(CALLS[i][0], model)] for i, n in parts)
+    rows = [
+        # a 1472-byte packet: four 320-byte calls and one 192-byte call
+        ("neon 1472 B packet (4x320 + 192)", [(0, 4), (2, 1)], 1472),
+        ("neon 1600 B (5x320), the next multiple", [(0, 5)], 1600),
+        # sealing it: key block + 256 B, then 3x320 + 256 (24 blocks, 5 calls)
+        ("neon 1472 B seal, stream_otk (key+256, 3x320, 256)", [(6, 1), (0, 3), (1, 1)], 1472),
+        # without stream_otk: the 64-byte key call, then the packet
+        ("neon 1472 B seal, separate key call", [(3, 1), (0, 4), (2, 1)], 1472),
+    ]
+    for label, parts, nbytes in rows:
+        p57, p53 = combo(parts, "cortex-a57"), combo(parts, "cortex-a53")
+        print(f"{label:40s} {p57 / nbytes:9.2f} {p53 / nbytes:9.2f} {p57:9d} {p53:9d}")
+    p57, b57 = combo(rows[0][1], "cortex-a57"), combo(rows[1][1], "cortex-a57")
+    ok = cyc[(CALLS[0][0], 'cortex-a57')] / 320 <= 3.0 and p57 <= b57
     print(f"targets (A57: 320 B call <= 3.0 c/b; 1472 B packet <= cycles of 1600 B): {'met' if ok else 'NOT met'}")
+    return ok
+
+
+def main(argv):
+    tune = "--tune" in argv
+    unrolled = "--unrolled" in argv
+    keep = None
+    ccs = ["gcc"]
+    if "--keep" in argv:
+        keep = argv[argv.index("--keep") + 1]
+        argv = [a for a in argv if a != keep]
+    if "--cc" in argv:
+        cc = argv[argv.index("--cc") + 1]
+        if cc not in ("gcc", "clang", "both"):
+            sys.exit("mca: --cc gcc|clang|both")
+        ccs = ["gcc", "clang"] if cc == "both" else [cc]
+        argv = [a for a in argv if a != cc]
+    flags = [a for a in argv if a not in ("--tune", "--keep", "--unrolled", "--cc")]
+    tmp = keep or tempfile.mkdtemp(prefix="vc-mca-")
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        for i, cc in enumerate(ccs):
+            if i:
+                print()
+            report(cc, flags, tune, unrolled, tmp)
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -116,9 +116,9 @@ def spray(iface, target_ip, target_port, tunnel_dst):
     tunnel_dst), then send bad datagrams at the target: random bytes,
     truncated and mutated copies of the real ones, and exact replays."""
     target_port = int(target_port)
-    ETH_P_IP = 0x0800
-    cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
-    cap.bind((iface, ETH_P_IP))
+    ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800   # outgoing packets reach ETH_P_ALL taps only
+    cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
+    cap.bind((iface, ETH_P_ALL))
     cap.settimeout(0.2)
     dst = socket.inet_aton(target_ip)
     gen = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -126,11 +126,14 @@ def spray(iface, target_ip, target_port, tunnel_dst):
     deadline = time.monotonic() + 10
     i = 0
     while len(captured) < 40 and time.monotonic() < deadline:
-        gen.sendto(b"spray-seed-%d" % i + bytes(100), (tunnel_dst, 9))
-        i += 1
+        for _ in range(10):
+            gen.sendto(b"spray-seed-%d" % i + bytes(100), (tunnel_dst, 9))
+            i += 1
         try:
             while True:
-                pkt = cap.recv(65535)
+                pkt, addr = cap.recvfrom(65535)
+                if addr[1] != ETH_P_IP:
+                    continue
                 ihl = (pkt[0] & 15) * 4
                 if pkt[9] != 17 or pkt[16:20] != dst:
                     continue
@@ -156,6 +159,11 @@ def spray(iface, target_ip, target_port, tunnel_dst):
         bad.append(("bad_index", bytes(h)))
         bad.append(("replay", d))
         bad.append(("replay", d))
+    top = max((struct.unpack_from("<Q", d, 8)[0] for d in data), default=0)
+    for i, d in enumerate(data):   # unused counters, so the tag check is what fails
+        f = bytearray(d)
+        struct.pack_into("<Q", f, 8, top + 100 + i)
+        bad.append(("forged_counter", bytes(f)))
     out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     for _kind, d in bad:
         out.sendto(d, (target_ip, target_port))

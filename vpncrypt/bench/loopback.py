@@ -20,10 +20,12 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import random
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 IMIX = [(40, 7), (576, 4), (1500, 1)]      # (IP packet size, weight): the classic simple IMIX
@@ -71,7 +73,7 @@ def _inner_addr(i: int) -> str:
     return f"10.1.{i >> 8}.{i & 255}" if i else "10.0.0.1"
 
 
-def _configs(args, mode, crypto):
+def pair_configs(args, mode, crypto):
     """Worker configs: A holds one device with N peers; B holds N devices."""
     from vpncrypt.protocol import keys
     a_key = keys.genkey()
@@ -80,7 +82,8 @@ def _configs(args, mode, crypto):
     total = args.packets
     duration = args.duration if args.duration is not None else (None if total else 10.0)
     common = dict(mode=mode, crypto=crypto, batch=args.batch, sizes=sizes,
-                  duration=duration, packets=total, rate=args.rate)
+                  duration=duration, packets=total, rate=args.rate,
+                  timers=getattr(args, "timers", None))
     a = dict(common, name="A", send=True, devices=[dict(
         private_key=a_key, address=_inner_addr(0),
         peers=[dict(public_key=keys.pubkey(k), allowed_ips=[_inner_addr(i + 1) + "/32"])
@@ -92,22 +95,42 @@ def _configs(args, mode, crypto):
     return a, b
 
 
-class _Worker:
-    def __init__(self, cfg):
+class Worker:
+    """One worker process; its JSON lines arrive through a reader thread into
+    a queue shared by the workers of a run (so waiting on several is simple)."""
+
+    def __init__(self, cfg, inbox=None):
         self.cfg = cfg
+        self.inbox = inbox if inbox is not None else queue.Queue()
+        self.mine = queue.Queue()
         self.proc = subprocess.Popen([sys.executable, "-m", "vpncrypt.bench.loopback", "--worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        threading.Thread(target=self._read, daemon=True).start()
         self.send(cfg)
+
+    def _read(self):
+        for line in self.proc.stdout:
+            msg = json.loads(line)
+            self.mine.put(msg)
+            self.inbox.put((self, msg))
+        self.mine.put(None)
+        self.inbox.put((self, None))
 
     def send(self, obj):
         self.proc.stdin.write(json.dumps(obj) + "\n")
         self.proc.stdin.flush()
 
-    def recv(self, timeout=60.0):
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.cfg['name']} exited ({self.proc.wait()})")
-        return json.loads(line)
+    def recv(self, timeout=120.0):
+        """The next message from this worker (progress messages skipped)."""
+        while True:
+            try:
+                msg = self.mine.get(timeout=timeout)
+            except queue.Empty:
+                raise RuntimeError(f"worker {self.cfg['name']} stopped reporting") from None
+            if msg is None:
+                raise RuntimeError(f"worker {self.cfg['name']} exited ({self.proc.wait()})")
+            if "progress" not in msg and "sent_done" not in msg:
+                return msg
 
     def close(self):
         try:
@@ -128,44 +151,51 @@ def _progress(enabled, text):
 
 
 def _run_row(args, mode, show_progress, crypto="none"):
-    a_cfg, b_cfg = _configs(args, mode, crypto)
-    a, b = _Worker(a_cfg), _Worker(b_cfg)
+    row, _, _ = run_pair(args, mode, crypto, show_progress=show_progress)
+    return row
+
+
+def run_pair(args, mode, crypto, *, path=None, show_progress=False, drain=0.3):
+    """Run the two worker processes once; returns (summary row, raw A, raw B).
+    `path(a_ports, b_ports) -> (ports A sends to, ports B sends to)` puts
+    something between them (the reliability tests' hostile relay)."""
+    a_cfg, b_cfg = pair_configs(args, mode, crypto)
+    inbox = queue.Queue()
+    a, b = Worker(a_cfg, inbox), Worker(b_cfg, inbox)
     try:
         pa, pb = a.recv()["ports"], b.recv()["ports"]
-        a.send({"peer_ports": pb})
-        b.send({"peer_ports": pa})
+        to_b, to_a = path(pa, pb) if path else (pb, pa)
+        a.send({"peer_ports": to_b})
+        b.send({"peer_ports": to_a})
         ready = [a.recv(), b.recv()]
         if not all(r.get("ready") for r in ready):
-            return {"mode": mode, "handshake": False, "error": [r.get("error") for r in ready]}
+            row = {"mode": mode, "handshake": False, "error": [r.get("error") for r in ready]}
+            return row, None, None
         a.send({"go": True})
         b.send({"go": True})
         senders = [w for w in (a, b) if w.cfg["send"]]
         done = 0
         while done < len(senders):
-            msg = senders[0].recv() if len(senders) == 1 else _recv_any(senders)
+            try:
+                w, msg = inbox.get(timeout=120)
+            except queue.Empty:
+                raise RuntimeError("the workers stopped reporting") from None
+            if msg is None:
+                raise RuntimeError(f"worker {w.cfg['name']} exited ({w.proc.wait()})")
             if "progress" in msg:
                 p = msg["progress"]
                 _progress(show_progress, f"{mode}: {p['sent']:,} packets sent, {p['elapsed']:.1f} s")
             elif "sent_done" in msg:
                 done += 1
-        time.sleep(0.3)                      # let the last batches land
+        time.sleep(drain)                    # let the last batches land
         a.send({"stop": True})
         b.send({"stop": True})
         ra, rb = a.recv(), b.recv()
         _progress(show_progress, "")
-        return _summarise(mode, crypto, ra, rb)
+        return _summarise(mode, crypto, ra, rb), ra, rb
     finally:
         a.close()
         b.close()
-
-
-def _recv_any(workers):
-    import select
-    ready, _, _ = select.select([w.proc.stdout for w in workers], [], [], 60)
-    for w in workers:
-        if w.proc.stdout in ready:
-            return w.recv()
-    raise RuntimeError("workers stopped reporting")
 
 
 def _summarise(mode, crypto, ra, rb):
@@ -393,6 +423,7 @@ async def _worker_main(cfg, inp, outp):
     from vpncrypt.dataplane.io import UdpBatchSocket
     from vpncrypt.protocol import keys
     from vpncrypt.protocol.device import Device
+    from vpncrypt.protocol.timers import TimerConfig
 
     loop = asyncio.get_running_loop()
     lines = asyncio.Queue()
@@ -428,7 +459,8 @@ async def _worker_main(cfg, inp, outp):
     if wireguard:
         crypto = get_backend("pynacl" if cfg["crypto"] == "pynacl" else "native")
         for i, (dcfg, udp) in enumerate(zip(cfg["devices"], socks)):
-            dev = Device(keys.decode(dcfg["private_key"]), crypto=crypto)
+            timers = TimerConfig(**cfg["timers"]) if cfg.get("timers") else None
+            dev = Device(keys.decode(dcfg["private_key"]), crypto=crypto, timer_config=timers)
             for j, pcfg in enumerate(dcfg["peers"]):
                 port = peer_ports[j] if len(dcfg["peers"]) > 1 else peer_ports[0]
                 dev.add_peer(keys.decode(pcfg["public_key"]), allowed_ips=pcfg["allowed_ips"],
@@ -457,7 +489,7 @@ async def _worker_main(cfg, inp, outp):
     # The handshake: one packet to each peer, then wait for the sessions.
     ready, error = True, None
     if wireguard:
-        if cfg["send"] or cfg["name"] == "A":
+        if cfg["name"] == "A":       # one side starts, so the handshakes never cross
             from vpncrypt._native import lib
             probe = _Source([64], len(dsts), src, dsts, 99)
             probe.fill(len(dsts), lib.vc_monotonic_ns())
@@ -501,6 +533,8 @@ async def _worker_main(cfg, inp, outp):
         end = t0 + cfg["duration"] if cfg["duration"] else None
         next_report = t0 + 0.5
         rate = cfg["rate"]
+        if rate:   # paced: batches of about 200 us of traffic, so pacing adds no bursts
+            batch = max(1, min(batch, int(rate * 0.0002)))
         udp0 = socks[0]
         plain_ep = None
         if not wireguard:
@@ -516,8 +550,10 @@ async def _worker_main(cfg, inp, outp):
             n = batch if limit is None else min(batch, limit - sent)
             if rate:
                 ahead = sent / rate - (now - t0)
-                if ahead > 0.0005:
-                    await asyncio.sleep(ahead)
+                if ahead > 0.002:
+                    await asyncio.sleep(ahead)        # the loop's timers are coarse (1 ms)
+                elif ahead > 0:
+                    time.sleep(ahead)                 # fine pacing: nothing else waits on this loop
             source.fill(n, lib.vc_monotonic_ns())
             if wireguard:
                 engines[0].send_inner(source.slab, source.view, source.off, source.len, n)
@@ -550,7 +586,9 @@ async def _worker_main(cfg, inp, outp):
     rx_overflow = sum(_udp_drops(s.sock) for s in socks)
     if rx_overflow:
         drops["socket_receive_buffer"] = rx_overflow
+    handshakes = sum(p.counters.handshakes_completed for d in devices for p in d.peers.values())
     write({"sent": sent, "sink": sink.report(), "cpu_s": cpu, "drops": drops, "rss_kb": _rss_kb(),
+           "handshakes": handshakes,
            "rss_growth": _growth(rss_samples)})
 
 
@@ -570,6 +608,9 @@ def _udp_drops(sock) -> int:
 
 def _worker():
     cfg = json.loads(sys.stdin.readline())
+    if os.environ.get("VPNCRYPT_BENCH_STALL_DUMP"):      # debugging: where a stuck worker is
+        import faulthandler
+        faulthandler.dump_traceback_later(float(os.environ["VPNCRYPT_BENCH_STALL_DUMP"]), repeat=True)
     try:
         import uvloop
         runner = uvloop.run

@@ -108,6 +108,7 @@ class Engine:
             if sent < len(datagrams):
                 self.counters.tx_dropped += len(datagrams) - sent
                 self.counters.tx_send_errors += 1
+                self._check_gso(err)
         if out.packets:
             self.inner.write_packets(out.packets)
 
@@ -228,6 +229,7 @@ class Engine:
             if sent < k:
                 self.counters.tx_dropped += k - sent
                 self.counters.tx_send_errors += 1
+                self._check_gso(err)
         if k < n:
             waiting = fp.unsealed(view, off, lens, n)
             if waiting:
@@ -235,6 +237,14 @@ class Engine:
         for out in fp.after_seal(now):
             self._device_call(out)
         self._arm_timer()
+
+    def _check_gso(self, err: int) -> None:
+        """EMSGSIZE from a UDP_SEGMENT send: the segments are larger than the
+        outer path MTU (the kernel fragments single datagrams, but never GSO
+        segments).  Send without GSO from now on."""
+        if err == errno.EMSGSIZE and self.udp.gso:
+            self.udp.gso = False
+            log.info("UDP GSO disabled: datagrams exceed the path MTU and need fragmentation")
 
     def _fatal(self, exc) -> None:
         log.error("data plane stopped: %s", exc)

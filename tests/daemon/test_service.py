@@ -1,0 +1,158 @@
+"""Daemon pieces that need no namespace: test-only timers, the dual-stack
+socket (IPv4 peers through an AF_INET6 socket, and the IPv4 fallback),
+endpoint resolution, `vpncrypt show` formatting and the key commands."""
+import errno
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from vpncrypt.config.ops import Endpoint
+from vpncrypt.daemon import service
+from vpncrypt.daemon.commands import format_show, parse_get
+from vpncrypt.daemon.control import ControlError
+from vpncrypt.dataplane.io import UdpBatchSocket
+from vpncrypt.protocol import keys
+from vpncrypt.protocol.timers import TimerConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_test_timers_from_env():
+    assert service.timer_config_from_env({}) is None
+    tc = service.timer_config_from_env(
+        {"VPNCRYPT_TEST_TIMERS": "rekey_after_time=3, rekey_timeout=0.5,max_queued_packets=7"})
+    assert tc == TimerConfig(rekey_after_time=3.0, rekey_timeout=0.5, max_queued_packets=7)
+    assert isinstance(tc.max_queued_packets, int)
+    with pytest.raises(service.DaemonError, match="unknown timer"):
+        service.timer_config_from_env({"VPNCRYPT_TEST_TIMERS": "bogus=1"})
+    with pytest.raises(service.DaemonError, match="not a number"):
+        service.timer_config_from_env({"VPNCRYPT_TEST_TIMERS": "rekey_timeout=x"})
+
+
+def test_dual_stack_socket_talks_to_ipv4_peers():
+    sock = service.open_udp_socket(0)
+    assert sock.family == socket.AF_INET6
+    assert sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0
+    udp = UdpBatchSocket(sock, batch=8)
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.settimeout(2)
+    try:
+        # send from the dual-stack socket to a plain IPv4 endpoint tuple
+        sent, err = udp.send_datagrams([(b"hello v4", peer.getsockname())] * 3)
+        assert (sent, err) == (3, 0)
+        for _ in range(3):
+            data, src = peer.recvfrom(100)
+            assert data == b"hello v4" and src[1] == sock.getsockname()[1]
+        # what comes back is reported as a plain IPv4 (host, port)
+        peer.sendto(b"reply", ("127.0.0.1", sock.getsockname()[1]))
+        sock.setblocking(True)
+        import select
+        select.select([sock], [], [], 2)
+        got = udp.recv_datagrams()
+        assert got == [(b"reply", peer.getsockname())]
+        # and that address can be sent to again (v4-mapped on the wire)
+        assert udp.send_datagrams([(b"again", got[0][1])]) == (1, 0)
+        assert peer.recvfrom(100)[0] == b"again"
+    finally:
+        peer.close()
+        sock.close()
+
+
+def test_ipv4_fallback_without_ipv6(monkeypatch):
+    real = socket.socket
+
+    def fake(family=socket.AF_INET, *a, **kw):
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *a, **kw)
+    monkeypatch.setattr(service.socket, "socket", fake)
+    sock = service.open_udp_socket(0)
+    try:
+        assert sock.family == socket.AF_INET
+    finally:
+        sock.close()
+
+
+def test_port_in_use_is_an_error():
+    a = service.open_udp_socket(0)
+    try:
+        with pytest.raises(OSError) as e:
+            service.open_udp_socket(a.getsockname()[1])
+        assert e.value.errno == errno.EADDRINUSE
+    finally:
+        a.close()
+
+
+def test_resolve_endpoint():
+    assert service.resolve_endpoint(Endpoint("192.0.2.1", 51820)) == ("192.0.2.1", 51820)
+    assert service.resolve_endpoint(Endpoint("2001:db8::1", 5)) == ("2001:db8::1", 5)
+    assert service.resolve_endpoint(Endpoint("::ffff:192.0.2.7", 5)) == ("192.0.2.7", 5)
+    assert service.resolve_endpoint(Endpoint("localhost", 7), v6=False) == ("127.0.0.1", 7)
+    with pytest.raises(ControlError):
+        service.resolve_endpoint(Endpoint("2001:db8::1", 5), v6=False)
+    with pytest.raises(ControlError):
+        service.resolve_endpoint(Endpoint("no-such-host.invalid", 5))
+    assert service.format_addr(("192.0.2.1", 1)) == "192.0.2.1:1"
+    assert service.format_addr(("fe80::1", 1, 0, 3)) == "[fe80::1%3]:1"
+
+
+def test_show_format():
+    priv = keys.genkey()
+    peer = keys.pubkey(keys.genkey())
+    text = (f"private_key={keys.decode(priv).hex()}\nlisten_port=51820\n"
+            f"public_key={keys.decode(peer).hex()}\npreshared_key={'11' * 32}\n"
+            "protocol_version=1\nendpoint=192.0.2.1:51820\nlast_handshake_time_sec=1000\n"
+            "last_handshake_time_nsec=0\ntx_bytes=2048\nrx_bytes=100\n"
+            "persistent_keepalive_interval=25\nallowed_ip=10.0.0.2/32\n"
+            "vpncrypt_drop_bad_tag=3\nvpncrypt_drop_replay=0\nvpncrypt_handshakes_completed=1\n"
+            "errno=0\n\n")
+    dev = parse_get(text)
+    out = format_show("wg0", dev, now=1065)
+    assert f"public key: {keys.pubkey(priv)}" in out
+    assert "private key: (hidden)" in out and priv not in out
+    assert f"peer: {peer}" in out and "preshared key: (hidden)" in out
+    assert "latest handshake: 1 minute, 5 seconds ago" in out
+    assert "transfer: 100 B received, 2.00 KiB sent" in out
+    assert "persistent keepalive: every 25 seconds" in out
+    assert "drops:\n  bad_tag: 3" in out and "replay" not in out
+    with pytest.raises(OSError):
+        parse_get("errno=-22\n\n")
+
+
+def _cli(*args, input=None):
+    return subprocess.run([sys.executable, "-m", "vpncrypt", *args], input=input,
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+def test_key_commands_match_wg():
+    priv = _cli("genkey").stdout.strip()
+    assert len(keys.decode(priv)) == 32
+    pub = _cli("pubkey", input=priv + "\n").stdout.strip()
+    assert pub == keys.pubkey(priv)
+    wg = subprocess.run(["wg", "pubkey"], input=priv, capture_output=True, text=True)
+    assert wg.returncode == 0 and wg.stdout.strip() == pub
+    assert len(keys.decode(_cli("genpsk").stdout.strip())) == 32
+    bad = _cli("pubkey", input="nonsense\n")
+    assert bad.returncode == 1 and "correct length or format" in bad.stderr
+
+
+@pytest.mark.parametrize("cmd", [[], ["up"], ["genkey"], ["pubkey"], ["genpsk"], ["show"],
+                                 ["bench"], ["loopback-bench"]])
+def test_help_everywhere(cmd):
+    r = _cli(*cmd, "--help")
+    assert r.returncode == 0 and "usage:" in r.stdout
+
+
+def test_vpncrypt_go_help():
+    r = subprocess.run([sys.executable, "-c", "import sys; from vpncrypt.cli import go_main; "
+                        "sys.exit(go_main(['--help']))"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0 and "-f, --foreground" in r.stdout
+
+
+def test_up_rejects_bad_interface_name():
+    r = _cli("up", "bad/name")
+    assert r.returncode == 1 and "invalid interface name" in r.stderr

@@ -1,0 +1,218 @@
+"""A hostile UDP path for the reliability tests: a relay between two WireGuard
+endpoints that drops, duplicates, reorders, delays, truncates and bit-flips
+datagrams at given rates, and counts exactly what it did to each direction.
+
+It runs in its own process, so that it keeps up with the traffic:
+
+    relay = HostileRelay(Impairments(), seed=1)
+    port_for_a, port_for_b = relay.start(a_port, b_port)   # A sends to port_for_a, B to port_for_b
+    ...
+    stats = relay.stop()      # {"to_a": {...}, "to_b": {...}}: what happened to datagrams bound for A / B
+
+Each side sees its peer at the relay port it was told to use.  All traffic
+stays on 127.0.0.1.
+"""
+import heapq
+import json
+import random
+import select
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class Impairments:
+    drop: float = 0.02
+    duplicate: float = 0.02
+    reorder: float = 0.05          # held back until 1..reorder_depth later datagrams have passed
+    reorder_depth: int = 64
+    delay: float = 0.02            # delayed by up to max_delay seconds
+    max_delay: float = 0.050
+    corrupt: float = 0.01          # truncated or one bit flipped (half each)
+
+
+class HostileRelay:
+    """The parent side: starts the relay process and collects its counts."""
+
+    def __init__(self, impairments: Impairments, seed: int = 1):
+        self.imp = impairments
+        self.seed = seed
+        self.proc = None
+        self.stats = None
+
+    def start(self, a_port: int, b_port: int):
+        cfg = {"a": a_port, "b": b_port, "seed": self.seed, "imp": asdict(self.imp)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.reliability.relay"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc.stdin.write(json.dumps(cfg) + "\n")
+        self.proc.stdin.flush()
+        ports = json.loads(self.proc.stdout.readline())
+        return ports["for_a"], ports["for_b"]
+
+    def stop(self):
+        if self.proc is None:
+            return self.stats
+        try:
+            self.proc.stdin.close()               # tells the relay to flush and report
+            line = self.proc.stdout.readline()
+            self.stats = json.loads(line) if line else None
+        finally:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        return self.stats
+
+
+# ============================================================ the relay process
+
+class _Direction:
+    def __init__(self, name, rx, tx, dest):
+        self.name, self.rx, self.tx, self.dest = name, rx, tx, dest
+        self.c = dict.fromkeys(
+            ["received", "received_data", "received_handshake", "dropped", "dropped_data",
+             "dropped_handshake", "duplicated", "duplicated_data", "duplicated_handshake",
+             "tampered", "tampered_data", "tampered_handshake", "truncated", "flipped",
+             "reordered", "delayed", "forwarded", "send_errors"], 0)
+        self.seen = 0
+        self.held = []          # heap of (release at count, release at time, seq, data)
+        self.out = []
+
+
+def _relay_main():
+    cfg = json.loads(sys.stdin.readline())
+    imp = Impairments(**cfg["imp"])
+    rng = random.Random(cfg["seed"])
+    r = rng.random
+
+    def sock():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 << 20)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+        return s
+
+    for_a, for_b = sock(), sock()
+    to_b = _Direction("to_b", for_a, for_b, ("127.0.0.1", cfg["b"]))
+    to_a = _Direction("to_a", for_b, for_a, ("127.0.0.1", cfg["a"]))
+    print(json.dumps({"for_a": for_a.getsockname()[1], "for_b": for_b.getsockname()[1]}), flush=True)
+    delayed = []            # heap of (time, seq, direction name, data)
+    seq = 0
+    by_name = {"to_a": to_a, "to_b": to_b}
+    readers = [for_a, for_b, sys.stdin]
+    running = True
+    while running:
+        timeout = 0.005
+        ready, _, _ = select.select(readers, [], [], timeout)
+        now = time.monotonic()
+        for s in ready:
+            if s is sys.stdin:
+                if not sys.stdin.readline():
+                    running = False
+                continue
+            d = to_b if s is for_a else to_a
+            c = d.c
+            for _ in range(512):
+                try:
+                    data = s.recv(65535)
+                except BlockingIOError:
+                    break
+                kind = "_data" if data[:1] == b"\x04" else "_handshake"
+                c["received"] += 1
+                c["received" + kind] += 1
+                d.seen += 1
+                if r() < imp.drop:
+                    c["dropped"] += 1
+                    c["dropped" + kind] += 1
+                    continue
+                if r() < imp.corrupt:
+                    b = bytearray(data)
+                    if r() < 0.5 and len(b) > 1:
+                        b = b[:rng.randrange(1, len(b))]
+                        c["truncated"] += 1
+                    else:
+                        bit = rng.randrange(len(b) * 8)
+                        b[bit // 8] ^= 1 << (bit % 8)
+                        c["flipped"] += 1
+                    data = bytes(b)
+                    c["tampered"] += 1
+                    c["tampered" + kind] += 1
+                copies = 1
+                if r() < imp.duplicate:
+                    copies = 2
+                    c["duplicated"] += 1
+                    c["duplicated" + kind] += 1
+                for _ in range(copies):
+                    seq += 1
+                    if r() < imp.reorder:
+                        c["reordered"] += 1
+                        heapq.heappush(d.held, (d.seen + rng.randint(1, imp.reorder_depth),
+                                                now + imp.max_delay, seq, data))
+                    elif r() < imp.delay:
+                        c["delayed"] += 1
+                        heapq.heappush(delayed, (now + rng.uniform(0, imp.max_delay), seq, d.name, data))
+                    else:
+                        d.out.append(data)
+        # releases: held back by count (or for too long), delayed by time
+        for d in (to_a, to_b):
+            keep = []
+            for entry in d.held:
+                if entry[0] <= d.seen or entry[1] <= now:
+                    d.out.append(entry[3])
+                else:
+                    keep.append(entry)
+            if len(keep) != len(d.held):
+                heapq.heapify(keep)
+                d.held = keep
+        while delayed and delayed[0][0] <= now:
+            _, _, name, data = heapq.heappop(delayed)
+            by_name[name].out.append(data)
+        for d in (to_a, to_b):
+            _flush(d)
+    # stdin closed: deliver everything still held, then report
+    for d in (to_a, to_b):
+        d.out.extend(e[3] for e in sorted(d.held))
+        d.held = []
+    for _, _, name, data in sorted(delayed):
+        by_name[name].out.append(data)
+    for d in (to_a, to_b):
+        _flush(d)
+        d.c["kernel_dropped"] = _udp_drops(d.rx)      # lost at the relay's own socket
+    print(json.dumps({"to_a": to_a.c, "to_b": to_b.c}), flush=True)
+
+
+def _flush(d):
+    for data in d.out:
+        try:
+            d.tx.sendto(data, d.dest)
+            d.c["forwarded"] += 1
+        except BlockingIOError:
+            select.select([], [d.tx], [], 1.0)
+            try:
+                d.tx.sendto(data, d.dest)
+                d.c["forwarded"] += 1
+            except OSError:
+                d.c["send_errors"] += 1
+        except OSError:
+            d.c["send_errors"] += 1
+    d.out = []
+
+
+def _udp_drops(sock) -> int:
+    port = sock.getsockname()[1]
+    with open("/proc/net/udp") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if int(parts[1].split(":")[1], 16) == port:
+                return int(parts[-1])
+    return 0
+
+
+if __name__ == "__main__":
+    _relay_main()
