@@ -32,6 +32,7 @@ class Impairments:
     delay: float = 0.02            # delayed by up to max_delay seconds
     max_delay: float = 0.050
     corrupt: float = 0.01          # truncated or one bit flipped (half each)
+    handshake_drop: float = 0.0    # extra loss for handshake messages only
 
 
 class HostileRelay:
@@ -127,7 +128,7 @@ def _relay_main():
                 c["received"] += 1
                 c["received" + kind] += 1
                 d.seen += 1
-                if r() < imp.drop:
+                if r() < imp.drop or (kind == "_handshake" and r() < imp.handshake_drop):
                     c["dropped"] += 1
                     c["dropped" + kind] += 1
                     continue

@@ -24,12 +24,16 @@ from vpncrypt.bench.loopback import run_pair
 SOAK = float(os.environ.get("VPNCRYPT_SOAK_SECONDS", "0"))
 TIMERS = dict(rekey_after_time=1.5, reject_after_time=4.0, rekey_timeout=0.5,
               rekey_timeout_jitter=0.1, keepalive_timeout=1.0, rekey_attempt_time=5.0)
-# Everything a receiver may count as a drop of a datagram that reached it.
+# Every reason a receiver may give for dropping a datagram the path damaged or
+# duplicated.  ("expired" is not one: data that reaches the responder just after
+# its copy of the keypair passed REJECT_AFTER_TIME, while the initiator's copy,
+# made one round trip later, still had a moment to go; the short test timers
+# make that visible.  It is accounted for separately below.)
 DROP_REASONS_FROM_PATH = {
-    "bad_tag", "replay", "unknown_index", "malformed", "source_not_allowed", "expired",
+    "bad_tag", "replay", "unknown_index", "malformed", "source_not_allowed",
     "protocol_bad_mac1", "protocol_bad_mac2", "protocol_bad_tag", "protocol_replay",
     "protocol_unknown_index", "protocol_unknown_peer", "protocol_malformed",
-    "protocol_expired", "protocol_rate_limited", "protocol_cookie_sent",
+    "protocol_rate_limited", "protocol_cookie_sent",
 }
 
 
@@ -46,9 +50,13 @@ def _path_drops(raw):
     return {k: v for k, v in raw["drops"].items() if k in DROP_REASONS_FROM_PATH}
 
 
-@pytest.mark.parametrize("crypto", ["native"])
-def test_hostile_path_vpncrypt_to_vpncrypt(crypto, tmp_path):
-    relay = HostileRelay(Impairments(), seed=7)
+@pytest.mark.parametrize("crypto, impairments", [
+    ("native", Impairments()),
+    # half of all handshake messages lost on top: sessions must recover by retransmission
+    ("native", Impairments(handshake_drop=0.5)),
+], ids=["path", "path+handshake-loss"])
+def test_hostile_path_vpncrypt_to_vpncrypt(crypto, impairments, tmp_path):
+    relay = HostileRelay(impairments, seed=7)
 
     def through_relay(a_ports, b_ports):
         port_for_a, port_for_b = relay.start(a_ports[0], b_ports[0])
@@ -72,25 +80,29 @@ def test_hostile_path_vpncrypt_to_vpncrypt(crypto, tmp_path):
         assert st["dropped"] > 0 and st["duplicated"] > 0 and st["reordered"] > 0
         assert st["delayed"] > 0 and st["truncated"] > 0 and st["flipped"] > 0
     assert to_a["received_handshake"] + to_b["received_handshake"] > 2
+    if impairments.handshake_drop:
+        assert to_a["dropped_handshake"] + to_b["dropped_handshake"] >= 2, report
     # 3. sessions recovered by themselves: rekeys kept happening and traffic kept flowing
     assert ra["handshakes"] + rb["handshakes"] >= 4, report
     delivered = row["delivered"]
     lost_on_path = to_a["dropped_data"] + to_b["dropped_data"]
-    assert delivered >= 0.9 * sent, report
+    assert delivered >= (0.9 if not impairments.handshake_drop else 0.6) * sent, report
     # 4. nothing tampered with is delivered, and the drop counters add up: every
     # duplicated or tampered datagram shows up as exactly one drop at its receiver
     # (a duplicate that arrives before its original is dropped instead of it)
     for raw, st in ((ra, to_a), (rb, to_b)):
         counted = sum(_path_drops(raw).values())
         assert counted == st["duplicated"] + st["tampered"], (report, counted)
-    # and every sent packet is accounted for: delivered, lost on the path, or
-    # tampered with, or waiting at the sender when a handshake was lost
+    # and every sent packet is accounted for: delivered, lost on the path,
+    # tampered with, dropped at the sender while a handshake was lost, or expired
     assert delivered + lost_on_path + to_a["tampered_data"] + to_b["tampered_data"] \
         + to_a["kernel_dropped"] + to_b["kernel_dropped"] + _sender_side(ra) + _sender_side(rb) \
         >= sent - 64, report
 
 
 def _sender_side(raw):
-    """Packets the sender itself dropped (queue full while a handshake was lost)."""
+    """Packets dropped for reasons of the protocol's timing, not the path: the
+    sender's queue full while a handshake was lost, keys past their time."""
     d = raw["drops"]
-    return d.get("protocol_queue_full", 0) + d.get("protocol_expired", 0) + d.get("protocol_no_endpoint", 0)
+    return sum(d.get(k, 0) for k in ("protocol_queue_full", "protocol_expired",
+                                      "protocol_no_endpoint", "expired"))
