@@ -466,8 +466,11 @@ VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, co
                 retried = done;
                 continue;
             }
-            if (count[done] > 1 && (e == EIO || e == EINVAL)) {
-                /* the route cannot segment: resend without GSO from here */
+            if (count[done] > 1 && (e == EIO || e == EINVAL || e == EMSGSIZE)) {
+                /* the route cannot segment (EMSGSIZE: the segments exceed the
+                 * path MTU, and GSO segments are never fragmented): resend
+                 * without GSO from here, as single datagrams the kernel may
+                 * fragment */
                 gso = 0;
                 i = first[done];
                 rebuild = 1;

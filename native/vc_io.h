@@ -78,11 +78,12 @@ int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t slab_siz
  *   - EAGAIN/EWOULDBLOCK/ENOBUFS/ENOMEM stop the batch: the rest is not sent.
  *   - ECONNREFUSED (an earlier datagram's ICMP error pending on a connected
  *     socket) is reported and the message is retried once.
- *   - other errors (EMSGSIZE, ENETUNREACH, EAFNOSUPPORT for a bad endpoint,
- *     ...) drop that message (the whole super-datagram) and the batch goes on.
- *   - a super-datagram the route cannot segment (EIO, EINVAL) is resent
- *     without GSO, which stays off for the rest of the call; *err = EIO or
- *     EINVAL with a return of n means: turn GSO off for this socket. */
+ *   - other errors (EMSGSIZE of a single datagram, ENETUNREACH, EAFNOSUPPORT
+ *     for a bad endpoint, ...) drop that message and the batch goes on.
+ *   - a super-datagram the route cannot segment (EIO, EINVAL, or EMSGSIZE:
+ *     segments above the path MTU, which GSO never fragments) is resent without
+ *     GSO, which stays off for the rest of the call; *err = EIO, EINVAL or
+ *     EMSGSIZE with a return of n means: turn GSO off for this socket. */
 int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
                       const vc_endpoint *ep, int n, int gso, int *err);
 

@@ -170,7 +170,7 @@ class UdpBatchSocket:
         sent = self._send(self.fd, buf, off, lens, ffi.NULL if ep is None else ep, n,
                           self.gso, self._err)
         e = self._err[0]
-        if e in (_errno.EIO, _errno.EINVAL) and sent == n and self.gso:
+        if e in (_errno.EIO, _errno.EINVAL, _errno.EMSGSIZE) and sent == n and self.gso:
             self.gso = False            # the route cannot segment
         return sent, e
 
