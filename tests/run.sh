@@ -21,7 +21,7 @@ done
 # Debian packages the tests use: compilers and cross tools, qemu for arm64,
 # libsodium/OpenSSL for the C bench, WireGuard peers, network and systemd tools.
 deb_packages=(
-    gcc libc6-dev libsodium-dev libssl-dev pkg-config clang llvm
+    gcc libc6-dev libsodium-dev libssl-dev pkg-config clang llvm libclang-rt-14-dev
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
     wireguard-go wireguard-tools iproute2 iperf3 iputils-ping procps
     systemd dpkg-dev

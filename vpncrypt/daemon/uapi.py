@@ -71,7 +71,7 @@ def _invalid(msg: str) -> UAPIError:
 # (a) set=1 parser
 
 def _parse_uint(key: str, value: str, bits: int) -> int:
-    if not value.isdigit() or len(value) > 20:
+    if not (value.isascii() and value.isdigit()) or len(value) > 20:  # not "²": int() refuses it
         raise _invalid(f"{key}: not an unsigned integer")
     n = int(value)
     if n >= 1 << bits:
@@ -101,7 +101,7 @@ def _parse_uapi_endpoint(value: str) -> Endpoint:
         raise _invalid("endpoint: not a numeric IP address") from None
     if not isinstance(addr, want):
         raise _invalid("endpoint: IPv6 addresses need brackets")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
         raise _invalid("endpoint: bad port")
     return Endpoint(host=host, port=int(port), text=value)
 
