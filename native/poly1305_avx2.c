@@ -10,15 +10,12 @@
  * are summed back into the scalar hash.  Short runs, the buffered partial
  * block and the final reduction use the scalar radix-2^44 code.  No branch or
  * memory index depends on the key or the message, only on lengths. */
-#include "vc_internal.h"
+#include "poly1305_scalar.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-typedef unsigned __int128 u128;
 
-#define M44 0xfffffffffffULL
-#define M42 0x3ffffffffffULL
 #define M26 0x3ffffffULL
 
 /* Measured crossover on Zen 4 (80 B: scalar faster, 96 B: vector faster); must be >= 4. */
@@ -29,52 +26,12 @@ typedef unsigned __int128 u128;
 #define TAVX2 __attribute__((target("avx2")))
 
 typedef struct {
-    __m256i  rp[5];      /* lane l: limb k (radix 2^26) of r^(4 - pos(l)), pos = {0,2,1,3} */
-    uint64_t h[3];       /* hash, radix 2^44 */
-    uint64_t r[3];       /* clamped r */
-    uint64_t s[2];       /* key[16..31] */
-    uint64_t have_pow;   /* rp valid */
-    uint64_t buf_len;
-    uint8_t  buf[16];
+    __m256i   rp[5];     /* lane l: limb k (radix 2^26) of r^(4 - pos(l)), pos = {0,2,1,3} */
+    vc_poly44 base;      /* r, s, the hash and the partial block (scalar radix 2^44) */
+    uint64_t  have_pow;  /* rp valid */
 } poly_avx2;
 
 _Static_assert(sizeof(poly_avx2) <= sizeof(vc_poly1305_state), "state too small");
-
-static void wipe(void *p, size_t n) {
-    memset(p, 0, n);
-    __asm__ __volatile__("" : : "r"(p) : "memory");
-}
-
-/* ---- scalar radix 2^44 ---- */
-
-/* o = a * b mod p (partially reduced: o0 < 2^44, o1 <= 2^44 + 2^20, o2 < 2^42). */
-static inline void mul44(uint64_t o[3], const uint64_t a[3], const uint64_t b[3]) {
-    uint64_t s1 = b[1] * 20, s2 = b[2] * 20;
-    u128 d0 = (u128)a[0] * b[0] + (u128)a[1] * s2 + (u128)a[2] * s1;
-    u128 d1 = (u128)a[0] * b[1] + (u128)a[1] * b[0] + (u128)a[2] * s2;
-    u128 d2 = (u128)a[0] * b[2] + (u128)a[1] * b[1] + (u128)a[2] * b[0];
-    uint64_t c, x0, x1, x2;
-    x0 = (uint64_t)d0 & M44; c = (uint64_t)(d0 >> 44);
-    d1 += c; x1 = (uint64_t)d1 & M44; c = (uint64_t)(d1 >> 44);
-    d2 += c; x2 = (uint64_t)d2 & M42; c = (uint64_t)(d2 >> 42);
-    x0 += c * 5; c = x0 >> 44; x0 &= M44;
-    x1 += c;
-    o[0] = x0; o[1] = x1; o[2] = x2;
-}
-
-static void scalar_blocks(poly_avx2 *p, const uint8_t *m, size_t n, uint64_t hibit) {
-    uint64_t r[3] = {p->r[0], p->r[1], p->r[2]};
-    uint64_t h[3] = {p->h[0], p->h[1], p->h[2]};
-    while (n--) {
-        uint64_t t0 = vc_load64_le(m), t1 = vc_load64_le(m + 8);
-        h[0] += t0 & M44;
-        h[1] += ((t0 >> 44) | (t1 << 20)) & M44;
-        h[2] += (t1 >> 24) | (hibit << 40);
-        mul44(h, h, r);
-        m += 16;
-    }
-    p->h[0] = h[0]; p->h[1] = h[1]; p->h[2] = h[2];
-}
 
 /* ---- vector ---- */
 
@@ -147,13 +104,13 @@ static inline TAVX2 v5 split(__m256i a, __m256i b, __m256i hib) {
 
 static TAVX2 __attribute__((noinline)) void compute_powers(poly_avx2 *p) {
     uint64_t r2[3], r3[3], r4[3];
-    mul44(r2, p->r, p->r);
-    mul44(r3, r2, p->r);
-    mul44(r4, r2, r2);
+    vc_poly44_mul(r2, p->base.r, p->base.r);
+    vc_poly44_mul(r3, r2, p->base.r);
+    vc_poly44_mul(r4, r2, r2);
     /* lanes (positions 0,2,1,3) = r^4, r^2, r^3, r^1 */
-    __m256i l0 = _mm256_set_epi64x((long long)p->r[0], (long long)r3[0], (long long)r2[0], (long long)r4[0]);
-    __m256i l1 = _mm256_set_epi64x((long long)p->r[1], (long long)r3[1], (long long)r2[1], (long long)r4[1]);
-    __m256i l2 = _mm256_set_epi64x((long long)p->r[2], (long long)r3[2], (long long)r2[2], (long long)r4[2]);
+    __m256i l0 = _mm256_set_epi64x((long long)p->base.r[0], (long long)r3[0], (long long)r2[0], (long long)r4[0]);
+    __m256i l1 = _mm256_set_epi64x((long long)p->base.r[1], (long long)r3[1], (long long)r2[1], (long long)r4[1]);
+    __m256i l2 = _mm256_set_epi64x((long long)p->base.r[2], (long long)r3[2], (long long)r2[2], (long long)r4[2]);
     v5 t = to26(l0, l1, l2);
     for (int k = 0; k < 5; k++) p->rp[k] = t.l[k];
     p->have_pow = 1;
@@ -199,8 +156,8 @@ static TAVX2 void vec_blocks(poly_avx2 *p, const uint8_t *m, size_t n) {
     __m256i first = _mm256_cmpeq_epi64(pos, _mm256_set1_epi64x((long long)zpad));
     v5 h = split(a, b, _mm256_and_si256(live, one24));
     {
-        v5 hs = to26(_mm256_set1_epi64x((long long)p->h[0]), _mm256_set1_epi64x((long long)p->h[1]),
-                     _mm256_set1_epi64x((long long)p->h[2]));
+        v5 hs = to26(_mm256_set1_epi64x((long long)p->base.h[0]), _mm256_set1_epi64x((long long)p->base.h[1]),
+                     _mm256_set1_epi64x((long long)p->base.h[2]));
         for (int k = 0; k < 5; k++) h.l[k] = ADD(h.l[k], _mm256_and_si256(first, hs.l[k]));
     }
     m += 16 * (4 - zpad);
@@ -223,78 +180,37 @@ static TAVX2 void vec_blocks(poly_avx2 *p, const uint8_t *m, size_t n) {
     }
     /* back to radix 2^44 */
     uint64_t t, c, h0, h1, h2;
-    t = l[0] + (l[1] << 26);                 h0 = t & M44; c = t >> 44;
-    t = c + (l[2] << 8) + (l[3] << 34);      h1 = t & M44; c = t >> 44;
+    t = l[0] + (l[1] << 26);                 h0 = t & VC_M44; c = t >> 44;
+    t = c + (l[2] << 8) + (l[3] << 34);      h1 = t & VC_M44; c = t >> 44;
     h2 = c + (l[4] << 16);
-    c = h2 >> 42; h2 &= M42; h0 += c * 5;
-    c = h0 >> 44; h0 &= M44; h1 += c;
-    p->h[0] = h0; p->h[1] = h1; p->h[2] = h2;
+    c = h2 >> 42; h2 &= VC_M42; h0 += c * 5;
+    c = h0 >> 44; h0 &= VC_M44; h1 += c;
+    p->base.h[0] = h0; p->base.h[1] = h1; p->base.h[2] = h2;
 }
 
 /* ---- interface ---- */
 
 static void init(vc_poly1305_state *st, const uint8_t key[32]) {
     poly_avx2 *p = (poly_avx2 *)st->opaque;
-    uint64_t t0 = vc_load64_le(key) & 0x0ffffffc0fffffffULL;
-    uint64_t t1 = vc_load64_le(key + 8) & 0x0ffffffc0ffffffcULL;
-    p->r[0] = t0 & M44;
-    p->r[1] = ((t0 >> 44) | (t1 << 20)) & M44;
-    p->r[2] = t1 >> 24;
-    p->s[0] = vc_load64_le(key + 16);
-    p->s[1] = vc_load64_le(key + 24);
-    p->h[0] = p->h[1] = p->h[2] = 0;
+    vc_poly44_init(&p->base, key);
     p->have_pow = 0;
-    p->buf_len = 0;
 }
 
-static TAVX2 void update(vc_poly1305_state *st, const uint8_t *m, size_t len) {
-    poly_avx2 *p = (poly_avx2 *)st->opaque;
-    if (p->buf_len) {
-        size_t want = 16 - p->buf_len;
-        if (want > len) want = len;
-        memcpy(p->buf + p->buf_len, m, want);
-        p->buf_len += want; m += want; len -= want;
-        if (p->buf_len < 16) return;
-        scalar_blocks(p, p->buf, 1, 1);
-        p->buf_len = 0;
-    }
-    size_t n = len / 16;
+static TAVX2 void bulk(void *ctx, const uint8_t *m, size_t n) {
+    poly_avx2 *p = ctx;
     if (n >= AVX2_MIN_BLOCKS) vec_blocks(p, m, n);
-    else if (n) scalar_blocks(p, m, n, 1);
-    m += 16 * n; len -= 16 * n;
-    if (len) { memcpy(p->buf, m, len); p->buf_len = len; }
+    else vc_poly44_blocks(&p->base, m, n, 1);
+}
+
+static void update(vc_poly1305_state *st, const uint8_t *m, size_t len) {
+    poly_avx2 *p = (poly_avx2 *)st->opaque;
+    vc_poly44_update(&p->base, m, len, bulk, p);
 }
 
 static void final(vc_poly1305_state *st, uint8_t tag[16]) {
     poly_avx2 *p = (poly_avx2 *)st->opaque;
-    if (p->buf_len) {
-        p->buf[p->buf_len] = 1;
-        memset(p->buf + p->buf_len + 1, 0, 15 - p->buf_len);
-        scalar_blocks(p, p->buf, 1, 0);
-    }
-    uint64_t h0 = p->h[0], h1 = p->h[1], h2 = p->h[2], c;
-    /* full carry: h < 2^130 + small, limbs 44/44/42 */
-    c = h1 >> 44; h1 &= M44; h2 += c;
-    c = h2 >> 42; h2 &= M42; h0 += c * 5;
-    c = h0 >> 44; h0 &= M44; h1 += c;
-    c = h1 >> 44; h1 &= M44; h2 += c;
-    c = h2 >> 42; h2 &= M42; h0 += c * 5;
-    c = h0 >> 44; h0 &= M44; h1 += c;
-    /* g = h + 5 - 2^130; keep g when it does not borrow, i.e. h >= p */
-    uint64_t g0 = h0 + 5; c = g0 >> 44; g0 &= M44;
-    uint64_t g1 = h1 + c; c = g1 >> 44; g1 &= M44;
-    uint64_t g2 = h2 + c - (1ULL << 42);
-    uint64_t keep_g = (g2 >> 63) - 1;
-    h0 = (h0 & ~keep_g) | (g0 & keep_g);
-    h1 = (h1 & ~keep_g) | (g1 & keep_g);
-    h2 = (h2 & ~keep_g) | (g2 & keep_g);
-    uint64_t lo = h0 | (h1 << 44), hi = (h1 >> 20) | (h2 << 24);
-    u128 acc = (u128)lo + p->s[0];
-    lo = (uint64_t)acc;
-    hi = hi + p->s[1] + (uint64_t)(acc >> 64);
-    vc_store64_le(tag, lo);
-    vc_store64_le(tag + 8, hi);
-    wipe(p, sizeof *p);
+    vc_poly44_finish(&p->base, tag);
+    vc_wipe(p, sizeof *p);
 }
 
 const vc_poly1305_impl vc_poly1305_avx2_impl = {

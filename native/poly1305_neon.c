@@ -8,64 +8,28 @@
  * below 2^27.  Short inputs, an odd last block and the buffered partial block
  * use a scalar radix-2^44 path; h is kept in that form between calls.
  */
-#include "vc_internal.h"
+#include "poly1305_scalar.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
 
-typedef unsigned __int128 u128;
 
 #define M26 0x3ffffffULL
-#define M44 0xfffffffffffULL
-#define M42 0x3ffffffffffULL
 #define NEON_MIN_BLOCKS 8
 
 typedef struct {
-    uint64_t r[3];          /* r, radix 2^44 */
-    uint64_t s[2];          /* the final addend (key[16..31]) */
-    uint64_t h[3];          /* accumulator, radix 2^44 (limbs may exceed by a little) */
-    uint32_t pw[3][5];      /* r, r^2, r^4 in radix 2^26 (filled on first use) */
-    int      have_pw;
-    uint8_t  buf[16];
-    size_t   buf_len;
+    vc_poly44 base;         /* r, s, the hash (radix 2^44) and the partial block */
+    uint32_t  pw[3][5];     /* r, r^2, r^4 in radix 2^26 (filled on first use) */
+    int       have_pw;
 } poly_neon;
 
 _Static_assert(sizeof(poly_neon) <= sizeof(vc_poly1305_state), "state too small");
 
-/* ---- scalar radix 2^44 ---- */
-
-/* (a * b) mod p, limbs radix 2^44, result carried (limbs < 2^44, 2^44, 2^42 + small) */
-static void mul44(uint64_t o[3], const uint64_t a[3], const uint64_t b[3]) {
-    uint64_t b1x = b[1] * 20, b2x = b[2] * 20;
-    u128 d0 = (u128)a[0] * b[0] + (u128)a[1] * b2x + (u128)a[2] * b1x;
-    u128 d1 = (u128)a[0] * b[1] + (u128)a[1] * b[0] + (u128)a[2] * b2x;
-    u128 d2 = (u128)a[0] * b[2] + (u128)a[1] * b[1] + (u128)a[2] * b[0];
-    uint64_t c;
-    c = (uint64_t)(d0 >> 44); uint64_t h0 = (uint64_t)d0 & M44;
-    d1 += c; c = (uint64_t)(d1 >> 44); uint64_t h1 = (uint64_t)d1 & M44;
-    d2 += c; c = (uint64_t)(d2 >> 42); uint64_t h2 = (uint64_t)d2 & M42;
-    h0 += c * 5; c = h0 >> 44; h0 &= M44;
-    h1 += c;
-    o[0] = h0; o[1] = h1; o[2] = h2;
-}
-
-static void blocks44(poly_neon *p, const uint8_t *m, size_t n, uint64_t hibit) {
-    uint64_t h[3] = {p->h[0], p->h[1], p->h[2]};
-    for (; n; n--, m += 16) {
-        uint64_t lo = vc_load64_le(m), hi = vc_load64_le(m + 8);
-        h[0] += lo & M44;
-        h[1] += ((lo >> 44) | (hi << 20)) & M44;
-        h[2] += (hi >> 24) | (hibit << 40);
-        mul44(h, h, p->r);
-    }
-    p->h[0] = h[0]; p->h[1] = h[1]; p->h[2] = h[2];
-}
-
 /* radix 2^44 (carried) -> radix 2^26 */
 static void to26(uint32_t o[5], const uint64_t a[3]) {
     uint64_t a0 = a[0], a1 = a[1], a2 = a[2], c;
-    c = a0 >> 44; a0 &= M44; a1 += c;
-    c = a1 >> 44; a1 &= M44; a2 += c;
+    c = a0 >> 44; a0 &= VC_M44; a1 += c;
+    c = a1 >> 44; a1 &= VC_M44; a2 += c;
     uint64_t lo = a0 | (a1 << 44), hi = (a1 >> 20) | (a2 << 24);
     o[0] = (uint32_t)(lo & M26);
     o[1] = (uint32_t)((lo >> 26) & M26);
@@ -76,23 +40,15 @@ static void to26(uint32_t o[5], const uint64_t a[3]) {
 
 static void pn_init(vc_poly1305_state *st, const uint8_t key[32]) {
     poly_neon *p = (poly_neon *)st->opaque;
-    uint64_t lo = vc_load64_le(key) & 0x0ffffffc0fffffffULL;
-    uint64_t hi = vc_load64_le(key + 8) & 0x0ffffffc0ffffffcULL;
-    p->r[0] = lo & M44;
-    p->r[1] = ((lo >> 44) | (hi << 20)) & M44;
-    p->r[2] = hi >> 24;
-    p->s[0] = vc_load64_le(key + 16);
-    p->s[1] = vc_load64_le(key + 24);
-    p->h[0] = p->h[1] = p->h[2] = 0;
+    vc_poly44_init(&p->base, key);
     p->have_pw = 0;
-    p->buf_len = 0;
 }
 
 static void powers(poly_neon *p) {
     uint64_t r2[3], r4[3];
-    mul44(r2, p->r, p->r);
-    mul44(r4, r2, r2);
-    to26(p->pw[0], p->r);
+    vc_poly44_mul(r2, p->base.r, p->base.r);
+    vc_poly44_mul(r4, r2, r2);
+    to26(p->pw[0], p->base.r);
     to26(p->pw[1], r2);
     to26(p->pw[2], r4);
     p->have_pw = 1;
@@ -159,7 +115,7 @@ static void blocks_neon(poly_neon *p, const uint8_t *m, size_t n) {
     if (!p->have_pw) powers(p);
     rpow r2 = load_pow(p->pw[1]), r4 = load_pow(p->pw[2]);
     uint32_t h26[5];
-    to26(h26, p->h);
+    to26(h26, p->base.h);
     v26 s = load_pair(m);
     for (int i = 0; i < 5; i++) s.l[i] = vadd_u32(s.l[i], vset_lane_u32(h26[i], vdup_n_u32(0), 0));
     m += 32;
@@ -204,68 +160,29 @@ static void blocks_neon(poly_neon *p, const uint8_t *m, size_t n) {
     c = e[4] >> 26; e[4] &= M26; e[0] += c * 5;
     c = e[0] >> 26; e[0] &= M26; e[1] += c;
     /* radix 2^26 -> 2^44 (limbs may be a little over) */
-    p->h[0] = e[0] + ((e[1] & 0x3ffff) << 26);
-    p->h[1] = (e[1] >> 18) + (e[2] << 8) + ((e[3] & 0x3ff) << 34);
-    p->h[2] = (e[3] >> 10) + (e[4] << 16);
+    p->base.h[0] = e[0] + ((e[1] & 0x3ffff) << 26);
+    p->base.h[1] = (e[1] >> 18) + (e[2] << 8) + ((e[3] & 0x3ff) << 34);
+    p->base.h[2] = (e[3] >> 10) + (e[4] << 16);
 }
 
-static void run_blocks(poly_neon *p, const uint8_t *m, size_t n) {
+static void run_blocks(void *ctx, const uint8_t *m, size_t n) {
+    poly_neon *p = ctx;
     if (n >= NEON_MIN_BLOCKS) {
         size_t even = n & ~(size_t)1;
         blocks_neon(p, m, even);
         m += 16 * even; n -= even;
     }
-    if (n) blocks44(p, m, n, 1);
+    if (n) vc_poly44_blocks(&p->base, m, n, 1);
 }
 
 static void pn_update(vc_poly1305_state *st, const uint8_t *m, size_t len) {
     poly_neon *p = (poly_neon *)st->opaque;
-    if (p->buf_len) {
-        size_t want = 16 - p->buf_len;
-        if (want > len) want = len;
-        memcpy(p->buf + p->buf_len, m, want);
-        p->buf_len += want; m += want; len -= want;
-        if (p->buf_len < 16) return;
-        blocks44(p, p->buf, 1, 1);
-        p->buf_len = 0;
-    }
-    size_t n = len / 16;
-    if (n) { run_blocks(p, m, n); m += 16 * n; len -= 16 * n; }
-    if (len) { memcpy(p->buf, m, len); p->buf_len = len; }
+    vc_poly44_update(&p->base, m, len, run_blocks, p);
 }
 
 static void pn_final(vc_poly1305_state *st, uint8_t tag[16]) {
     poly_neon *p = (poly_neon *)st->opaque;
-    if (p->buf_len) {
-        uint8_t last[16] = {0};
-        memcpy(last, p->buf, p->buf_len);
-        last[p->buf_len] = 1;
-        blocks44(p, last, 1, 0);
-        vc_wipe(last, sizeof last);
-    }
-    /* full reduction mod 2^130 - 5 */
-    uint64_t h0 = p->h[0], h1 = p->h[1], h2 = p->h[2], c;
-    for (int i = 0; i < 2; i++) {
-        c = h0 >> 44; h0 &= M44; h1 += c;
-        c = h1 >> 44; h1 &= M44; h2 += c;
-        c = h2 >> 42; h2 &= M42; h0 += c * 5;
-    }
-    c = h0 >> 44; h0 &= M44; h1 += c;
-    c = h1 >> 44; h1 &= M44; h2 += c;
-    /* h < 2^130 + small; subtract p if h >= p */
-    uint64_t g0 = h0 + 5; c = g0 >> 44; g0 &= M44;
-    uint64_t g1 = h1 + c; c = g1 >> 44; g1 &= M44;
-    uint64_t g2 = h2 + c - (1ULL << 42);
-    uint64_t use_g = (g2 >> 63) - 1;  /* all ones if g2 did not go negative */
-    h0 = (h0 & ~use_g) | (g0 & use_g);
-    h1 = (h1 & ~use_g) | (g1 & use_g);
-    h2 = (h2 & ~use_g) | (g2 & use_g);
-    uint64_t lo = h0 | (h1 << 44), hi = (h1 >> 20) | (h2 << 24);
-    u128 t = (u128)lo + p->s[0];
-    lo = (uint64_t)t;
-    hi = hi + p->s[1] + (uint64_t)(t >> 64);
-    vc_store64_le(tag, lo);
-    vc_store64_le(tag + 8, hi);
+    vc_poly44_finish(&p->base, tag);
     vc_wipe(p, sizeof *p);
 }
 
