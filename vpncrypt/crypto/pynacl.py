@@ -12,44 +12,39 @@ def _b(v):
     return v if isinstance(v, bytes) else bytes(v)
 
 
+def _aead(encrypt, decrypt, nonce_len):
+    """seal and open over one libsodium AEAD, with this project's argument
+    checks and AuthenticationError."""
+
+    def seal(key, nonce, plaintext, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, nonce_len)
+        plaintext = args.buf("plaintext", plaintext)
+        aad = args.buf("aad", aad)
+        return encrypt(_b(plaintext), _b(aad) or None, _b(nonce), _b(key))
+
+    def open_(key, nonce, sealed, aad=_EMPTY) -> bytes:
+        key = args.buf("key", key, 32)
+        nonce = args.buf("nonce", nonce, nonce_len)
+        sealed = args.sealed("sealed", sealed)
+        aad = args.buf("aad", aad)
+        try:
+            return decrypt(_b(sealed), _b(aad) or None, _b(nonce), _b(key))
+        except CryptoError:
+            raise AuthenticationError("message failed to authenticate") from None
+
+    return staticmethod(seal), staticmethod(open_)
+
+
 class PynaclBackend:
     """seal/open/xseal/xopen and batch forms, one libsodium call per message."""
 
     name = "pynacl"
 
-    def seal(self, key, nonce, plaintext, aad=_EMPTY) -> bytes:
-        key = args.buf("key", key, 32)
-        nonce = args.buf("nonce", nonce, 12)
-        plaintext = args.buf("plaintext", plaintext)
-        aad = args.buf("aad", aad)
-        return nb.crypto_aead_chacha20poly1305_ietf_encrypt(_b(plaintext), _b(aad) or None, _b(nonce), _b(key))
-
-    def open(self, key, nonce, sealed, aad=_EMPTY) -> bytes:
-        key = args.buf("key", key, 32)
-        nonce = args.buf("nonce", nonce, 12)
-        sealed = args.sealed("sealed", sealed)
-        aad = args.buf("aad", aad)
-        try:
-            return nb.crypto_aead_chacha20poly1305_ietf_decrypt(_b(sealed), _b(aad) or None, _b(nonce), _b(key))
-        except CryptoError:
-            raise AuthenticationError("message failed to authenticate") from None
-
-    def xseal(self, key, nonce, plaintext, aad=_EMPTY) -> bytes:
-        key = args.buf("key", key, 32)
-        nonce = args.buf("nonce", nonce, 24)
-        plaintext = args.buf("plaintext", plaintext)
-        aad = args.buf("aad", aad)
-        return nb.crypto_aead_xchacha20poly1305_ietf_encrypt(_b(plaintext), _b(aad) or None, _b(nonce), _b(key))
-
-    def xopen(self, key, nonce, sealed, aad=_EMPTY) -> bytes:
-        key = args.buf("key", key, 32)
-        nonce = args.buf("nonce", nonce, 24)
-        sealed = args.sealed("sealed", sealed)
-        aad = args.buf("aad", aad)
-        try:
-            return nb.crypto_aead_xchacha20poly1305_ietf_decrypt(_b(sealed), _b(aad) or None, _b(nonce), _b(key))
-        except CryptoError:
-            raise AuthenticationError("message failed to authenticate") from None
+    seal, open = _aead(nb.crypto_aead_chacha20poly1305_ietf_encrypt,
+                       nb.crypto_aead_chacha20poly1305_ietf_decrypt, 12)
+    xseal, xopen = _aead(nb.crypto_aead_xchacha20poly1305_ietf_encrypt,
+                         nb.crypto_aead_xchacha20poly1305_ietf_decrypt, 24)
 
     def seal_batch(self, key, nonces, plaintexts, aad=_EMPTY) -> list[bytes]:
         key = args.buf("key", key, 32)
