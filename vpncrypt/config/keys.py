@@ -7,9 +7,9 @@ or an exception gives at most a short fingerprint (public keys) or
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
+
+from vpncrypt.protocol import keys as wgkeys
 
 KEY_LEN = 32
 ZERO_KEY = bytes(KEY_LEN)
@@ -30,16 +30,10 @@ class _Key(bytes):
 
     @classmethod
     def from_base64(cls, text: str) -> "_Key":
-        text = text.strip()
-        if len(text) != 44 or text[-1] != "=":
-            raise KeyFormatError("a key is 44 characters of base64 ending in '='")
         try:
-            raw = base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise KeyFormatError("a key must be valid base64") from None
-        if len(raw) != KEY_LEN:
-            raise KeyFormatError("a key is base64 of 32 bytes")
-        return cls(raw)
+            return cls(wgkeys.decode(text))
+        except wgkeys.KeyError_ as e:
+            raise KeyFormatError(str(e)) from None
 
     @classmethod
     def from_hex(cls, text: str) -> "_Key":
@@ -52,7 +46,7 @@ class _Key(bytes):
         return cls(raw)
 
     def to_base64(self) -> str:
-        return base64.b64encode(bytes(self)).decode("ascii")
+        return wgkeys.encode(self)
 
     def to_hex(self) -> str:
         return bytes(self).hex()
