@@ -13,6 +13,16 @@ def _bench_crypto(sub):
     p.set_defaults(func=bench_crypto.run)
 
 
+def _bench_tunnel(sub):
+    from vpncrypt.bench import tunnel as bench_tunnel
+    p = sub.add_parser("tunnel", help="iperf3 through vpncrypt and wireguard-go tunnels between "
+                       "network namespaces (root)",
+                       description=bench_tunnel.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench_tunnel.add_arguments(p)
+    p.set_defaults(func=bench_tunnel.run)
+
+
 def _loopback_bench(sub):
     from vpncrypt.bench import loopback
     p = sub.add_parser("loopback-bench", help="two vpncrypt devices over 127.0.0.1: speed and "
@@ -34,11 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     daemon_commands.register(sub)
     _loopback_bench(sub)
 
-    bench = sub.add_parser("bench", help="benchmarks (crypto)",
-                           description="Benchmarks: `vpncrypt bench crypto --help`.")
+    bench = sub.add_parser("bench", help="benchmarks (crypto, tunnel)",
+                           description="Benchmarks: `vpncrypt bench crypto --help`, "
+                           "`vpncrypt bench tunnel --help`.")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench_sub.required = True
     _bench_crypto(bench_sub)
+    _bench_tunnel(bench_sub)
     return parser
 
 

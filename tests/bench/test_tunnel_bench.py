@@ -1,0 +1,170 @@
+"""`vpncrypt bench tunnel` in its short mode (2 s per test): every pairing
+carries TCP and UDP traffic, the JSON has all of its fields, and nothing of the
+run (namespace, veth, interface, UAPI socket, process) is left afterwards, also
+when it is interrupted.  Needs root, iproute2, wireguard-tools, wireguard-go,
+iperf3 and ping; a missing tool is a failure.  No speed is asserted."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+PAIRINGS = ["vc-vc", "vc-wg", "wg-wg", "veth"]
+TOP_FIELDS = {"command", "date", "cpu", "cores", "kernel", "versions", "settings", "run_id",
+              "namespaces", "veth", "pairings", "ratio_vpncrypt_over_wireguard_go", "ok"}
+PAIRING_FIELDS = {"pairing", "label", "a", "b", "ok", "error", "tests"}
+TCP_FIELDS = {"proto", "gbit_s", "sent_gbit_s", "retransmits", "seconds", "cpu_pct",
+              "link_rx_gbit_s", "link_tx_dropped"}
+UDP_FIELDS = {"proto", "gbit_s", "sent_gbit_s", "loss_pct", "packets", "lost_packets", "seconds",
+              "cpu_pct", "link_rx_gbit_s", "link_tx_dropped"}
+PID_LINE = re.compile(r"pid (\d+) (\S+) in (\S+): (.*)$")
+RUN_LINE = re.compile(r"run ([0-9a-f]+): namespaces (\S+) (\S+), veth (\S+)/(\S+)")
+
+
+@pytest.fixture(autouse=True)
+def _needs():
+    assert os.geteuid() == 0, "the tunnel bench tests run as root"
+    for tool in ("ip", "wg", "wireguard-go", "iperf3", "ping", "ss"):
+        assert shutil.which(tool), f"required tool {tool!r} is not installed (tests never skip)"
+
+
+def _cmd(*args):
+    return [sys.executable, "-m", "vpncrypt", "bench", "tunnel", *args]
+
+
+def _started(stderr: str):
+    """{pid: command} of every process the run reported starting (-v)."""
+    return {int(m.group(1)): m.group(4) for m in map(PID_LINE.search, stderr.splitlines()) if m}
+
+
+def _alive_as(pid: int, command: str) -> bool:
+    """Is pid still the process that was started (not a reused pid)?"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    if state == "Z":
+        return False
+    exe = os.path.basename(command.split()[0]).encode()
+    return bool(argv) and os.path.basename(argv[0]) == exe
+
+
+def _assert_nothing_left(run_id: str, started: dict):
+    deadline = time.monotonic() + 10     # a namespace goes when its last process does
+    while True:
+        left = []
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        left += [f"namespace {line.split()[0]}" for line in netns.splitlines() if run_id in line]
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        left += [f"link {line.split(':')[1].strip()}" for line in links.splitlines()
+                 if run_id in line]
+        if os.path.isdir("/var/run/wireguard"):
+            left += [f"socket {s}" for s in os.listdir("/var/run/wireguard") if run_id in s]
+        left += [f"process {pid} ({cmd})" for pid, cmd in started.items() if _alive_as(pid, cmd)]
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if run_id in cmdline:
+                    left.append(f"process {pid} ({cmdline.strip()})")
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, f"left behind by run {run_id}: {left}"
+
+
+def test_short_run_all_pairings_carry_traffic_and_leave_nothing():
+    proc = subprocess.run(_cmd("--duration", "2", "--json", "-v"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:] + proc.stdout[-2000:]
+    res = json.loads(proc.stdout)
+    assert TOP_FIELDS <= res.keys()
+    assert res["ok"] is True
+    assert res["settings"]["duration"] == 2 and res["settings"]["mtu"] == 1420
+    assert [p["pairing"] for p in res["pairings"]] == PAIRINGS
+    for p in res["pairings"]:
+        assert PAIRING_FIELDS <= p.keys()
+        assert p["ok"] and p["error"] is None, p
+        tests = {t["proto"]: t for t in p["tests"]}
+        assert set(tests) == {"tcp", "udp"}, p
+        assert TCP_FIELDS <= tests["tcp"].keys() and UDP_FIELDS <= tests["udp"].keys()
+        for t in tests.values():
+            assert t["gbit_s"] > 0, (p["pairing"], t)
+        assert tests["tcp"]["retransmits"] is not None
+        assert 0 <= tests["udp"]["loss_pct"] <= 100
+        for t in tests.values():       # the inner interfaces' counters were read
+            assert t["link_rx_gbit_s"] > 0 and t["link_tx_dropped"] >= 0, (p["pairing"], t)
+        if p["pairing"] == "veth":
+            assert tests["tcp"]["cpu_pct"] == {}
+        else:
+            assert {p["a"], p["b"]} <= {"vpncrypt", "wireguard-go"}
+            assert set(p["pids"]) == {"A", "B"}
+            for t in tests.values():   # the daemons worked: CPU was measured
+                assert set(t["cpu_pct"]) == {"A", "B"}
+                assert all(v is not None and v >= 0 for v in t["cpu_pct"].values())
+    ratio = res["ratio_vpncrypt_over_wireguard_go"]
+    assert ratio["tcp"] > 0 and ratio["udp"] > 0
+    started = _started(proc.stderr)
+    daemon_pids = {pid for p in res["pairings"] for pid in p.get("pids", {}).values()}
+    assert daemon_pids and daemon_pids <= set(started)
+    assert any("wireguard-go" in c for c in started.values())
+    assert any("vpncrypt up" in c for c in started.values())
+    _assert_nothing_left(res["run_id"], started)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_still_cleans_up(sig):
+    proc = subprocess.Popen(_cmd("--duration", "30", "--json", "-v", "--pairings", "vc-wg,vc-vc"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines, run_id = [], None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:      # up to the first iperf3 through the tunnel
+            line = proc.stderr.readline()
+            assert line, "the bench ended early:\n" + "".join(lines)
+            lines.append(line)
+            m = RUN_LINE.search(line)
+            if m:
+                run_id = m.group(1)
+                ns = subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                    text=True).stdout
+                assert m.group(2) in ns and m.group(3) in ns
+            if "TCP for" in line:
+                break
+        else:
+            raise AssertionError("the bench did not start a test:\n" + "".join(lines))
+        assert run_id
+        time.sleep(0.5)
+        started = _started("".join(lines))
+        assert any("wireguard-go" in c for c in started.values())
+        assert all(_alive_as(pid, c) for pid, c in started.items()), started
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert out == ""                          # no results from an interrupted run
+    _assert_nothing_left(run_id, started)
+
+
+def test_not_root_is_a_clear_error(monkeypatch, capsys):
+    from vpncrypt import cli
+    from vpncrypt.bench import tunnel
+    monkeypatch.setattr(tunnel.os, "geteuid", lambda: 1000)
+    assert cli.main(["bench", "tunnel", "--duration", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "needs root" in err
