@@ -28,6 +28,8 @@ import sys
 import threading
 import time
 
+from vpncrypt.bench.machine import cpu_model
+
 IMIX = [(40, 7), (576, 4), (1500, 1)]      # (IP packet size, weight): the classic simple IMIX
 HEADER = 28                                  # IPv4 + UDP
 
@@ -254,7 +256,7 @@ def run(args) -> int:
     result = {
         "command": "vpncrypt loopback-bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "settings": {"size": args.size, "mix": args.mix, "bidirectional": args.bidirectional,
                      "peers": args.peers, "crypto": args.crypto, "batch": args.batch,
                      "duration": args.duration, "packets": args.packets, "rate": args.rate},
@@ -270,17 +272,6 @@ def run(args) -> int:
     else:
         _print_table(result)
     return 0 if result["ok"] else 1
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def _print_table(result):
@@ -409,6 +400,14 @@ def _growth(samples):
     return last / second if second else None
 
 
+def _after_warmup(samples):
+    """The median of the second tenth of the samples (the first tenth is warm-up)."""
+    if len(samples) < 10:
+        return samples[-1] if samples else None
+    tenth = len(samples) // 10
+    return sorted(samples[tenth:2 * tenth])[tenth // 2]
+
+
 def _rss_kb():
     with open("/proc/self/status") as f:
         for line in f:
@@ -517,11 +516,13 @@ async def _worker_main(cfg, inp, outp):
                 return
 
     ctl = asyncio.create_task(control())
-    rss_samples = []
+    rss_samples, fd_samples, task_samples = [], [], []
 
     async def sample_rss():
         while True:
             rss_samples.append(_rss_kb())
+            fd_samples.append(len(os.listdir("/proc/self/fd")))
+            task_samples.append(len(asyncio.all_tasks()))
             await asyncio.sleep(0.25)
 
     sampler = asyncio.create_task(sample_rss())
@@ -589,7 +590,12 @@ async def _worker_main(cfg, inp, outp):
     handshakes = sum(p.counters.handshakes_completed for d in devices for p in d.peers.values())
     write({"sent": sent, "sink": sink.report(), "cpu_s": cpu, "drops": drops, "rss_kb": _rss_kb(),
            "handshakes": handshakes,
-           "rss_growth": _growth(rss_samples)})
+           "rss_growth": _growth(rss_samples), "rss_after_warmup_kb": _after_warmup(rss_samples),
+           "fds": {"after_warmup": _after_warmup(fd_samples), "max": max(fd_samples, default=None),
+                   "last": fd_samples[-1] if fd_samples else None},
+           "tasks": {"after_warmup": _after_warmup(task_samples),
+                     "max": max(task_samples, default=None),
+                     "last": task_samples[-1] if task_samples else None}})
 
 
 def _udp_drops(sock) -> int:

@@ -31,6 +31,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from typing import Callable, Optional
 
@@ -104,14 +105,14 @@ def open_udp_socket(port: int, fwmark: int = 0) -> socket.socket:
             sock.close()
         if e.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT,
                            errno.EINVAL):
-            raise
+            raise _bind_error(e, port) from None
         log.info("IPv6 is unavailable (%s); using an IPv4-only socket", e.strerror)
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             sock.bind(("0.0.0.0", port))
-        except OSError:
+        except OSError as e4:
             sock.close()
-            raise
+            raise _bind_error(e4, port) from None
     try:
         for force, opt in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
             try:
@@ -125,6 +126,27 @@ def open_udp_socket(port: int, fwmark: int = 0) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+SO_MEMINFO, SK_MEMINFO_DROPS = 55, 8
+
+
+def socket_drops(sock) -> int:
+    """Datagrams the kernel dropped at `sock` because its receive buffer was
+    full (sk_drops, as in /proc/net/udp), from SO_MEMINFO; 0 if unavailable."""
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 64)
+    except OSError:
+        return 0
+    if len(raw) < 4 * (SK_MEMINFO_DROPS + 1):
+        return 0
+    return int.from_bytes(raw[4 * SK_MEMINFO_DROPS:4 * SK_MEMINFO_DROPS + 4], sys.byteorder)
+
+
+def _bind_error(e: OSError, port: int) -> OSError:
+    """The bind error with the port in its message (same errno), e.g.
+    "[Errno 98] UDP port 51820: Address already in use"."""
+    return OSError(e.errno, f"UDP port {port}: {e.strerror or e}")
 
 
 def resolve_endpoint(ep, v6: bool = True):
@@ -332,7 +354,11 @@ class Daemon:
             for k, v in eng.counters.as_dict().items():
                 out["engine_" + k] = v
             if eng.udp is not None:
-                out["drop_socket_overflow"] = int(eng.udp.dropped)
+                # the kernel's count for our socket (receive buffer full), and
+                # datagrams too large for a receive slot
+                out["drop_socket_overflow"] = socket_drops(eng.udp.sock)
+                if eng.udp.dropped:
+                    out["drop_truncated"] = int(eng.udp.dropped)
         out["handshakes_sent"] = dev.counters.handshakes_sent
         out["handshakes_completed"] = dev.counters.handshakes_completed
         return out
