@@ -156,22 +156,30 @@ int vc_xaead_open(uint8_t *pt, const uint8_t *ct, size_t len, const uint8_t tag[
 
 int vc_aead_seal_attached(uint8_t *out, const uint8_t *pt, size_t len,
                           const uint8_t *aad, size_t aad_len, const uint8_t key[32],
-                          const uint8_t *nonce, size_t nonce_len) {
-    if (nonce_len == 12) return vc_aead_seal(out, out + len, pt, len, aad, aad_len, key, nonce);
-    if (nonce_len == 24) return vc_xaead_seal(out, out + len, pt, len, aad, aad_len, key, nonce);
-    return VC_ERR_LENGTH;
+                          const uint8_t nonce[12]) {
+    return vc_aead_seal(out, out + len, pt, len, aad, aad_len, key, nonce);
 }
 
 int vc_aead_open_attached(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
                           const uint8_t *aad, size_t aad_len, const uint8_t key[32],
-                          const uint8_t *nonce, size_t nonce_len) {
+                          const uint8_t nonce[12]) {
     if (sealed_len < 16) return VC_ERR_LENGTH;
     size_t len = sealed_len - 16;
-    if (nonce_len == 12)
-        return vc_aead_open(out, sealed, len, sealed + len, aad, aad_len, key, nonce);
-    if (nonce_len == 24)
-        return vc_xaead_open(out, sealed, len, sealed + len, aad, aad_len, key, nonce);
-    return VC_ERR_LENGTH;
+    return vc_aead_open(out, sealed, len, sealed + len, aad, aad_len, key, nonce);
+}
+
+int vc_xaead_seal_attached(uint8_t *out, const uint8_t *pt, size_t len,
+                           const uint8_t *aad, size_t aad_len, const uint8_t key[32],
+                           const uint8_t nonce[24]) {
+    return vc_xaead_seal(out, out + len, pt, len, aad, aad_len, key, nonce);
+}
+
+int vc_xaead_open_attached(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
+                           const uint8_t *aad, size_t aad_len, const uint8_t key[32],
+                           const uint8_t nonce[24]) {
+    if (sealed_len < 16) return VC_ERR_LENGTH;
+    size_t len = sealed_len - 16;
+    return vc_xaead_open(out, sealed, len, sealed + len, aad, aad_len, key, nonce);
 }
 
 size_t vc_aead_seal_batch(vc_aead_item *it, size_t n) {

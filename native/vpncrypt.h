@@ -57,15 +57,20 @@ int vc_xaead_open(uint8_t *pt, const uint8_t *ct, size_t len, const uint8_t tag[
                   const uint8_t key[32], const uint8_t nonce[24]);
 
 /* Attached-tag forms, one call per message (what a language binding wants):
- * nonce_len 12 selects ChaCha20-Poly1305, 24 XChaCha20-Poly1305.  Sealing writes
- * len + 16 bytes to out; opening takes sealed_len >= 16 bytes and writes
- * sealed_len - 16 (zeroed on VC_ERR_AUTH). */
+ * sealing writes len + 16 bytes (ciphertext, then tag) to out; opening takes
+ * sealed_len >= 16 bytes and writes sealed_len - 16 (zeroed on VC_ERR_AUTH). */
 int vc_aead_seal_attached(uint8_t *out, const uint8_t *pt, size_t len,
                           const uint8_t *aad, size_t aad_len, const uint8_t key[32],
-                          const uint8_t *nonce, size_t nonce_len);
+                          const uint8_t nonce[12]);
 int vc_aead_open_attached(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
                           const uint8_t *aad, size_t aad_len, const uint8_t key[32],
-                          const uint8_t *nonce, size_t nonce_len);
+                          const uint8_t nonce[12]);
+int vc_xaead_seal_attached(uint8_t *out, const uint8_t *pt, size_t len,
+                           const uint8_t *aad, size_t aad_len, const uint8_t key[32],
+                           const uint8_t nonce[24]);
+int vc_xaead_open_attached(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
+                           const uint8_t *aad, size_t aad_len, const uint8_t key[32],
+                           const uint8_t nonce[24]);
 
 /* ---- batch form: many packets in one call ---- */
 typedef struct {

@@ -59,24 +59,19 @@ def use_poly1305_implementation(name: str) -> None:
 # with ffi.unpack; the C code writes every byte it reports, and zeroes the
 # output when authentication fails.
 _unpack = ffi.unpack
-_seal_attached = lib.vc_aead_seal_attached
-_open_attached = lib.vc_aead_open_attached
 _alloc = ffi.new_allocator(should_clear_after_alloc=False)
-_SCRATCH_MAX = 1 << 20
+_SMALL = 1 << 16     # messages below this size use the thread's scratch buffer
 _local = threading.local()
 
 
 def _scratch(n: int):
-    """The calling thread's output buffer, at least n bytes."""
-    try:
-        buf = _local.buf
-        if len(buf) >= n:
-            return buf
-    except AttributeError:
-        pass
-    if n > _SCRATCH_MAX:
+    """An output buffer of at least n bytes: the calling thread's own one
+    (allocated once, _SMALL + 16 bytes) or, for a larger message, a new one."""
+    if n > _SMALL + 16:
         return _alloc("char[]", n)
-    buf = _local.buf = _alloc("char[]", max(n, 4096))
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = _alloc("char[]", _SMALL + 16)
     return buf
 
 
@@ -87,37 +82,45 @@ def _converted(key, nonce, nonce_len, data, data_name, aad):
     return key, nonce, _from(data), _from(args.buf("aad", aad))
 
 
-def _make(nonce_len: int):
-    """seal and open for one nonce size, each a single Python frame."""
+def _make(nonce_len: int, seal_attached, open_attached):
+    """seal and open for one AEAD, each a single Python frame (the names they
+    use are closure cells, which load faster than globals)."""
+    local, small, scratch, unpack, converted = _local, _SMALL, _scratch, _unpack, _converted
 
     def seal(key, nonce, plaintext, aad=_EMPTY, _bytes=bytes) -> bytes:
         if not (type(key) is _bytes and type(nonce) is _bytes and type(plaintext) is _bytes
                 and type(aad) is _bytes and len(key) == 32 and len(nonce) == nonce_len):
-            key, nonce, plaintext, aad = _converted(key, nonce, nonce_len, plaintext, "plaintext", aad)
+            key, nonce, plaintext, aad = converted(key, nonce, nonce_len, plaintext, "plaintext", aad)
         n = len(plaintext)
-        out = _scratch(n + 16)
-        if _seal_attached(out, plaintext, n, aad, len(aad), key, nonce, nonce_len):
+        try:
+            out = local.buf if n < small else scratch(n + 16)
+        except AttributeError:
+            out = scratch(n + 16)
+        if seal_attached(out, plaintext, n, aad, len(aad), key, nonce):
             raise ValueError(f"plaintext is too long for one message ({n} bytes)")
-        return _unpack(out, n + 16)
+        return unpack(out, n + 16)
 
     def open_(key, nonce, sealed, aad=_EMPTY, _bytes=bytes) -> bytes:
         if not (type(key) is _bytes and type(nonce) is _bytes and type(sealed) is _bytes
                 and type(aad) is _bytes and len(key) == 32 and len(nonce) == nonce_len
                 and len(sealed) >= 16):
-            key, nonce, sealed, aad = _converted(key, nonce, nonce_len, sealed, "sealed", aad)
+            key, nonce, sealed, aad = converted(key, nonce, nonce_len, sealed, "sealed", aad)
         n = len(sealed) - 16
-        out = _scratch(n)
-        if _open_attached(out, sealed, n + 16, aad, len(aad), key, nonce, nonce_len):
+        try:
+            out = local.buf if n < small else scratch(n)
+        except AttributeError:
+            out = scratch(n)
+        if open_attached(out, sealed, n + 16, aad, len(aad), key, nonce):
             raise AuthenticationError("message failed to authenticate")
-        return _unpack(out, n)
+        return unpack(out, n)
 
     return seal, open_
 
 
-seal, open = _make(12)  # noqa: A001 - the API's names
+seal, open = _make(12, lib.vc_aead_seal_attached, lib.vc_aead_open_attached)  # noqa: A001
 seal.__doc__ = "ChaCha20-Poly1305 (RFC 8439): ciphertext followed by the 16-byte tag."
 open.__doc__ = "Open ciphertext||tag; raises AuthenticationError on a bad tag."
-xseal, xopen = _make(24)
+xseal, xopen = _make(24, lib.vc_xaead_seal_attached, lib.vc_xaead_open_attached)
 xseal.__doc__ = "XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha): 24-byte nonce."
 xopen.__doc__ = "Open an XChaCha20-Poly1305 message; raises AuthenticationError on a bad tag."
 
