@@ -182,6 +182,26 @@ int vc_xaead_open_attached(uint8_t *out, const uint8_t *sealed, size_t sealed_le
     return vc_xaead_open(out, sealed, len, sealed + len, aad, aad_len, key, nonce);
 }
 
+int vc_aead_seal_noad(uint8_t *out, const uint8_t *pt, size_t len, const uint8_t key[32],
+                      const uint8_t nonce[12]) {
+    return vc_aead_seal_attached(out, pt, len, NULL, 0, key, nonce);
+}
+
+int vc_aead_open_noad(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
+                      const uint8_t key[32], const uint8_t nonce[12]) {
+    return vc_aead_open_attached(out, sealed, sealed_len, NULL, 0, key, nonce);
+}
+
+int vc_xaead_seal_noad(uint8_t *out, const uint8_t *pt, size_t len, const uint8_t key[32],
+                       const uint8_t nonce[24]) {
+    return vc_xaead_seal_attached(out, pt, len, NULL, 0, key, nonce);
+}
+
+int vc_xaead_open_noad(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
+                       const uint8_t key[32], const uint8_t nonce[24]) {
+    return vc_xaead_open_attached(out, sealed, sealed_len, NULL, 0, key, nonce);
+}
+
 size_t vc_aead_seal_batch(vc_aead_item *it, size_t n) {
     size_t ok = 0;
     for (size_t i = 0; i < n; i++) {

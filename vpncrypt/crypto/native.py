@@ -82,7 +82,7 @@ def _converted(key, nonce, nonce_len, data, data_name, aad):
     return key, nonce, _from(data), _from(args.buf("aad", aad))
 
 
-def _make(nonce_len: int, seal_attached, open_attached):
+def _make(nonce_len: int, seal_attached, open_attached, seal_noad, open_noad):
     """seal and open for one AEAD, each a single Python frame (the names they
     use are closure cells, which load faster than globals)."""
     local, small, scratch, unpack, converted = _local, _SMALL, _scratch, _unpack, _converted
@@ -96,7 +96,8 @@ def _make(nonce_len: int, seal_attached, open_attached):
             out = local.buf if n < small else scratch(n + 16)
         except AttributeError:
             out = scratch(n + 16)
-        if seal_attached(out, plaintext, n, aad, len(aad), key, nonce):
+        if (seal_attached(out, plaintext, n, aad, len(aad), key, nonce) if aad
+                else seal_noad(out, plaintext, n, key, nonce)):
             raise ValueError(f"plaintext is too long for one message ({n} bytes)")
         return unpack(out, n + 16)
 
@@ -110,17 +111,20 @@ def _make(nonce_len: int, seal_attached, open_attached):
             out = local.buf if n < small else scratch(n)
         except AttributeError:
             out = scratch(n)
-        if open_attached(out, sealed, n + 16, aad, len(aad), key, nonce):
+        if (open_attached(out, sealed, n + 16, aad, len(aad), key, nonce) if aad
+                else open_noad(out, sealed, n + 16, key, nonce)):
             raise AuthenticationError("message failed to authenticate")
         return unpack(out, n)
 
     return seal, open_
 
 
-seal, open = _make(12, lib.vc_aead_seal_attached, lib.vc_aead_open_attached)  # noqa: A001
+seal, open = _make(12, lib.vc_aead_seal_attached, lib.vc_aead_open_attached,  # noqa: A001
+                   lib.vc_aead_seal_noad, lib.vc_aead_open_noad)
 seal.__doc__ = "ChaCha20-Poly1305 (RFC 8439): ciphertext followed by the 16-byte tag."
 open.__doc__ = "Open ciphertext||tag; raises AuthenticationError on a bad tag."
-xseal, xopen = _make(24, lib.vc_xaead_seal_attached, lib.vc_xaead_open_attached)
+xseal, xopen = _make(24, lib.vc_xaead_seal_attached, lib.vc_xaead_open_attached,
+                     lib.vc_xaead_seal_noad, lib.vc_xaead_open_noad)
 xseal.__doc__ = "XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha): 24-byte nonce."
 xopen.__doc__ = "Open an XChaCha20-Poly1305 message; raises AuthenticationError on a bad tag."
 
