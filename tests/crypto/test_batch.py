@@ -1,5 +1,4 @@
 """The batch forms equal the single forms packet for packet."""
-import pytest
 
 import vpncrypt.crypto as vc
 from vpncrypt._native import ffi, lib

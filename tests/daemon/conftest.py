@@ -39,8 +39,7 @@ def loop_thread():
 def wg_server(loop_thread):
     """A UAPI server on /var/run/wireguard/<random>.sock (where `wg` looks)
     with a FakeControl. Yields (interface name, control, server)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create /var/run/wireguard")
+    assert os.geteuid() == 0, "the UAPI tests need root to create /var/run/wireguard"
     from vpncrypt.daemon.uapi import socket_path, start_uapi_server
 
     name = "vct" + secrets.token_hex(4)
@@ -63,6 +62,5 @@ def wg_server(loop_thread):
 @pytest.fixture
 def wg_tool():
     exe = shutil.which("wg")
-    if exe is None:
-        pytest.skip("wg (wireguard-tools) is not installed")
+    assert exe, "wg (wireguard-tools) is not installed (tests/run.sh installs it)"
     return exe

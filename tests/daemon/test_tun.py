@@ -23,14 +23,13 @@ def test_validate_interface_name():
 
 @pytest.fixture
 def netns():
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2")
-    if not os.path.exists("/dev/net/tun"):
-        pytest.skip("no /dev/net/tun")
+    # Tests never skip: without root, iproute2 or /dev/net/tun this is a failure.
+    assert os.geteuid() == 0, "the TUN tests need root (tests/run.sh runs them as root in CI)"
+    assert shutil.which("ip"), "iproute2 is not installed (tests/run.sh installs it)"
+    assert os.path.exists("/dev/net/tun"), "no /dev/net/tun on this machine"
     name = "vpncrypt-test-" + secrets.token_hex(4)
     r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot create a network namespace: {r.stderr.strip()}")
+    assert r.returncode == 0, f"cannot create a network namespace: {r.stderr.strip()}"
     try:
         yield name
     finally:

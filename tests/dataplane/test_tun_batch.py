@@ -10,9 +10,13 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None or not os.path.exists("/dev/net/tun"),
-    reason="needs root, iproute2 and /dev/net/tun")
+
+@pytest.fixture(autouse=True)
+def _needs_root_and_tun():
+    """Tests never skip: without root, iproute2 or /dev/net/tun this fails."""
+    assert os.geteuid() == 0, "the TUN tests need root (tests/run.sh runs them as root in CI)"
+    assert shutil.which("ip"), "iproute2 is not installed"
+    assert os.path.exists("/dev/net/tun"), "no /dev/net/tun on this machine"
 
 
 @pytest.mark.parametrize("mtu", [1500, 1420, 9000])

@@ -11,7 +11,6 @@ Each prints one JSON line with its result.
 import asyncio
 import hashlib
 import json
-import os
 import random
 import socket
 import struct

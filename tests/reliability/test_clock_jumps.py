@@ -2,7 +2,6 @@
 drives it): no session gets stuck, data keeps flowing, rekeys still happen."""
 import pytest
 
-from tests.protocol.conftest import clock, crypto  # noqa: F401 - fixtures
 from tests.protocol.helpers import A_ADDR, A_IP, B_ADDR, B_IP, ipv4, make_pair
 
 

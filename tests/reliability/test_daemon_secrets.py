@@ -16,7 +16,6 @@ import base64
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys

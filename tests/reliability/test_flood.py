@@ -25,7 +25,6 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 
 import pytest

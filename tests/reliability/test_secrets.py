@@ -3,7 +3,6 @@ native table, and no key ever reaches an exception or a repr."""
 import pathlib
 import subprocess
 
-from tests.protocol.conftest import clock, crypto  # noqa: F401 - fixtures
 from tests.protocol.helpers import A_ADDR, A_IP, B_IP, ipv4, make_pair
 from vpncrypt.dataplane.fastpath import NativeFastPath
 from vpncrypt.protocol import keys
