@@ -25,6 +25,10 @@ log = logging.getLogger("vpncrypt.dataplane")
 
 # How many receive batches one readiness callback may take before yielding.
 MAX_ROUNDS = 16
+# While batches flow, the Device's next deadline (a walk over every peer) is
+# looked up at most this often; a Device call that handled a protocol event
+# forces the next lookup.  A timer can so fire at most this late.
+TIMER_RECHECK = 0.01
 
 
 class EngineCounters:
@@ -54,6 +58,7 @@ class Engine:
         self.on_fatal = on_fatal
         self._timer = None
         self._timer_at = None
+        self._recheck_at = 0.0
         self._running = False
 
     # ------------------------------------------------------------ lifecycle
@@ -117,6 +122,7 @@ class Engine:
         self.emit(out)
         if self.fast is not None:
             self.fast.sync()
+        self._recheck_at = 0.0
 
     # ------------------------------------------------------------ timers
 
@@ -127,6 +133,12 @@ class Engine:
             return
         self._device_call(self.device.handle_timers(self.loop.time()))
         self._arm_timer()
+
+    def _arm_timer_after_batch(self) -> None:
+        now = self.loop.time()
+        if now >= self._recheck_at:
+            self._recheck_at = now + TIMER_RECHECK
+            self._arm_timer()
 
     def _arm_timer(self) -> None:
         if not self._running:
@@ -158,7 +170,7 @@ class Engine:
             if e.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
                 return   # an ICMP error for an earlier datagram: not fatal
             self._fatal(e)
-        self._arm_timer()
+        self._arm_timer_after_batch()
 
     def _receive(self, n, view, off, lens, ep) -> None:
         now = self.loop.time()
@@ -236,7 +248,7 @@ class Engine:
                 self._device_call(self.device.send_packets(waiting, now))
         for out in fp.after_seal(now):
             self._device_call(out)
-        self._arm_timer()
+        self._arm_timer_after_batch()
 
     def _check_gso(self, err: int) -> None:
         """EMSGSIZE from a UDP_SEGMENT send: the segments are larger than the
