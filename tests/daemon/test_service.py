@@ -2,7 +2,9 @@
 socket (IPv4 peers through an AF_INET6 socket, and the IPv4 fallback),
 endpoint resolution, `vpncrypt show` formatting and the key commands."""
 import errno
+import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -156,3 +158,36 @@ def test_vpncrypt_go_help():
 def test_up_rejects_bad_interface_name():
     r = _cli("up", "bad/name")
     assert r.returncode == 1 and "invalid interface name" in r.stderr
+
+
+def test_housekeeping_keeps_one_pending_timer_each(tmp_path):
+    """The daemon's housekeeping tick and watchdog ping re-arm themselves: after
+    hundreds of rounds only one handle of each is pending (none piles up)."""
+    assert os.geteuid() == 0, "this test needs root (a TUN device in a namespace)"
+    ns = "vctk" + secrets.token_hex(3)
+    script = """
+import asyncio, json, os
+import vpncrypt.daemon.service as s
+s.TICK = 0.002
+os.environ["NOTIFY_SOCKET"] = "@vpncrypt-test-none"
+os.environ["WATCHDOG_USEC"] = "4000"
+async def main():
+    d = s.Daemon("vctick0", socket_dir=%r)
+    task = asyncio.ensure_future(d.run())
+    await asyncio.sleep(1.0)
+    held = len(d._timers)
+    d.stop(0)
+    code = await task
+    print(json.dumps({"held": held, "code": code}))
+asyncio.run(main())
+""" % str(tmp_path)
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", script],
+                             capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert out.returncode == 0, out.stderr
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        assert res["code"] == 0
+        assert res["held"] == 2, res        # one tick, one watchdog ping, after ~500 rounds
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])

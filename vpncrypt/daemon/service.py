@@ -331,7 +331,7 @@ class Daemon:
         self._stop: Optional[asyncio.Event] = None
         self._ifindex = None
         self._status = None
-        self._timers = []
+        self._timers = {}      # purpose -> the one pending TimerHandle
 
     # ------------------------------------------------------------ helpers
 
@@ -478,7 +478,7 @@ class Daemon:
     # ------------------------------------------------------------ running
 
     def _schedule_tick(self) -> None:
-        self._timers.append(self.loop.call_later(TICK, self._tick))
+        self._timers["tick"] = self.loop.call_later(TICK, self._tick)
 
     def _tick(self) -> None:
         if self._stop.is_set():
@@ -500,7 +500,7 @@ class Daemon:
             if self._stop.is_set():
                 return
             notify.watchdog()
-            self._timers.append(self.loop.call_later(interval, ping))
+            self._timers["watchdog"] = self.loop.call_later(interval, ping)
         ping()
 
     def _on_fatal(self, exc) -> None:
@@ -541,7 +541,7 @@ class Daemon:
 
     async def close(self) -> None:
         notify.stopping("shutting down")
-        for t in self._timers:
+        for t in self._timers.values():
             t.cancel()
         self._timers.clear()
         if self.loop is not None:
