@@ -361,6 +361,10 @@ class Daemon:
                     out["drop_truncated"] = int(eng.udp.dropped)
         out["handshakes_sent"] = dev.counters.handshakes_sent
         out["handshakes_completed"] = dev.counters.handshakes_completed
+        # resource gauges, for the long-run tests: nothing here may grow
+        if self.loop is not None:
+            out["asyncio_tasks"] = len(asyncio.all_tasks(self.loop))
+        out["pending_timers"] = len(self._timers)
         return out
 
     def _udp_batch(self, sock):
