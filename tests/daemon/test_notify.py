@@ -1,5 +1,6 @@
 import os
 import socket
+import threading
 
 import pytest
 
@@ -60,3 +61,29 @@ def test_watchdog_interval():
                                      "WATCHDOG_PID": str(os.getpid() + 1)}) is None
     assert notify.watchdog_interval({"WATCHDOG_USEC": "junk"}) is None
     assert notify.watchdog_interval({"WATCHDOG_USEC": "0"}) is None
+
+
+def test_a_receiver_that_stops_reading_never_blocks_the_daemon(tmp_path):
+    """Once the receiver's queue is full, messages are dropped at once: a
+    blocking send would stall the daemon's event loop (and the tunnel)."""
+    path = str(tmp_path / "full.sock")
+    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.bind(path)
+    try:
+        env = {"NOTIFY_SOCKET": path}
+        results = []
+
+        def send_many():
+            for i in range(5000):      # far more than a datagram queue holds
+                results.append(notify.status(f"round {i}", env=env))
+
+        sender = threading.Thread(target=send_many, daemon=True)
+        sender.start()
+        sender.join(10)
+        assert not sender.is_alive(), f"notify blocked after {len(results)} messages"
+        assert results[0] is True
+        assert results[-1] is False, "the queue never filled: the test proves nothing"
+        # the receiver still gets the messages that fitted, in order
+        assert rx.recv(4096) == b"STATUS=round 0"
+    finally:
+        rx.close()

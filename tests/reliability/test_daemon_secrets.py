@@ -22,23 +22,12 @@ import sys
 import tempfile
 import time
 
-import pytest
-
-from tests.interop.lab import Lab, need, pair
+from tests.interop.lab import pair
 from vpncrypt.protocol import keys
 
 TIMERS = "rekey_after_time=2,rekey_timeout=1"
 
 
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "these tests run as root (namespaces, setuid)"
-    need("ping")
-    lab = Lab()
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def _forms(b64):

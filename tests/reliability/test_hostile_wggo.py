@@ -21,14 +21,11 @@ sch_netem: see RELIABILITY.md.)
 CI: 8 s of streams; VPNCRYPT_SOAK_SECONDS=N: N seconds.
 """
 import json
-import os
 import subprocess
 import sys
 import time
 
-import pytest
-
-from tests.interop.lab import PORT, REPO, Lab, need
+from tests.interop.lab import PORT, REPO
 from tests.reliability.netutil import SOAK, save_report
 from tests.reliability.relay import HostileRelay, Impairments
 
@@ -60,15 +57,6 @@ class NamespaceRelay(HostileRelay):
         return ports["for_a"], ports["for_b"]
 
 
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "these tests run as root (namespaces)"
-    need("wireguard-go")
-    lab = Lab()
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def _recv(lab, side, port, seconds):

@@ -26,25 +26,13 @@ import socket
 import sys
 import time
 
-import pytest
-
-from tests.interop.lab import PORT, Lab, need
+from tests.interop.lab import PORT
 from tests.reliability.netutil import SOAK, save_report, steal_udp_socket, udp_socket_drops
 
 A_TIMERS = {"keepalive_timeout": 2.0, "rekey_timeout": 1.0}
 REKEY_TIMEOUT, JITTER = 5.0, 0.333          # B's (default) timers
 
 
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "these tests run as root (namespaces)"
-    need("ping")
-    need("tc")
-    lab = Lab()
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def _both_with_endpoints(lab, env_a=None):

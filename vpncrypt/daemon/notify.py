@@ -28,11 +28,14 @@ def notify(state: str, env: Optional[Mapping[str, str]] = None) -> bool:
     addr = _address(env)
     if addr is None:
         return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+    # Never blocks: a receiver that stops reading (its queue full) must not stall
+    # the daemon's event loop, and with it the tunnel.  The message is dropped.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
+                       | socket.SOCK_NONBLOCK) as s:
         try:
             s.connect(addr)
-            s.sendall(state.encode("utf-8"))
-        except OSError:
+            s.send(state.encode("utf-8"))
+        except OSError:          # EAGAIN (queue full), ECONNREFUSED, ENOENT, ...
             return False
     return True
 
