@@ -89,10 +89,19 @@ def test_hostile_path_vpncrypt_to_vpncrypt(crypto, impairments, tmp_path):
     assert delivered >= (0.9 if not impairments.handshake_drop else 0.6) * sent, report
     # 4. nothing tampered with is delivered, and the drop counters add up: every
     # duplicated or tampered datagram shows up as exactly one drop at its receiver
-    # (a duplicate that arrives before its original is dropped instead of it)
+    # (a duplicate that arrives before its original is dropped instead of it).
+    # One that lands on a keypair just past REJECT_AFTER_TIME is counted as
+    # expired, as an undamaged packet there would be, so expiry drops bound the
+    # difference (without expiries, as in most runs, the equality is exact).
+    # When half the handshake messages are lost too, sessions are replaced in
+    # bursts, and an undamaged packet still in flight on a keypair that has just
+    # been retired is dropped as unknown_index: allow 1% of those there.
     for raw, st in ((ra, to_a), (rb, to_b)):
         counted = sum(_path_drops(raw).values())
-        assert counted == st["duplicated"] + st["tampered"], (report, counted)
+        expired = raw["drops"].get("expired", 0) + raw["drops"].get("protocol_expired", 0)
+        damaged = st["duplicated"] + st["tampered"]
+        slack = damaged // 100 if impairments.handshake_drop else 0
+        assert damaged - expired <= counted <= damaged + slack, (report, counted, expired)
     # and every sent packet is accounted for: delivered, lost on the path,
     # tampered with, dropped at the sender while a handshake was lost, or expired
     assert delivered + lost_on_path + to_a["tampered_data"] + to_b["tampered_data"] \
