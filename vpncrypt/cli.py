@@ -3,34 +3,15 @@ import argparse
 import sys
 
 
-def _bench_crypto(sub):
-    from vpncrypt.bench import crypto as bench_crypto
-    p = sub.add_parser("crypto", help="ChaCha20, AEAD seal and AEAD open throughput, "
-                       "every implementation side by side",
-                       description=bench_crypto.__doc__,
+def _add_module_command(sub, name: str, module: str, help: str) -> None:
+    """A subcommand whose arguments and run() come from a module
+    (add_arguments(parser), run(args) -> int) and whose --help is its docstring."""
+    import importlib
+    mod = importlib.import_module(module)
+    p = sub.add_parser(name, help=help, description=mod.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench_crypto.add_arguments(p)
-    p.set_defaults(func=bench_crypto.run)
-
-
-def _bench_tunnel(sub):
-    from vpncrypt.bench import tunnel as bench_tunnel
-    p = sub.add_parser("tunnel", help="iperf3 through vpncrypt and wireguard-go tunnels between "
-                       "network namespaces (root)",
-                       description=bench_tunnel.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench_tunnel.add_arguments(p)
-    p.set_defaults(func=bench_tunnel.run)
-
-
-def _loopback_bench(sub):
-    from vpncrypt.bench import loopback
-    p = sub.add_parser("loopback-bench", help="two vpncrypt devices over 127.0.0.1: speed and "
-                       "correctness of the real data plane, against an unencrypted baseline",
-                       description=loopback.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    loopback.add_arguments(p)
-    p.set_defaults(func=loopback.run)
+    mod.add_arguments(p)
+    p.set_defaults(func=mod.run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,15 +23,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from vpncrypt.daemon import commands as daemon_commands
     daemon_commands.register(sub)
-    _loopback_bench(sub)
+    _add_module_command(sub, "loopback-bench", "vpncrypt.bench.loopback",
+                        "two vpncrypt devices over 127.0.0.1: speed and correctness of the "
+                        "real data plane, against an unencrypted baseline")
 
     bench = sub.add_parser("bench", help="benchmarks (crypto, tunnel)",
                            description="Benchmarks: `vpncrypt bench crypto --help`, "
                            "`vpncrypt bench tunnel --help`.")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench_sub.required = True
-    _bench_crypto(bench_sub)
-    _bench_tunnel(bench_sub)
+    _add_module_command(bench_sub, "crypto", "vpncrypt.bench.crypto",
+                        "ChaCha20, AEAD seal and AEAD open throughput, every implementation "
+                        "side by side")
+    _add_module_command(bench_sub, "tunnel", "vpncrypt.bench.tunnel",
+                        "iperf3 through vpncrypt and wireguard-go tunnels between network "
+                        "namespaces (root)")
     return parser
 
 
