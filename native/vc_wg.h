@@ -1,12 +1,26 @@
-/* vpncrypt native core: the WireGuard transport-data fast path.
+/* vpncrypt native core: the WireGuard session table.
  *
- * The sans-I/O protocol core (vpncrypt/protocol) owns handshakes, timers and
- * session lifecycle.  It mirrors what the data plane needs into a vc_wg_table:
- * receiving keypairs by local index (with their replay windows), each peer's
- * current sending keypair and endpoint, and the AllowedIPs routing table.  One
- * call then seals or opens a whole batch of type-4 messages; Python sees only
- * per-batch summaries and the datagrams that are not transport data.
- */
+ * The one owner of every session's transport state: keys, sending counters,
+ * replay windows, birth times (and so expiry), the padding rule, the message
+ * limits, the peers' endpoints and the AllowedIPs routing table.  The Python
+ * protocol core (vpncrypt/protocol) runs handshakes and timers and drives the
+ * table through a small interface: reserve an index, install a keypair,
+ * zero a peer, read stats.  Rotation (current / previous / next) and key
+ * confirmation happen here, once; nothing is mirrored anywhere else.
+ *
+ * Threads: control calls (peers, routes, endpoints, indices, install, zero,
+ * config) come from one thread at a time and take the table's write lock.
+ * Batch calls (seal, open) may run on several threads at once; each takes
+ * the read lock for the batch.  A sending counter is taken with an atomic
+ * fetch-and-add, so no two packets ever share a nonce.
+ *
+ * Time: every call takes the caller's monotonic `now`.  The table keeps its
+ * own clock that never runs backwards: a backward jump of more than one
+ * second is absorbed (time stands still until the caller's
+ * clock catches up), smaller ones (threads reading the clock in a different
+ * order) are ignored.  Birth times and ages are on the table's clock.
+ *
+ * Part of the cffi cdef (see build_native.py): plain declarations only. */
 #ifndef VC_WG_H
 #define VC_WG_H
 #include <stddef.h>
@@ -15,90 +29,152 @@
 
 /* per-datagram / per-packet status */
 #define VC_WG_OK              0
-#define VC_WG_NOT_DATA        1   /* not a type-4 message: for the protocol core */
-#define VC_WG_KEEPALIVE       2   /* authenticated, empty: nothing to deliver */
+#define VC_WG_NOT_DATA        1   /* not a transport message: for the protocol core */
+#define VC_WG_KEEPALIVE       2   /* authenticated and empty: nothing to deliver */
 #define VC_WG_UNKNOWN_INDEX   3
 #define VC_WG_MALFORMED       4
 #define VC_WG_BAD_TAG         5
 #define VC_WG_REPLAY          6
-#define VC_WG_NOT_ALLOWED     7   /* inner source address not in the peer's AllowedIPs */
+#define VC_WG_NOT_ALLOWED     7   /* inner source address outside the peer's AllowedIPs */
 #define VC_WG_NO_ROUTE        8   /* outgoing: no peer for the destination */
-#define VC_WG_NO_KEY          9   /* outgoing: the peer has no usable sending keypair */
-#define VC_WG_EXPIRED        10   /* the keypair reached REJECT_AFTER_MESSAGES */
-#define VC_WG_NO_ENDPOINT    11   /* outgoing: the peer has no known endpoint */
-#define VC_WG_STATUS_COUNT   12
+#define VC_WG_NO_KEY          9   /* outgoing: no usable sending key (queue it, start a handshake) */
+#define VC_WG_EXPIRED        10   /* incoming: the receiving keypair is past REJECT_AFTER_TIME */
+#define VC_WG_NO_ENDPOINT    11   /* outgoing: the peer has no endpoint */
+#define VC_WG_TOO_BIG        12   /* outgoing: the sealed message would not fit its slot */
+#define VC_WG_STATUS_COUNT   13
+
+/* What a batch did to a peer (vc_wg_touch.flags), for the protocol's timers. */
+#define VC_WG_EV_AUTH        0x001  /* an authenticated message arrived (data or keepalive) */
+#define VC_WG_EV_DATA        0x002  /* a non-empty one arrived */
+#define VC_WG_EV_CONFIRMED   0x004  /* the first message on `next` arrived: it is current now */
+#define VC_WG_EV_ROAMED      0x008  /* the endpoint changed to the source of authenticated data */
+#define VC_WG_EV_REKEY_RX    0x010  /* current is ours (initiator) and older than rekey_on_receive */
+#define VC_WG_EV_SENT        0x020  /* something was sealed (data or keepalive) */
+#define VC_WG_EV_DATA_SENT   0x040  /* a non-empty packet was sealed */
+#define VC_WG_EV_REKEY_TX    0x080  /* current is past rekey_after_messages, or ours and past rekey_after_time */
+#define VC_WG_EV_NEED_KEY    0x100  /* a packet found no usable sending key */
 
 #define VC_WG_HEADER      16
 #define VC_WG_OVERHEAD    32      /* header + tag */
-#define VC_WG_WINDOW    8192      /* replay bitmap bits; 8128 usable */
+#define VC_WG_WINDOW    8128      /* replay window: counters up to this far behind the greatest are checked */
 
 typedef struct vc_wg_table vc_wg_table;
 
 typedef struct {
-    uint64_t rx_bytes, rx_packets, tx_bytes, tx_packets;   /* inner bytes/packets */
-    uint64_t rx_wire_bytes, tx_wire_bytes;                   /* whole datagrams, as wg counts */
-    uint64_t drops[VC_WG_STATUS_COUNT];                      /* by status */
-    double   last_rx, last_tx;                               /* `now` of the last data in/out */
-    uint32_t last_rx_index;                                  /* local index of the last authenticated data */
-    uint32_t tx_remote_index;
-    uint64_t tx_counter;                                     /* next sending counter */
-    int32_t  tx_valid;
-    vc_endpoint endpoint;                                    /* follows authenticated data (roaming) */
+    double   reject_after_time;     /* 180 s: a keypair is unusable from this age */
+    double   rekey_after_time;      /* 120 s: the initiator rekeys on send from this age */
+    double   rekey_on_receive_age;  /* 165 s: the initiator rekeys on receive from this age */
+    uint64_t reject_after_messages; /* 2^64 - 2^13 - 1: counters from this one are refused */
+    uint64_t rekey_after_messages;  /* 2^60 */
+    uint32_t mtu;                   /* padding never goes past it (0: no cap) */
+    uint32_t _pad;
+} vc_wg_config;
+
+/* One entry per peer a batch touched (in the order first touched). */
+typedef struct {
+    uint32_t peer;
+    uint32_t flags;       /* VC_WG_EV_* */
+    uint32_t packets;     /* authenticated (open) or sealed (seal) messages */
+    uint32_t _pad;
+    uint64_t bytes;       /* their wire bytes */
+} vc_wg_touch;
+
+/* A keypair slot as seen from outside (no keys). */
+typedef struct {
+    int32_t  valid;           /* 0: empty slot */
+    uint32_t local_index, remote_index;
+    int32_t  initiator;
+    double   age;             /* seconds since install, on the table's clock */
+    uint64_t send_counter;    /* the next counter to send */
+    uint64_t greatest_received;
+    int32_t  usable;          /* current only: it would seal now */
+    int32_t  _pad;
+} vc_wg_keypair_info;
+
+typedef struct {
+    uint64_t rx_bytes, rx_packets, tx_bytes, tx_packets;   /* inner (delivered / sealed) packets */
+    uint64_t rx_wire_bytes, tx_wire_bytes;                  /* whole transport datagrams */
+    uint64_t drops[VC_WG_STATUS_COUNT];                     /* by status */
+    double   last_rx, last_tx;                              /* table time of the last transport in/out */
+    vc_endpoint endpoint;
     int32_t  endpoint_set;
+    int32_t  _pad;
+    vc_wg_keypair_info current, previous, next;
 } vc_wg_peer_stats;
 
-vc_wg_table *vc_wg_table_new(uint32_t max_peers, uint32_t max_keypairs);
-void vc_wg_table_free(vc_wg_table *t);                       /* wipes every key */
-
-/* Peers are small integers in [0, max_peers), chosen by the caller. */
-int  vc_wg_peer_reset(vc_wg_table *t, uint32_t peer);        /* forget keys, routes and stats */
-int  vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpoint *ep);
-int  vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out);
+/* ---- the table ---- */
+vc_wg_table *vc_wg_table_new(const vc_wg_config *cfg);   /* NULL on a bad config or no memory */
+void vc_wg_table_free(vc_wg_table *t);                     /* wipes every key */
+int  vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg);   /* 0 or -1 (bad value) */
+void vc_wg_table_get_config(vc_wg_table *t, vc_wg_config *out);
+double vc_wg_clock(vc_wg_table *t, double now);           /* the caller's now on the table's clock */
+double vc_wg_clock_offset(vc_wg_table *t);                /* table time - caller time */
 /* Drops that belong to no peer (unknown index, malformed, no route), by status. */
-void vc_wg_table_drops(vc_wg_table *t, uint64_t out[12]);
-/* Take back n drops of `status` (a datagram retried after a handshake in its batch). */
-void vc_wg_table_undrop(vc_wg_table *t, int status, uint64_t n);
-/* The peer's sending keypair; it is not used at or after `expires` (a `now`). */
-int  vc_wg_tx_set(vc_wg_table *t, uint32_t peer, uint32_t remote_index, const uint8_t key[32],
-                  uint64_t counter, double expires);
-int  vc_wg_tx_clear(vc_wg_table *t, uint32_t peer);
-uint64_t vc_wg_tx_counter(vc_wg_table *t, uint32_t peer);     /* next sending counter */
-int  vc_wg_tx_set_counter(vc_wg_table *t, uint32_t peer, uint64_t counter);
-/* Receiving keypairs by this side's index; the window starts empty.  Data on it
- * at or after `expires` is dropped as VC_WG_EXPIRED. */
-int  vc_wg_rx_add(vc_wg_table *t, uint32_t local_index, uint32_t peer, const uint8_t key[32],
-                  double expires);
-int  vc_wg_rx_count(vc_wg_table *t);
-int  vc_wg_rx_remove(vc_wg_table *t, uint32_t local_index);
+void vc_wg_table_drops(vc_wg_table *t, uint64_t out[13]);
+/* Count n drops of `status` against `peer` (or the table when peer < 0): for
+ * messages the caller refused before they reached a batch call. */
+void vc_wg_count_drops(vc_wg_table *t, int64_t peer, int status, uint64_t n);
 
-/* AllowedIPs: family 4 or 6, addr in network order, cidr 0..32 / 0..128. */
+/* ---- peers: ids are small integers chosen by the table and reused after removal ---- */
+int64_t vc_wg_peer_add(vc_wg_table *t);                   /* id, or -1 */
+int  vc_wg_peer_remove(vc_wg_table *t, uint32_t peer);   /* wipes its keys; frees its indices and routes */
+int  vc_wg_peer_count(vc_wg_table *t);
+int  vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpoint *ep);  /* NULL clears */
+int  vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, double now);
+
+/* ---- indices: this side's 32-bit session ids, for handshakes and keypairs ---- */
+int  vc_wg_index_reserve(vc_wg_table *t, uint32_t index, uint32_t peer);  /* 0, or -1 if in use */
+int  vc_wg_index_release(vc_wg_table *t, uint32_t index);  /* a reservation only; 0 or -1 */
+int64_t vc_wg_index_peer(vc_wg_table *t, uint32_t index);  /* the peer holding it, or -1 */
+int  vc_wg_index_count(vc_wg_table *t);
+
+/* ---- sessions ----
+ * Install a keypair under `local_index` (reserved for the peer).  As
+ * WireGuard: an initiator's keypair becomes current (previous := next if
+ * there was one, else the old current; everything else is retired); a
+ * responder's waits in `next` until the first message on it arrives (the key
+ * confirmation, done by vc_wg_open_batch), and retires the old next and
+ * previous.  Returns 0, or -1 (index not reserved for the peer). */
+int  vc_wg_install(vc_wg_table *t, uint32_t peer, uint32_t local_index, uint32_t remote_index,
+                   const uint8_t send_key[32], const uint8_t recv_key[32], int initiator, double now);
+/* Retire every keypair and index reservation of the peer (WireGuard's zeroing). */
+int  vc_wg_peer_zero(vc_wg_table *t, uint32_t peer);
+/* Free keypairs that batch calls retired (confirmation rotates one out).  Cheap
+ * when there are none; control calls do it too. */
+void vc_wg_maintain(vc_wg_table *t);
+
+/* ---- AllowedIPs: family 4 or 6, addr in network order, cidr 0..32 / 0..128 ---- */
 int  vc_wg_route_add(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer);
-int  vc_wg_route_remove_peer(vc_wg_table *t, uint32_t peer);
-int  vc_wg_route_clear(vc_wg_table *t);
-int  vc_wg_route_lookup(vc_wg_table *t, int family, const uint8_t *addr);  /* peer or -1 */
+int  vc_wg_route_remove(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer);
+int  vc_wg_route_clear_peer(vc_wg_table *t, uint32_t peer);
+int64_t vc_wg_route_lookup(vc_wg_table *t, int family, const uint8_t *addr);   /* peer or -1 */
+/* The peer's routes, longest prefix first: up to cap entries of 18 bytes
+ * (family, cidr, 16 address bytes).  Returns how many the peer has. */
+int  vc_wg_route_list(vc_wg_table *t, uint32_t peer, uint8_t *out, int cap);
 
-/* Open a batch of received datagrams in place (datagram i at buf+off[i], len[i], from ep[i]).
- * status[i] gets a VC_WG_* code.  Packets to deliver are listed in deliver_off/deliver_len
- * (their IP length, padding removed); datagrams that are not transport data are listed
- * in other[].  Peers that got authenticated data are listed once each in touched[].
- * Returns the number delivered; *n_other and *n_touched are set.  `now` is stored as last_rx. */
+/* ---- batches ----
+ * Seal inner IP packets (packet i at in + in_off[i], in_len[i]).  With
+ * peer < 0 each packet goes to the peer its destination routes to; with
+ * peer >= 0 all go to that peer (queued packets, keepalives: length 0).  The
+ * j-th message sealed is written at out + j * stride, with out_len[j] and
+ * out_ep[j]; at most out_cap are sealed.  status[i] and peer_of[i] (the
+ * routed peer or -1) are set for every packet.  Padding: to a multiple of 16,
+ * never past the MTU.  Returns the number sealed. */
+size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_off,
+                        const uint32_t *in_len, size_t n, int64_t peer, double now,
+                        uint8_t *out, size_t stride, size_t out_cap, uint32_t *out_len,
+                        vc_endpoint *out_ep, int32_t *status, int32_t *peer_of,
+                        vc_wg_touch *touched, size_t touched_cap, size_t *n_touched);
+
+/* Open received datagrams in place (datagram i at buf + off[i], len[i], from
+ * ep[i]).  status[i] gets a VC_WG_* code.  Inner packets to deliver are listed
+ * in deliver_off / deliver_len (their IP length: padding removed); datagrams
+ * that are not transport data are listed in other[].  Returns the number to
+ * deliver; *n_other and *n_touched are set.  A datagram that fails in any way
+ * is left unchanged in buf (it is never decrypted unless authentic). */
 size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off, const uint32_t *len,
                         const vc_endpoint *ep, size_t n, double now, int32_t *status,
                         uint32_t *deliver_off, uint32_t *deliver_len,
-                        uint32_t *other, size_t *n_other, uint32_t *touched, size_t *n_touched);
-
-/* Route and seal a batch of inner IP packets (packet i at in+in_off[i], in_len[i]).  The
- * sealed messages are packed to the front: the j-th one sealed is written at out + j*stride
- * (stride >= mtu + 32), with out_len[j] and out_ep[j] (the peer's endpoint) set.  status[i]: VC_WG_OK, NO_ROUTE, NO_KEY (caller queues and
- * starts a handshake), MALFORMED, NO_ENDPOINT; peer[i] is the routed peer or -1.  Plaintext
- * is padded to a multiple of 16 but not past mtu.  Peers that sent are listed once each in
- * touched[].  Returns the number sealed. */
-size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_off,
-                        const uint32_t *in_len, size_t n, uint32_t mtu, double now,
-                        uint8_t *out, size_t stride, uint32_t *out_len, vc_endpoint *out_ep,
-                        int32_t *status, int32_t *peer, uint32_t *touched, size_t *n_touched);
-
-/* Seal one packet (a keepalive is len 0) for a given peer, whatever its route. */
-int vc_wg_seal_for_peer(vc_wg_table *t, uint32_t peer, const uint8_t *in, size_t len,
-                        uint32_t mtu, double now, uint8_t *out, uint32_t *out_len);
+                        uint32_t *other, size_t *n_other,
+                        vc_wg_touch *touched, size_t touched_cap, size_t *n_touched);
 #endif

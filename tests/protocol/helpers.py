@@ -1,5 +1,6 @@
 """Helpers for the protocol tests: a fake clock, a deterministic rng, IP
-packet builders and an in-memory network of sans-I/O devices."""
+packet builders and an in-memory network of sans-I/O devices.  Every device
+of a test runs on one backend: the crypto fixture's ("native" or "pynacl")."""
 import random
 import struct
 from collections import defaultdict
@@ -90,12 +91,15 @@ class Net:
         return [d[0] for s, _, d in self.log if src is None or s == src]
 
 
+def make_device(crypto, clock, seed, timer_config=None, **kw):
+    """A Device on the backend of `crypto` (a vpncrypt.crypto backend)."""
+    return Device(keys.clamp(make_rng(seed)(32)), rng=make_rng(seed + 10), wallclock=clock.wall,
+                  backend=crypto.name, timer_config=timer_config, **kw)
+
+
 def make_pair(crypto, clock, psk=None, timer_config=None, a_endpoint_for_b=None, **kw):
-    a_priv = keys.clamp(make_rng(1)(32))
-    b_priv = keys.clamp(make_rng(2)(32))
-    a = Device(a_priv, rng=make_rng(11), wallclock=clock.wall, crypto=crypto, timer_config=timer_config, **kw)
-    b = Device(b_priv, rng=make_rng(12), wallclock=clock.wall, crypto=crypto, timer_config=timer_config, **kw)
-    a.strict = b.strict = True
+    a = make_device(crypto, clock, 1, timer_config, **kw)
+    b = make_device(crypto, clock, 2, timer_config, **kw)
     a.add_peer(b.public_key, preshared_key=psk, allowed_ips=[B_IP + "/32", "fd00::2/128"], endpoint=B_ADDR)
     b.add_peer(a.public_key, preshared_key=psk, allowed_ips=[A_IP + "/32", "fd00::1/128"],
                endpoint=a_endpoint_for_b)
@@ -103,3 +107,17 @@ def make_pair(crypto, clock, psk=None, timer_config=None, a_endpoint_for_b=None,
     net.add(A_ADDR, a)
     net.add(B_ADDR, b)
     return a, b, net
+
+
+def session(dev, peer_dev, clock):
+    """The KeypairInfo of dev's current keypair with peer_dev, or None."""
+    return dev.peers[peer_dev.public_key].stats(dev.table.clock(clock.now)).current
+
+
+def sessions(dev, peer_dev, clock):
+    st = dev.peers[peer_dev.public_key].stats(dev.table.clock(clock.now))
+    return st.current, st.previous, st.next
+
+
+def no_internal_errors(*devs):
+    return all(d.counters.drops["internal_error"] == 0 for d in devs)

@@ -1,5 +1,5 @@
 """mac1/mac2, cookie secret rotation, rate limiter and load detection."""
-from vpncrypt.protocol.cookie import CookieChecker, CookieState, LoadMonitor, RateLimiter, addr_bytes
+from vpncrypt.protocol.cookie import CookieChecker, CookieState, LoadDetector, RateLimiter, addr_bytes
 from vpncrypt.protocol import keys
 
 from tests.protocol.helpers import make_rng
@@ -27,18 +27,13 @@ def test_rate_limiter_table_is_bounded_and_pruned():
     assert rl.table == {}
 
 
-def test_load_monitor():
-    lm = LoadMonitor(threshold=10)
-    lm.record(10, 0.0)
-    assert not lm.under_load(0.0)
-    lm.record(1, 0.5)
-    assert lm.under_load(0.5) and lm.under_load(1.4)
-    assert not lm.under_load(1.6)
-    lm.record(5, 2.0)
-    lm.record(6, 3.5)  # a new window
-    assert not lm.under_load(3.5)
-    lm.force = True
-    assert lm.under_load(100.0)
+def test_load_detector_is_a_queue_depth_held_one_second():
+    ld = LoadDetector(depth=128, hold=1.0)
+    assert not ld.check(127, 0.0)
+    assert ld.check(128, 0.5)
+    assert ld.check(1, 1.49)          # held for a second after the last deep queue
+    assert not ld.check(1, 1.5)
+    assert ld.check(4000, 10.0) and not ld.check(0, 11.0)
 
 
 def test_mac1_mac2_and_secret_rotation(crypto):

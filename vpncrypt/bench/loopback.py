@@ -417,7 +417,6 @@ def _rss_kb():
 
 
 async def _worker_main(cfg, inp, outp):
-    from vpncrypt.crypto import get_backend
     from vpncrypt.dataplane.engine import Engine
     from vpncrypt.dataplane.io import UdpBatchSocket
     from vpncrypt.protocol import keys
@@ -456,16 +455,16 @@ async def _worker_main(cfg, inp, outp):
 
     src = cfg["devices"][0]["address"]
     if wireguard:
-        crypto = get_backend("pynacl" if cfg["crypto"] == "pynacl" else "native")
+        backend = "pynacl" if cfg["crypto"] == "pynacl" else "native"
         for i, (dcfg, udp) in enumerate(zip(cfg["devices"], socks)):
             timers = TimerConfig(**cfg["timers"]) if cfg.get("timers") else None
-            dev = Device(keys.decode(dcfg["private_key"]), crypto=crypto, timer_config=timers)
+            dev = Device(keys.decode(dcfg["private_key"]), backend=backend, timer_config=timers,
+                         mtu=max(cfg["sizes"]) + HEADER)
             for j, pcfg in enumerate(dcfg["peers"]):
                 port = peer_ports[j] if len(dcfg["peers"]) > 1 else peer_ports[0]
                 dev.add_peer(keys.decode(pcfg["public_key"]), allowed_ips=pcfg["allowed_ips"],
                              endpoint=("127.0.0.1", port))
-            eng = Engine(dev, udp, sink, loop=loop, fast=cfg["crypto"] == "native",
-                         mtu=max(cfg["sizes"]) + HEADER)
+            eng = Engine(dev, udp, sink, loop=loop, max_packet=max(cfg["sizes"]) + HEADER)
             eng.start()
             devices.append(dev)
             engines.append(eng)
@@ -495,7 +494,7 @@ async def _worker_main(cfg, inp, outp):
             engines[0].send_inner(probe.slab, probe.view, probe.off, probe.len, len(dsts))
         deadline = loop.time() + 10
         while loop.time() < deadline:
-            if all(p.current is not None for d in devices for p in d.peers.values()):
+            if all(d.has_session(p) for d in devices for p in d.peers.values()):
                 break
             await asyncio.sleep(0.01)
         else:
@@ -574,12 +573,8 @@ async def _worker_main(cfg, inp, outp):
     cpu = time.process_time() - cpu0
     drops = {}
     for eng in engines:
-        if eng.fast is not None:
-            for k, v in eng.fast.drops().items():
-                drops[k] = drops.get(k, 0) + v
-        for k, v in eng.device.counters.drops.items():
-            if v:
-                drops["protocol_" + k] = drops.get("protocol_" + k, 0) + v
+        for k, v in eng.device.drops().items():
+            drops[k] = drops.get(k, 0) + v
         for k, v in eng.counters.as_dict().items():
             if k.endswith("dropped") and v:
                 drops[k] = drops.get(k, 0) + v

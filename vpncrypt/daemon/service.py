@@ -38,6 +38,7 @@ from typing import Callable, Optional
 from ..config import Config, ConfigError, diff_configs, load_config
 from ..config.keys import PublicKey
 from ..config.ops import PeerUpdate
+from ..protocol.events import describe as describe_event
 from ..protocol.timers import TimerConfig
 from . import notify
 from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
@@ -214,27 +215,22 @@ class DeviceControl(Control):
         self.d.changed()
 
     def snapshot(self) -> InterfaceSnapshot:
-        dev, eng = self.device, self.d.engine
-        fast = eng.fast if eng is not None else None
+        dev = self.device
+        now = dev.table.clock(time.monotonic()) if self.d.loop is None else dev.table.clock(self.d.loop.time())
         peers = []
         for peer in dev.peers.values():
             c = peer.counters
-            rx, tx = c.rx_bytes, c.tx_bytes
-            if fast is not None:
-                st = fast.peer_stats(peer)
-                if st is not None:
-                    rx += st.rx_wire_bytes
-                    tx += st.tx_wire_bytes
+            st = peer.stats(now)
             lh = c.last_handshake or 0.0
             sec = int(lh)
             peers.append(PeerSnapshot(
                 public_key=peer.public_key, preshared_key=peer.preshared_key,
-                endpoint=format_addr(peer.endpoint),
+                endpoint=format_addr(st.endpoint),
                 persistent_keepalive=peer.persistent_keepalive,
                 allowed_ips=peer.allowed_ips,
                 last_handshake_time_sec=sec,
                 last_handshake_time_nsec=int((lh - sec) * 1e9) if lh else 0,
-                rx_bytes=rx, tx_bytes=tx))
+                rx_bytes=c.rx_bytes + st.rx_wire_bytes, tx_bytes=c.tx_bytes + st.tx_wire_bytes))
         return InterfaceSnapshot(private_key=dev.private_key, listen_port=self.d.listen_port,
                                  fwmark=self.d.fwmark, peers=peers, counters=self.d.counters())
 
@@ -338,19 +334,13 @@ class Daemon:
     def changed(self) -> None:
         """After any change made to the Device from outside the engine."""
         if self.engine is not None:
-            self.engine.resync()
+            self.engine.changed()
 
     def counters(self) -> dict:
-        out = {}
         dev = self.device
-        for k, v in dev.counters.drops.items():
-            if v:
-                out["drop_" + k] = out.get("drop_" + k, 0) + v
+        out = {"drop_" + k: v for k, v in dev.drops().items()}
         eng = self.engine
         if eng is not None:
-            if eng.fast is not None:
-                for k, v in eng.fast.drops().items():
-                    out["drop_" + k] = out.get("drop_" + k, 0) + v
             for k, v in eng.counters.as_dict().items():
                 out["engine_" + k] = v
             if eng.udp is not None:
@@ -379,7 +369,6 @@ class Daemon:
         self.udp = self._udp_batch(sock)
         self.v6 = sock.family == socket.AF_INET6
         self.listen_port = sock.getsockname()[1]
-        self.device.listen_port = self.listen_port
         if self.engine is not None:
             self.engine.replace_udp(self.udp)
         if old is not None:
@@ -400,8 +389,7 @@ class Daemon:
             if self.mtu:
                 log.info("interface %s: MTU %d -> %d", self.interface, self.mtu, mtu)
             self.mtu = mtu
-            if self.engine is not None and self.engine.fast is not None:
-                self.engine.fast.mtu = mtu  # padding bound; buffers hold MAX_PACKET
+            self.device.set_mtu(mtu)   # the padding cap; buffers hold MAX_PACKET
 
     def _status_text(self) -> str:
         peers = self.device.peers.values()
@@ -452,16 +440,15 @@ class Daemon:
                      ", ".join(str(a) for a in iface.addresses))
         self.fwmark = iface.fwmark or 0
         self.device = Device(bytes(iface.private_key) if iface.private_key is not None else None,
-                             timer_config=self.timer_config)
+                             timer_config=self.timer_config, mtu=self.mtu)
         if self.timer_config is not None:
             log.warning("test-only protocol timers in use (%s): %s", TEST_TIMERS_ENV,
                         os.environ.get(TEST_TIMERS_ENV, ""))
         self.rebind(iface.listen_port or 0)
         self._apply_initial_peers(cfg)
         inner = TunBatch(self.tun.fileno(), mtu=MAX_PACKET, batch=BATCH)
-        self.engine = Engine(self.device, self.udp, inner, loop=self.loop, fast=True,
-                             mtu=MAX_PACKET, on_fatal=self._on_fatal)
-        self.engine.fast.mtu = self.mtu
+        self.engine = Engine(self.device, self.udp, inner, loop=self.loop, max_packet=MAX_PACKET,
+                             on_fatal=self._on_fatal, on_events=self._on_events)
         self.engine.start()
         self.uapi = await start_uapi_server(socket_path(self.tun.name, self.socket_dir),
                                             self.control, extensions_in_get=False)
@@ -506,6 +493,12 @@ class Daemon:
             notify.watchdog()
             self._timers["watchdog"] = self.loop.call_later(interval, ping)
         ping()
+
+    def _on_events(self, events) -> None:
+        """Protocol events, for the debug log."""
+        if log.isEnabledFor(logging.DEBUG):
+            for ev in events:
+                log.debug("%s", describe_event(ev))
 
     def _on_fatal(self, exc) -> None:
         if _ifindex(self.tun.name) is None:

@@ -2,37 +2,36 @@
 device, or the in-memory port of the loopback bench) and the sans-I/O
 protocol Device, in batches, on an asyncio event loop.
 
-    engine = Engine(device, udp, inner, loop=loop, fast=True)
+    engine = Engine(device, udp, inner, loop=loop, max_packet=65535, on_events=None)
     engine.start()            # registers the UDP (and TUN) fds with the loop
     engine.send_inner(...)    # the inner side hands over a batch of IP packets
     engine.stop()
 
-With ``fast`` (the default), transport data goes through the native fast path
-(NativeFastPath): one native call opens or seals a whole batch.  Without it,
-every packet goes through the Device's own Python data path with its crypto
-backend: that is what ``--crypto pynacl`` measures.
+On the native backend, transport data never goes through Python one message
+at a time: one call into the session table opens or seals a whole batch
+(vpncrypt.transport.native.Batch), and the batch results go to the Device in
+one call per wakeup (Device.on_transport).  Handshake messages go to the
+Device as a list.  On the pynacl backend every packet goes through the
+Device's list-form calls: that is what ``--crypto pynacl`` measures.
 
-The engine is the only place that reads the clock (``loop.time()``) and arms
-the Device's timer.  It never interprets packets itself.
+The engine reads the clock (``loop.time()``), turns it into the device's
+clock for the batch calls (``table.clock``), and arms the Device's timer
+after every Device call.  It never interprets packets itself.
 """
 import errno
 import logging
 
-from vpncrypt._native import ffi, lib
-from vpncrypt.dataplane.fastpath import NativeFastPath
+from vpncrypt.transport import status as S
 
 log = logging.getLogger("vpncrypt.dataplane")
 
-# How many receive batches one readiness callback may take before yielding.
+# How many batches one readiness callback may take before yielding.
 MAX_ROUNDS = 16
-# While batches flow, the Device's next deadline (a walk over every peer) is
-# looked up at most this often; a Device call that handled a protocol event
-# forces the next lookup.  A timer can so fire at most this late.
-TIMER_RECHECK = 0.01
+_SEAL_ROOM = S.OVERHEAD + 16
 
 
 class EngineCounters:
-    """Drops the engine itself sees (the protocol and native table count the rest)."""
+    """Drops the engine itself sees (the protocol and the session table count the rest)."""
     __slots__ = ("tx_send_errors", "tx_dropped", "inner_write_errors", "inner_dropped",
                  "rx_batches", "tx_batches")
 
@@ -45,20 +44,24 @@ class EngineCounters:
 
 
 class Engine:
-    def __init__(self, device, udp, inner, *, loop, fast: bool = True, mtu: int = 1420,
-                 on_fatal=None):
+    def __init__(self, device, udp, inner, *, loop, max_packet: int = 65535, on_fatal=None,
+                 on_events=None):
         self.device = device
+        self.table = device.table
         self.udp = udp
         self.inner = inner
         self.loop = loop
-        self.fast = NativeFastPath(device, mtu=mtu, batch=udp.batch) if fast else None
-        self._retry_arrays = (ffi.new("uint32_t[]", udp.batch), ffi.new("uint32_t[]", udp.batch),
-                              ffi.new("vc_endpoint[]", udp.batch))
+        self.native = device.backend == "native"
+        if self.native:
+            self.rx = self.table.batch(udp.batch, S.OVERHEAD)
+            # inner batches are at most as large as UDP ones; max_packet: the
+            # largest inner packet (the TUN's read size, not its current MTU)
+            self.tx = self.table.batch(udp.batch, max_packet + _SEAL_ROOM)
         self.counters = EngineCounters()
         self.on_fatal = on_fatal
+        self.on_events = on_events
         self._timer = None
         self._timer_at = None
-        self._recheck_at = 0.0
         self._running = False
 
     # ------------------------------------------------------------ lifecycle
@@ -97,16 +100,15 @@ class Engine:
         if self._running:
             self.loop.add_reader(udp.fd, self._on_udp_readable)
 
-    def resync(self) -> None:
-        """After a configuration change made directly on the Device."""
-        if self.fast is not None:
-            self.fast.sync()
+    def changed(self) -> None:
+        """After a configuration change made directly on the Device: its
+        timers may have moved."""
         self._arm_timer()
 
     # ------------------------------------------------------------ output
 
     def emit(self, out) -> None:
-        """Send what a Device call produced."""
+        """Apply what a Device call produced, and re-arm its timer."""
         if out.datagrams:
             datagrams = [(d, a) for d, a in out.datagrams if a is not None]
             sent, err = self.udp.send_datagrams(datagrams)
@@ -116,13 +118,9 @@ class Engine:
                 self._check_gso(err)
         if out.packets:
             self.inner.write_packets(out.packets)
-
-    def _device_call(self, out) -> None:
-        """Emit a Device call's output and mirror what it changed."""
-        self.emit(out)
-        if self.fast is not None:
-            self.fast.sync()
-        self._recheck_at = 0.0
+        if out.events and self.on_events is not None:
+            self.on_events(out.events)
+        self._arm_timer()
 
     # ------------------------------------------------------------ timers
 
@@ -131,14 +129,7 @@ class Engine:
         self._timer_at = None
         if not self._running:
             return
-        self._device_call(self.device.handle_timers(self.loop.time()))
-        self._arm_timer()
-
-    def _arm_timer_after_batch(self) -> None:
-        now = self.loop.time()
-        if now >= self._recheck_at:
-            self._recheck_at = now + TIMER_RECHECK
-            self._arm_timer()
+        self.emit(self.device.handle_timers(self.loop.time()))
 
     def _arm_timer(self) -> None:
         if not self._running:
@@ -160,57 +151,54 @@ class Engine:
 
     def _on_udp_readable(self) -> None:
         try:
-            for _ in range(MAX_ROUNDS):
-                n, view, off, lens, ep = self.udp.recv()
-                if n == 0:
-                    break
-                self.counters.rx_batches += 1
-                self._receive(n, view, off, lens, ep)
+            if self.native:
+                self._receive_native()
+            else:
+                self._receive_python()
         except OSError as e:
             if e.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
                 return   # an ICMP error for an earlier datagram: not fatal
             self._fatal(e)
-        self._arm_timer_after_batch()
 
-    def _receive(self, n, view, off, lens, ep) -> None:
-        now = self.loop.time()
+    def _receive_python(self) -> None:
         to_addr = self.udp.endpoints.to_addr
-        fp = self.fast
-        if fp is None:
+        for _ in range(MAX_ROUNDS):
+            n, view, off, lens, ep = self.udp.recv()
+            if n == 0:
+                break
+            self.counters.rx_batches += 1
             datagrams = [(bytes(view[off[i]:off[i] + lens[i]]), to_addr(ep + i)) for i in range(n)]
-            self.emit(self.device.receive_datagrams(datagrams, now))
-            return
-        delivered, n_other = fp.open(self.udp.slab, off, lens, ep, n, now)
-        self._deliver(delivered, now)
-        if n_other:
-            other = fp.other
-            datagrams = [(bytes(view[off[j]:off[j] + lens[j]]), to_addr(ep + j))
-                         for j in (other[k] for k in range(n_other))]
-            unknown = [i for i in range(n) if fp.rx_status[i] == lib.VC_WG_UNKNOWN_INDEX]
-            self._device_call(self.device.receive_datagrams(datagrams, now))
-            if unknown:
-                self._retry(unknown, off, lens, ep, now)
+            self.emit(self.device.receive_datagrams(datagrams, self.loop.time()))
 
-    def _deliver(self, delivered: int, now: float) -> None:
-        fp = self.fast
-        if delivered:
-            w, err = self.inner.write(self.udp.slab, fp.deliver_off, fp.deliver_len, delivered)
-            if w < delivered:
-                self.counters.inner_dropped += delivered - w
-                self.counters.inner_write_errors += 1
-        for out in fp.after_open(now):
-            self._device_call(out)
-
-    def _retry(self, unknown, off, lens, ep, now) -> None:
-        """Data that came in the same batch as the handshake message that
-        created its keypair: open it again now that the keypair is installed."""
-        fp = self.fast
-        r_off, r_len, r_ep = self._retry_arrays
-        for k, i in enumerate(unknown):
-            r_off[k], r_len[k], r_ep[k] = off[i], lens[i], ep[i]
-        lib.vc_wg_table_undrop(fp.table, lib.VC_WG_UNKNOWN_INDEX, len(unknown))
-        delivered, _ = fp.open(self.udp.slab, r_off, r_len, r_ep, len(unknown), now)
-        self._deliver(delivered, now)
+    def _receive_native(self) -> None:
+        """Open every transport datagram of up to MAX_ROUNDS batches in the
+        table, deliver them, then give the Device the batch results and the
+        handshake messages, each in one call."""
+        now = self.loop.time()
+        tnow = self.table.clock(now)
+        udp, rx, inner, dev = self.udp, self.rx, self.inner, self.device
+        to_addr = udp.endpoints.to_addr
+        touches, control = [], []
+        for _ in range(MAX_ROUNDS):
+            n, view, off, lens, ep = udp.recv()
+            if n == 0:
+                break
+            self.counters.rx_batches += 1
+            delivered, n_other = rx.open(udp.slab, off, lens, ep, n, tnow)
+            if delivered:
+                w, _err = inner.write(udp.slab, rx.deliver_off, rx.deliver_len, delivered)
+                if w < delivered:
+                    self.counters.inner_dropped += delivered - w
+                    self.counters.inner_write_errors += 1
+            if rx.n_touched:
+                touches.extend(rx.touches())
+            for k in range(n_other):
+                j = rx.other[k]
+                control.append((bytes(view[off[j]:off[j] + lens[j]]), to_addr(ep + j)))
+        if touches:
+            self.emit(dev.on_transport(touches, now))
+        if control:
+            self.emit(dev.receive_handshakes(control, now))
 
     # ------------------------------------------------------------ send
 
@@ -228,27 +216,27 @@ class Engine:
         """Route, seal and send a batch of inner IP packets (slab is the cffi
         pointer, view a memoryview of the same memory)."""
         now = self.loop.time()
-        fp = self.fast
         self.counters.tx_batches += 1
-        if fp is None:
+        if not self.native:
             pkts = [bytes(view[off[i]:off[i] + lens[i]]) for i in range(n)]
             self.emit(self.device.send_packets(pkts, now))
-            self._arm_timer()
             return
-        k = fp.seal(slab, off, lens, n, now)
+        tx = self.tx
+        k = tx.seal(slab, off, lens, n, self.table.clock(now))
         if k:
-            sent, err = self.udp.send(fp.tx_slab, fp.tx_off, fp.tx_len, fp.tx_ep, k)
+            sent, err = self.udp.send(tx.tx_slab, tx.tx_off, tx.tx_len, tx.tx_ep, k)
             if sent < k:
                 self.counters.tx_dropped += k - sent
                 self.counters.tx_send_errors += 1
                 self._check_gso(err)
-        if k < n:
-            waiting = fp.unsealed(view, off, lens, n)
-            if waiting:
-                self._device_call(self.device.send_packets(waiting, now))
-        for out in fp.after_seal(now):
-            self._device_call(out)
-        self._arm_timer_after_batch()
+        if tx.n_touched:
+            touches = tx.touches()
+            waiting = ()
+            if any(t.flags & S.EV_NEED_KEY for t in touches):
+                st, peer_of = tx.status, tx.peer_of
+                waiting = [(peer_of[i], bytes(view[off[i]:off[i] + lens[i]]))
+                           for i in range(n) if st[i] == S.NO_KEY]
+            self.emit(self.device.on_transport(touches, now, waiting))
 
     def _check_gso(self, err: int) -> None:
         """EMSGSIZE from a UDP_SEGMENT send: the segments are larger than the

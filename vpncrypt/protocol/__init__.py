@@ -3,8 +3,9 @@
 Modules: keys (X25519, wg-compatible base64 keys), noise (HASH/MAC/HMAC/KDF,
 constants, SymmetricState), messages (wire formats), handshake (Noise IKpsk2 +
 WireGuard framing), cookie (mac1/mac2, cookie replies, rate limiter, load),
-replay (anti-replay window), keypair, timers (constants, TimerConfig),
-routing (AllowedIPs), counters, peer, device (Device, Output: the entry point).
+timers (constants, TimerConfig, the timer table), events (Output and events),
+peer, counters, and the Device (device) with its parts: handshakes, sessions
+(lifecycle in the session table, vpncrypt.transport) and datapath.
 """
 from vpncrypt.protocol.device import Device, Output
 from vpncrypt.protocol.keys import genkey, genpsk, pubkey

@@ -157,36 +157,20 @@ class RateLimiter:
             self.prune(now)
 
 
-class LoadMonitor:
-    """Under-load detection for a sans-I/O core.
+class LoadDetector:
+    """Under load, as wireguard-go decides it: at least `depth` handshake
+    messages are waiting to be processed (an eighth of its handshake queue),
+    and for `hold` seconds after the last time that was so.  Unlike a rate,
+    the queue depth follows what this machine can process: a slow CPU falls
+    behind at a lower rate and so turns the cookie defence on sooner."""
 
-    The device reports how many handshake messages each receive batch held.
-    The device is under load while more than `threshold` handshake messages
-    arrived within the current one-second window (or one batch held more than
-    `threshold`), and stays under load for `hold` seconds after that.
-    `force` pins the state for tests and operators (None = automatic).
-    """
-
-    def __init__(self, threshold: int = 4096, window: float = 1.0, hold: float = 1.0):
-        self.threshold = threshold
-        self.window = window
+    def __init__(self, depth: int = 128, hold: float = 1.0):
+        self.depth = depth
         self.hold = hold
-        self.window_start = None
-        self.count = 0
         self.until = float("-inf")
-        self.force = None
 
-    def record(self, n: int, now: float) -> None:
-        if n <= 0:
-            return
-        if self.window_start is None or now - self.window_start >= self.window:
-            self.window_start = now
-            self.count = 0
-        self.count += n
-        if self.count > self.threshold:
+    def check(self, waiting: int, now: float) -> bool:
+        if waiting >= self.depth:
             self.until = now + self.hold
-
-    def under_load(self, now: float) -> bool:
-        if self.force is not None:
-            return self.force
+            return True
         return now < self.until

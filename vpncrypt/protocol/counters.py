@@ -1,9 +1,11 @@
-"""Traffic and drop counters, per peer and per device."""
+"""Handshake message and drop counters, per peer and per device (transport
+data is counted by the session table)."""
 
+# Handshake-side reasons (the session table counts transport data's own).
 DROP_REASONS = (
-    "bad_mac1", "bad_mac2", "bad_tag", "replay", "unknown_index", "unknown_peer",
-    "source_not_allowed", "malformed", "rate_limited", "no_route", "queue_full",
-    "expired", "no_endpoint", "cookie_sent", "internal_error",
+    "bad_mac1", "bad_tag", "replay", "unknown_index", "unknown_peer", "malformed",
+    "rate_limited", "queue_full", "handshake_queue_full", "expired", "no_endpoint",
+    "cookie_sent", "internal_error",
 )
 
 

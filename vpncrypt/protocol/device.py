@@ -1,116 +1,90 @@
-"""The sans-I/O WireGuard device: the object the asyncio daemon drives.
+"""The sans-I/O WireGuard device: the object the asyncio data plane drives.
 
-No sockets, no clocks, no threads.  Every call that depends on time takes
-``now`` (monotonic seconds); randomness comes from ``rng(n)``; the only wall
-clock is ``wallclock()`` (for the TAI64N initiation timestamp and `wg show`'s
-last-handshake time).
+No sockets, no clock, no threads.  Every call that depends on time takes
+``now`` (monotonic seconds); randomness comes from ``rng(n)``; the wall clock
+(``wallclock()``) is read only for the initiation timestamp and `wg show`'s
+last-handshake time.
 
-    dev = Device(private_key, *, listen_port=0, rng=os.urandom,
-                 wallclock=time.time, timer_config=None, crypto=None,
-                 under_load_threshold=4096, ratelimit_rate=20, ratelimit_burst=5)
-    dev.public_key, dev.private_key, dev.peers -> {public_key: Peer}
-    dev.set_private_key(private_key)
+    dev = Device(private_key, *, backend="native", rng=os.urandom,
+                 wallclock=time.time, timer_config=None, mtu=1420)
+    dev.public_key, dev.private_key, dev.peers -> {public_key: Peer}, dev.table
+    dev.set_private_key(key); dev.set_mtu(mtu)
     dev.add_peer(public_key, *, preshared_key=None, allowed_ips=(), endpoint=None,
                  persistent_keepalive=0) -> Peer
     dev.update_peer(public_key, *, preshared_key=..., endpoint=..., persistent_keepalive=...,
                     allowed_ips=None, replace_allowed_ips=False) -> Peer
     dev.remove_peer(public_key); dev.remove_allowed_ip(public_key, cidr); dev.clear_peers()
+    dev.has_session(peer); dev.drops() -> {reason: n}
 
     dev.receive_datagrams([(udp_payload, addr), ...], now) -> Output
     dev.receive_datagram(udp_payload, addr, now) -> Output
+    dev.receive_handshakes([(udp_payload, addr), ...], now) -> Output
     dev.send_packets([ip_packet, ...], now) -> Output
+    dev.on_transport(touches, now, waiting=()) -> Output
     dev.handle_timers(now) -> Output
-    dev.next_deadline() -> float | None     # call handle_timers at (or after) it
+    dev.next_deadline() -> float | None      # call handle_timers at (or after) it
 
-    Output.datagrams: list[(udp_payload, addr)] to send; Output.packets: list of
-    decrypted inner IP packets for the TUN.
+Output (vpncrypt.protocol.events) holds datagrams to send, inner packets for
+the TUN and events.
 
-``addr`` is any hashable endpoint; it is stored for roaming and handed back.
-For the cookie (mac2) it is turned into bytes by cookie.addr_bytes (IP bytes +
-port for (host, port) tuples) and the rate limiter keys on its host part.
+Sessions live in the session table (vpncrypt.transport), which this object
+drives and never mirrors: keys, counters, replay windows, expiry, endpoints
+and AllowedIPs.  It has two backends, "native" and "pynacl"; the handshake
+uses the crypto backend of the same name.  The native data plane seals and
+opens transport data in the table itself and brings the batch results here
+in one call (``on_transport``); the list-form calls do the same through the
+table's list interface.
 
-Transport data is batched: the data messages of one receive call are grouped
-by keypair and opened with one ``open_batch`` per group; outgoing packets are
-sealed with one ``seal_batch`` per peer.  Handshake and cookie messages in a
-receive batch are processed before its data messages.
-
-Under load (cookie.LoadMonitor: more than ``under_load_threshold`` handshake
-messages in one second, or ``device.load.force = True``) handshake messages
-need a valid mac2, else they are answered with a cookie reply; those with a
-valid mac2 then pass the per-source token bucket.
-
-Drops are counted in ``device.counters.drops`` (and the peer's, when known).
+The parts: handshakes (vpncrypt.protocol.handshakes), session lifecycle
+(sessions), the data side and batch results (datapath), timers (timers, one
+transition table and a heap of deadlines).
 """
 import os
 import time
 
-from vpncrypt.crypto import AuthenticationError, get_backend
+from vpncrypt.crypto import get_backend
 from vpncrypt.protocol import keys
-from vpncrypt.protocol.cookie import CookieChecker, LoadMonitor, RateLimiter, addr_bytes, addr_host
+from vpncrypt.protocol.cookie import CookieChecker, LoadDetector, RateLimiter
 from vpncrypt.protocol.counters import Counters
-from vpncrypt.protocol.handshake import (
-    PendingInitiation, wg_begin_consume_initiation, wg_consume_response, wg_create_initiation,
-    wg_create_response, wg_finish_consume_initiation,
-)
-from vpncrypt.protocol.keypair import Keypair
-from vpncrypt.protocol.messages import (
-    COOKIE_REPLY_LEN, HDR_COOKIE_REPLY, HDR_INITIATION, HDR_RESPONSE, HDR_TRANSPORT,
-    INIT_MAC1, INITIATION_LEN, RESP_MAC1, RESPONSE_LEN, TRANSPORT_MIN_LEN,
-    parse_initiation, parse_response,
-)
+from vpncrypt.protocol.datapath import DataPath
+from vpncrypt.protocol.events import HandshakeCompleted, HandshakeGaveUp, Output
+from vpncrypt.protocol.handshakes import Handshakes
+from vpncrypt.protocol.messages import HDR_TRANSPORT
 from vpncrypt.protocol.peer import Peer
-from vpncrypt.protocol.routing import AllowedIPs
-from vpncrypt.protocol.timers import TimerConfig
+from vpncrypt.protocol.sessions import Sessions
+from vpncrypt.protocol.timers import (
+    KEEPALIVE, NEW_HANDSHAKE, PERSISTENT, RETRANSMIT, ZERO_KEYS, TimerConfig, TimerQueue,
+)
+from vpncrypt.transport import TableConfig, new_table
 
 __all__ = ["Device", "Output"]
 
-_ZERO4 = b"\x00\x00\x00\x00"
-_PAD = [bytes(i) for i in range(16)]
 _KEEP = object()
 
 
-class Output:
-    """What a Device call produced: datagrams to send, packets for the TUN."""
-
-    __slots__ = ("datagrams", "packets")
-
-    def __init__(self):
-        self.datagrams = []
-        self.packets = []
-
-    def extend(self, other: "Output") -> "Output":
-        self.datagrams.extend(other.datagrams)
-        self.packets.extend(other.packets)
-        return self
-
-    def __repr__(self):
-        return f"<Output datagrams={len(self.datagrams)} packets={len(self.packets)}>"
-
-
 class Device:
-    def __init__(self, private_key: bytes | None, *, listen_port: int = 0, rng=os.urandom,
-                 wallclock=time.time, timer_config: TimerConfig | None = None, crypto=None,
-                 under_load_threshold: int = 4096, ratelimit_rate: float = 20.0,
-                 ratelimit_burst: int = 5):
-        self.listen_port = listen_port
+    def __init__(self, private_key: bytes | None, *, backend: str = "native", rng=os.urandom,
+                 wallclock=time.time, timer_config: TimerConfig | None = None, mtu: int = 1420,
+                 ratelimit_rate: float = 20.0, ratelimit_burst: int = 5):
         self.rng = rng
         self.wallclock = wallclock
-        self.config = timer_config or TimerConfig()
-        self.crypto = crypto if crypto is not None else get_backend("native")
+        self.config = c = timer_config or TimerConfig()
+        self.backend = backend
+        self.crypto = get_backend(backend)
+        self.table = new_table(backend, self._table_config(mtu))
         self.peers: dict[bytes, Peer] = {}
-        self.index: dict[int, object] = {}  # local index -> Keypair | PendingInitiation
-        self.routing = AllowedIPs()
+        self.by_pid: dict[int, Peer] = {}
         self.counters = Counters()
-        self.load = LoadMonitor(under_load_threshold)
+        self.load = LoadDetector(c.under_load_queue_depth, c.under_load_after_time)
         self.ratelimiter = RateLimiter(ratelimit_rate, ratelimit_burst)
+        self.checker = CookieChecker(bytes(32), self.crypto, rng, c.cookie_secret_max_age)
+        self.timers = TimerQueue(self._delay)
+        self.handshakes = Handshakes(self)
+        self.sessions = Sessions(self)
+        self.datapath = DataPath(self)
         self._last_wall = float("-inf")
-        # The caller's clock may jump back; inside, time never does (see _clock).
-        self._clock_offset = 0.0
-        self._last_now = float("-inf")
-        self.strict = False  # tests: re-raise instead of counting "internal_error"
-        self._private = None
+        self.static_private = None        # bytearray, wiped when replaced
         self.public_key = None
-        self.checker = CookieChecker(bytes(32), self.crypto, rng, self.config.cookie_secret_max_age)
         if private_key is not None:
             self.set_private_key(private_key)
 
@@ -118,37 +92,51 @@ class Device:
         pub = keys.encode(self.public_key) if self.public_key else None
         return f"<Device public_key={pub} peers={len(self.peers)}>"
 
+    def _table_config(self, mtu: int) -> TableConfig:
+        c = self.config
+        return TableConfig(reject_after_time=c.reject_after_time, rekey_after_time=c.rekey_after_time,
+                           rekey_on_receive_age=c.rekey_on_receive_age,
+                           reject_after_messages=c.reject_after_messages,
+                           rekey_after_messages=c.rekey_after_messages, mtu=mtu)
+
     # ------------------------------------------------------------ configuration
 
     @property
     def private_key(self) -> bytes | None:
-        return bytes(self._private) if self._private is not None else None
+        return bytes(self.static_private) if self.static_private is not None else None
+
+    @property
+    def mtu(self) -> int:
+        return self.table.config.mtu
+
+    def set_mtu(self, mtu: int) -> None:
+        """The interface MTU: the padding never goes past it."""
+        self.table.configure(self._table_config(mtu))
 
     def set_private_key(self, private_key: bytes | None) -> None:
         """Set (or clear) the static key; re-derives each peer's static-static
-        DH and retires every session and pending handshake."""
-        if self._private is not None:
-            for i in range(32):
-                self._private[i] = 0
+        DH and ends every session and handshake in flight."""
+        if self.static_private is not None:
+            self.static_private[:] = bytes(32)
         if private_key is None or not any(private_key):
-            self._private = None
+            self.static_private = None
             self.public_key = None
         else:
-            self._private = bytearray(keys.clamp(bytes(private_key)))
-            self.public_key = keys.public_from_private(bytes(self._private))
+            self.static_private = bytearray(keys.clamp(bytes(private_key)))
+            self.public_key = keys.public_from_private(bytes(self.static_private))
             self.checker.set_public_key(self.public_key)
-            same = self.peers.get(self.public_key)
-            if same is not None:  # a peer cannot be ourselves
+            if self.public_key in self.peers:  # a peer cannot be ourselves
                 self.remove_peer(self.public_key)
         for peer in self.peers.values():
             self._precompute(peer)
-            self._reset_sessions(peer)
+            self.sessions.drop_pending(peer)
+            self.table.zero(peer.pid)
 
     def _precompute(self, peer: Peer) -> None:
         peer.static_static = None
-        if self._private is not None:
+        if self.static_private is not None:
             try:
-                peer.static_static = keys.dh(bytes(self._private), peer.public_key)
+                peer.static_static = keys.dh(bytes(self.static_private), peer.public_key)
             except keys.DHError:
                 peer.static_static = None
 
@@ -163,631 +151,217 @@ class Device:
         if public_key == self.public_key:
             raise ValueError("a peer cannot have the interface's own public key")
         c = self.config
-        peer = Peer(self, public_key, None, endpoint, persistent_keepalive,
+        pid = self.table.add_peer()
+        peer = Peer(self, public_key, pid, persistent_keepalive,
                     c.cookie_secret_max_age - c.cookie_secret_latency)
-        peer._set_psk(preshared_key)
+        try:
+            peer.set_psk(preshared_key)
+            if endpoint is not None:
+                self.table.set_endpoint(pid, endpoint)
+            for cidr in allowed_ips:
+                self.table.route_add(pid, cidr)
+        except BaseException:
+            self.table.remove_peer(pid)
+            raise
         self._precompute(peer)
         self.peers[public_key] = peer
-        for cidr in allowed_ips:
-            self.routing.insert(cidr, peer)
+        self.by_pid[pid] = peer
         if peer.persistent_keepalive:
-            peer.persistent_at = float("-inf")  # send one at the next handle_timers
+            self.timers.arm(peer, PERSISTENT, float("-inf"))  # one keepalive at the next handle_timers
         return peer
 
     def update_peer(self, public_key: bytes, *, preshared_key=_KEEP, endpoint=_KEEP,
                     persistent_keepalive=_KEEP, allowed_ips=None, replace_allowed_ips=False) -> Peer:
         peer = self.peers[bytes(public_key)]
         if preshared_key is not _KEEP:
-            peer._set_psk(preshared_key)
+            peer.set_psk(preshared_key)
         if endpoint is not _KEEP and endpoint is not None:
-            peer.endpoint = endpoint
+            self.table.set_endpoint(peer.pid, endpoint)
         if persistent_keepalive is not _KEEP and persistent_keepalive is not None:
             old = peer.persistent_keepalive
             peer.persistent_keepalive = int(persistent_keepalive)
             if peer.persistent_keepalive and not old:
-                peer.persistent_at = float("-inf")
+                self.timers.arm(peer, PERSISTENT, float("-inf"))
             elif not peer.persistent_keepalive:
-                peer.persistent_at = None
+                self.timers.disarm(peer, PERSISTENT)
         if replace_allowed_ips:
-            self.routing.remove_peer(peer)
+            self.table.routes_clear(peer.pid)
         for cidr in allowed_ips or ():
-            self.routing.insert(cidr, peer)
+            self.table.route_add(peer.pid, cidr)
         return peer
 
     def remove_allowed_ip(self, public_key: bytes, cidr) -> None:
         peer = self.peers[bytes(public_key)]
-        self.routing.remove(cidr, peer)
+        self.table.route_remove(peer.pid, cidr)
 
     def remove_peer(self, public_key: bytes) -> None:
         peer = self.peers.pop(bytes(public_key), None)
         if peer is None:
             return
-        self._reset_sessions(peer)
-        peer._set_psk(None)
-        peer.queue.clear()
-        self.routing.remove_peer(peer)
+        self.sessions.drop_pending(peer)
+        peer.staged.clear()
+        peer.set_psk(None)
+        peer.timers.gone = True
+        del self.by_pid[peer.pid]
+        self.table.remove_peer(peer.pid)
+        if len(self.timers) > 64 and len(self.timers) > 16 * (len(self.peers) + 1):
+            self.timers.compact()
 
     def clear_peers(self) -> None:
         for pub in list(self.peers):
             self.remove_peer(pub)
 
-    # ------------------------------------------------------------ helpers
+    # ------------------------------------------------------------ reading
 
-    def _new_index(self) -> int:
-        while True:
-            i = int.from_bytes(self.rng(4), "little")
-            if i not in self.index:
-                return i
+    def has_session(self, peer) -> bool:
+        """The peer has a current keypair (usable or not)."""
+        return self.table.stats(peer.pid, self.table.clock_offset()).current is not None
 
-    def _jitter(self) -> float:
-        return int.from_bytes(self.rng(2), "little") / 65535.0 * self.config.rekey_timeout_jitter
+    def drops(self) -> dict:
+        """Every drop by reason: the handshake side's and the session table's
+        (its own and every peer's)."""
+        total = {k: v for k, v in self.counters.drops.items() if v}
+        parts = [self.table.drops()]
+        parts.extend(self.table.stats(p.pid, 0.0).drops for p in self.peers.values())
+        for part in parts:
+            for k, v in part.items():
+                total[k] = total.get(k, 0) + v
+        return total
 
-    def _unix_now(self) -> float:
-        t = self.wallclock()
-        if t <= self._last_wall:  # keep initiation timestamps strictly increasing
-            t = self._last_wall + 1e-6
+    # ------------------------------------------------------------ shared helpers
+
+    def unix_now(self) -> float:
+        """The wall clock for an initiation timestamp: never earlier than the
+        last one (the peer refuses a timestamp that goes back)."""
+        t = max(self.wallclock(), self._last_wall)
         self._last_wall = t
         return t
 
-    def _retire(self, kp) -> None:
-        if kp is None:
-            return
-        if self.index.get(kp.local_index) is kp:
-            del self.index[kp.local_index]
-        kp.wipe()
-
-    def _drop_pending(self, peer: Peer) -> None:
-        p = peer.pending
-        if p is not None:
-            if self.index.get(p.local_index) is p:
-                del self.index[p.local_index]
-            p.wipe()
-            peer.pending = None
-
-    def _reset_sessions(self, peer: Peer) -> None:
-        for kp in peer.keypairs():
-            self._retire(kp)
-        peer.current = peer.previous = peer.next = None
-        self._drop_pending(peer)
-        peer.retransmit_at = peer.keepalive_at = peer.new_handshake_at = peer.zero_keys_at = None
-
-    def _drop(self, reason: str, peer=None, n: int = 1) -> None:
+    def drop(self, reason: str, peer=None, n: int = 1) -> None:
         self.counters.drop(reason, n)
         if peer is not None:
             peer.counters.drop(reason, n)
 
-    def _emit(self, peer: Peer, datagram: bytes, out: Output) -> None:
-        out.datagrams.append((datagram, peer.endpoint))
-        n = len(datagram)
-        peer.counters.tx_packets += 1
-        peer.counters.tx_bytes += n
-        self.counters.tx_packets += 1
-        self.counters.tx_bytes += n
+    def count_rx(self, peer, nbytes: int) -> None:
+        for c in (peer.counters, self.counters):
+            c.rx_packets += 1
+            c.rx_bytes += nbytes
 
-    def _rx(self, peer: Peer, n_bytes: int, n_packets: int = 1) -> None:
-        peer.counters.rx_packets += n_packets
-        peer.counters.rx_bytes += n_bytes
-        self.counters.rx_packets += n_packets
-        self.counters.rx_bytes += n_bytes
+    def emit(self, peer, datagram: bytes, endpoint, out) -> None:
+        out.datagrams.append((datagram, endpoint))
+        for c in (peer.counters, self.counters):
+            c.tx_packets += 1
+            c.tx_bytes += len(datagram)
 
-    # timer events (the WireGuard timer state machine)
+    def handshake_complete(self, peer, initiator: bool, now: float, out) -> None:
+        pt = peer.timers
+        self.timers.event(peer, "handshake_complete", now)
+        pt.attempts = 0
+        pt.last_minute_sent = False
+        wall = self.wallclock()
+        for c in (peer.counters, self.counters):
+            c.handshakes_completed += 1
+            c.last_handshake = wall
+        out.events.append(HandshakeCompleted(peer, initiator))
 
-    def _t_authenticated_received(self, peer):
-        peer.new_handshake_at = None
-
-    def _t_authenticated_sent(self, peer):
-        peer.keepalive_at = None
-
-    def _t_traversal(self, peer, now):
-        if peer.persistent_keepalive:
-            peer.persistent_at = now + peer.persistent_keepalive
-
-    def _t_data_sent(self, peer, now):
-        if peer.new_handshake_at is None:
-            c = self.config
-            peer.new_handshake_at = now + c.keepalive_timeout + c.rekey_timeout + self._jitter()
-
-    def _t_data_received(self, peer, now):
-        if peer.keepalive_at is None:
-            peer.keepalive_at = now + self.config.keepalive_timeout
-        else:
-            peer.need_another_keepalive = True
-
-    def _t_handshake_complete(self, peer):
-        peer.retransmit_at = None
-        peer.handshake_attempts = 0
-        peer.counters.handshakes_completed += 1
-        self.counters.handshakes_completed += 1
-        w = self.wallclock()
-        peer.counters.last_handshake = w
-        self.counters.last_handshake = w
-
-    def _t_session_derived(self, peer, now):
-        peer.zero_keys_at = now + 3 * self.config.reject_after_time
-
-    # ------------------------------------------------------------ handshake out
-
-    def _initiate(self, peer: Peer, now: float, out: Output, is_retry: bool = False) -> None:
+    def _delay(self, peer, timer):
         c = self.config
-        if not is_retry:
-            peer.handshake_attempts = 0
-        if now - peer.last_sent_handshake < c.rekey_timeout:
-            return
-        if self._private is None or peer.static_static is None:
-            return
-        if peer.endpoint is None:
-            self._drop("no_endpoint", peer)
-            return
-        peer.last_sent_handshake = now
-        self._drop_pending(peer)
-        local_index = self._new_index()
-        e_priv = keys.generate_private(self.rng)
-        body, pending = wg_create_initiation(self.crypto, bytes(self._private), self.public_key,
-                                             peer.public_key, peer.static_static, local_index,
-                                             e_priv, self._unix_now(), now)
-        pending.peer = peer
-        self.index[local_index] = pending
-        peer.pending = pending
-        self._emit(peer, peer.cookie.add_macs(body, now), out)
-        peer.counters.handshakes_sent += 1
-        self.counters.handshakes_sent += 1
-        self._t_traversal(peer, now)
-        self._t_authenticated_sent(peer)
-        peer.retransmit_at = now + c.rekey_timeout + self._jitter()
+        if timer == RETRANSMIT:
+            return c.rekey_timeout + self._jitter()
+        if timer == KEEPALIVE:
+            return c.keepalive_timeout
+        if timer == NEW_HANDSHAKE:
+            return c.keepalive_timeout + c.rekey_timeout + self._jitter()
+        if timer == ZERO_KEYS:
+            return 3 * c.reject_after_time
+        return peer.persistent_keepalive or None
 
-    # ------------------------------------------------------------ receive
+    def _jitter(self) -> float:
+        return int.from_bytes(self.rng(2), "little") / 65535.0 * self.config.rekey_timeout_jitter
+
+    # ------------------------------------------------------------ traffic
+
+    def receive_datagrams(self, datagrams, now: float) -> Output:
+        """UDP payloads of any type: handshake messages first, then transport
+        data through the table."""
+        now = self.table.clock(now)
+        out = Output()
+        transport, control = [], []
+        for item in datagrams:
+            (transport if bytes(item[0][:4]) == HDR_TRANSPORT else control).append(item)
+        if control:
+            self.handshakes.receive(control, now, out)
+        if transport:
+            self.datapath.receive(transport, now, out)
+        return out
 
     def receive_datagram(self, data: bytes, addr, now: float) -> Output:
         return self.receive_datagrams([(data, addr)], now)
 
-    def _clock(self, now: float) -> float:
-        """The caller's `now` on the Device's own clock, which never runs
-        backwards: after a backward jump it carries on from where it was (as
-        if time had stood still), so no deadline is pushed into the far future
-        and no session gets stuck.  Forward jumps pass through: keys expire and
-        handshakes start again, as they would after a suspend."""
-        t = now + self._clock_offset
-        if t < self._last_now:
-            self._clock_offset += self._last_now - t
-            t = self._last_now
-        self._last_now = t
-        return t
-
-    def external_time(self, t: float) -> float:
-        """A time on the Device's clock (a deadline, a key's expiry) on the caller's."""
-        return t - self._clock_offset
-
-    def receive_datagrams(self, datagrams, now: float) -> Output:
-        now = self._clock(now)
+    def receive_handshakes(self, datagrams, now: float) -> Output:
+        """UDP payloads that are not transport data (the data plane opened
+        those itself)."""
         out = Output()
-        index_get = self.index.get
-        groups = {}
-        handshakes = []
-        reject_after = self.config.reject_after_messages
-        for data, addr in datagrams:
-            if len(data) >= TRANSPORT_MIN_LEN and data[:4] == HDR_TRANSPORT:
-                kp = index_get(int.from_bytes(data[4:8], "little"))
-                if kp is None or kp.__class__ is not Keypair:
-                    self._drop("unknown_index")
-                    continue
-                cb = data[8:16]
-                ctr = int.from_bytes(cb, "little")
-                if ctr >= reject_after or not kp.replay.check(ctr):
-                    self._drop("replay", kp.peer)
-                    continue
-                g = groups.get(kp)
-                if g is None:
-                    g = groups[kp] = ([], [], [])
-                g[0].append(_ZERO4 + cb)
-                g[1].append(data[16:])
-                g[2].append((ctr, len(data), addr))
-            else:
-                handshakes.append((data, addr))
-        if handshakes:
-            self.load.record(sum(1 for d, _ in handshakes if d[:1] in (b"\x01", b"\x02")), now)
-            for data, addr in handshakes:
-                try:
-                    self._handle_control(data, addr, now, out)
-                except Exception:  # defensive: a bad message must never escape
-                    if self.strict:
-                        raise
-                    self._drop("internal_error")
-        for kp, group in groups.items():
-            self._receive_data(kp, group, now, out)
+        self.handshakes.receive(datagrams, self.table.clock(now), out)
         return out
-
-    def _handle_control(self, data, addr, now, out):
-        n = len(data)
-        head = bytes(data[:4])
-        if head == HDR_INITIATION and n == INITIATION_LEN:
-            self._receive_initiation(bytes(data), addr, now, out)
-        elif head == HDR_RESPONSE and n == RESPONSE_LEN:
-            self._receive_response(bytes(data), addr, now, out)
-        elif head == HDR_COOKIE_REPLY and n == COOKIE_REPLY_LEN:
-            self._receive_cookie_reply(bytes(data), now)
-        else:
-            self._drop("malformed")
-
-    def _dos_check(self, data, mac1_off, sender_index, addr, now, out) -> bool:
-        """mac1, and under load mac2 + rate limit; False if the message is dropped."""
-        if self._private is None:
-            self._drop("unknown_peer")
-            return False
-        if not self.checker.check_mac1(data, mac1_off):
-            self._drop("bad_mac1")
-            return False
-        if self.load.under_load(now):
-            src = addr_bytes(addr)
-            if not self.checker.check_mac2(data, mac1_off, src, now):
-                out.datagrams.append((self.checker.make_reply(data, mac1_off, sender_index, src, now), addr))
-                self._drop("cookie_sent")
-                return False
-            if not self.ratelimiter.allow(addr_host(addr), now):
-                self._drop("rate_limited")
-                return False
-        return True
-
-    def _receive_initiation(self, data, addr, now, out):
-        msg = parse_initiation(data)
-        if not self._dos_check(data, INIT_MAC1[0], msg.sender, addr, now, out):
-            return
-        try:
-            ss, static = wg_begin_consume_initiation(self.crypto, bytes(self._private), self.public_key, msg)
-        except AuthenticationError:
-            self._drop("bad_tag")
-            return
-        except keys.DHError:
-            self._drop("malformed")
-            return
-        peer = self.peers.get(static)
-        if peer is None or peer.static_static is None:
-            self._drop("unknown_peer")
-            return
-        try:
-            ts = wg_finish_consume_initiation(ss, peer.static_static, msg)
-        except AuthenticationError:
-            self._drop("bad_tag", peer)
-            return
-        if ts <= peer.last_timestamp:
-            self._drop("replay", peer)
-            return
-        if now - peer.last_initiation_consumed < self.config.min_initiation_interval:
-            self._drop("rate_limited", peer)
-            return
-        peer.last_timestamp = ts
-        peer.last_initiation_consumed = now
-        local_index = self._new_index()
-        try:
-            body, (send_key, recv_key) = wg_create_response(
-                ss, keys.generate_private(self.rng), msg, static, peer._psk and bytes(peer._psk), local_index)
-        except keys.DHError:
-            self._drop("malformed", peer)
-            return
-        self._rx(peer, len(data))
-        peer.endpoint = addr
-        # A responder's keypair waits in `next` for key confirmation.
-        self._drop_pending(peer)
-        self._retire(peer.next)
-        self._retire(peer.previous)
-        peer.previous = None
-        kp = Keypair(send_key, recv_key, local_index, msg.sender, now, False, peer)
-        self.index[local_index] = kp
-        peer.next = kp
-        self._emit(peer, peer.cookie.add_macs(body, now), out)
-        self._t_authenticated_received(peer)
-        self._t_traversal(peer, now)
-        self._t_authenticated_sent(peer)
-        self._t_session_derived(peer, now)
-
-    def _receive_response(self, data, addr, now, out):
-        msg = parse_response(data)
-        if not self._dos_check(data, RESP_MAC1[0], msg.sender, addr, now, out):
-            return
-        pending = self.index.get(msg.receiver)
-        if pending is None or pending.__class__ is not PendingInitiation or pending.peer.pending is not pending:
-            self._drop("unknown_index")
-            return
-        peer = pending.peer
-        try:
-            send_key, recv_key = wg_consume_response(pending, bytes(self._private),
-                                                     peer._psk and bytes(peer._psk), msg)
-        except AuthenticationError:
-            self._drop("bad_tag", peer)
-            return
-        except keys.DHError:
-            self._drop("malformed", peer)
-            return
-        self._drop_pending(peer)
-        kp = Keypair(send_key, recv_key, pending.local_index, msg.sender, now, True, peer)
-        self.index[kp.local_index] = kp
-        if peer.next is not None:
-            new_previous = peer.next
-            peer.next = None
-            self._retire(peer.current)
-        else:
-            new_previous = peer.current
-        self._retire(peer.previous)
-        peer.previous = new_previous
-        peer.current = kp
-        self._rx(peer, len(data))
-        peer.endpoint = addr
-        self._t_handshake_complete(peer)
-        self._t_session_derived(peer, now)
-        self._t_authenticated_received(peer)
-        self._t_traversal(peer, now)
-        # Send what waited for the handshake; otherwise a keepalive confirms the keys.
-        self._send_to_peer(peer, [] if peer.queue else [b""], now, out)
-
-    def _receive_cookie_reply(self, data, now):
-        entry = self.index.get(int.from_bytes(data[4:8], "little"))
-        if entry is None:
-            self._drop("unknown_index")
-            return
-        peer = entry.peer
-        if not peer.cookie.consume_reply(data, now, self.crypto):
-            self._drop("bad_tag", peer)
-
-    def _receive_data(self, kp: Keypair, group, now, out):
-        nonces, sealed, meta = group
-        peer = kp.peer
-        if not kp.alive:
-            self._drop("unknown_index", peer, len(nonces))
-            return
-        c = self.config
-        if now - kp.created >= c.reject_after_time:
-            self._drop("expired", peer, len(nonces))
-            return
-        plains = self.crypto.open_batch(kp.recv_key, nonces, sealed)
-        update = kp.replay.update
-        lookup_v4 = self.routing.lookup_v4
-        lookup_v6 = self.routing.lookup_v6
-        packets = out.packets
-        n_auth = n_bytes = 0
-        got_data = False
-        last_addr = None
-        for pt, (ctr, size, addr) in zip(plains, meta):
-            if pt is None:
-                self._drop("bad_tag", peer)
-                continue
-            if not update(ctr):
-                self._drop("replay", peer)
-                continue
-            n_auth += 1
-            n_bytes += size
-            last_addr = addr
-            if not pt:
-                continue  # keepalive
-            got_data = True
-            v = pt[0] >> 4
-            if v == 4 and len(pt) >= 20:
-                total = (pt[2] << 8) | pt[3]
-                owner = lookup_v4(int.from_bytes(pt[12:16], "big"))
-            elif v == 6 and len(pt) >= 40:
-                total = 40 + ((pt[4] << 8) | pt[5])
-                owner = lookup_v6(int.from_bytes(pt[8:24], "big"))
-            else:
-                self._drop("malformed", peer)
-                continue
-            if total > len(pt) or total < 20:
-                self._drop("malformed", peer)
-                continue
-            if owner is not peer:
-                self._drop("source_not_allowed", peer)
-                continue
-            packets.append(pt if total == len(pt) else pt[:total])
-        if n_auth:
-            self._after_data_received(kp, n_auth, n_bytes, got_data, last_addr, now, out)
-
-    def _after_data_received(self, kp, n_auth, n_bytes, got_data, addr, now, out):
-        """Everything that follows authenticated transport data on `kp`:
-        counters, roaming, key confirmation and the timers."""
-        peer = kp.peer
-        self._rx(peer, n_bytes, n_auth)
-        peer.endpoint = addr
-        if kp is peer.next:  # key confirmation: the initiator used the new keypair
-            self._retire(peer.previous)
-            peer.previous = peer.current
-            peer.current = kp
-            peer.next = None
-            self._t_handshake_complete(peer)
-            if peer.queue:
-                self._send_to_peer(peer, [], now, out)
-        self._t_authenticated_received(peer)
-        self._t_traversal(peer, now)
-        if got_data:
-            self._t_data_received(peer, now)
-        if (kp is peer.current and kp.is_initiator
-                and now - kp.created >= self.config.rekey_on_receive_age):
-            self._initiate(peer, now, out)
-
-    # ------------------------------------------------------------ native fast path
-
-    def note_data_received(self, local_index: int, n_packets: int, n_bytes: int, got_data: bool,
-                           addr, now: float) -> Output:
-        """Transport data on the keypair `local_index` was opened outside this
-        object (the native fast path): apply what follows it, as if it had
-        come through receive_datagrams."""
-        out = Output()
-        now = self._clock(now)
-        kp = self.index.get(local_index)
-        if kp is not None and kp.__class__ is Keypair and kp.alive:
-            self._after_data_received(kp, n_packets, n_bytes, got_data, addr, now, out)
-        return out
-
-    def note_data_sent(self, peer: Peer, n_packets: int, n_bytes: int, sent_data: bool,
-                       now: float) -> Output:
-        """Transport data for `peer` was sealed outside this object on its
-        current keypair (whose send_counter the caller has brought up to
-        date): counters, timers and the rekey checks."""
-        out = Output()
-        now = self._clock(now)
-        peer.counters.tx_packets += n_packets
-        peer.counters.tx_bytes += n_bytes
-        self.counters.tx_packets += n_packets
-        self.counters.tx_bytes += n_bytes
-        self._after_data_sent(peer, sent_data, now)
-        kp = peer.current
-        if kp is not None:
-            self._rekey_check(peer, kp, now, out)
-        return out
-
-    # ------------------------------------------------------------ send
 
     def send_packets(self, ip_packets, now: float) -> Output:
-        now = self._clock(now)
         out = Output()
-        by_peer = {}
-        lookup_v4 = self.routing.lookup_v4
-        lookup_v6 = self.routing.lookup_v6
-        for pkt in ip_packets:
-            v = pkt[0] >> 4 if pkt else 0
-            if v == 4 and len(pkt) >= 20:
-                peer = lookup_v4(int.from_bytes(pkt[16:20], "big"))
-            elif v == 6 and len(pkt) >= 40:
-                peer = lookup_v6(int.from_bytes(pkt[24:40], "big"))
-            else:
-                self._drop("malformed")
-                continue
-            if peer is None:
-                self._drop("no_route")
-                continue
-            lst = by_peer.get(peer)
-            if lst is None:
-                by_peer[peer] = [pkt]
-            else:
-                lst.append(pkt)
-        for peer, pkts in by_peer.items():
-            self._send_to_peer(peer, pkts, now, out)
+        self.datapath.send(ip_packets, self.table.clock(now), out)
         return out
 
-    def _usable(self, kp, now) -> bool:
-        return (kp is not None and now - kp.created < self.config.reject_after_time
-                and kp.send_counter < self.config.reject_after_messages)
-
-    def _enqueue(self, peer, pkts):
-        q = peer.queue
-        q.extend(pkts)
-        excess = len(q) - self.config.max_queued_packets
-        if excess > 0:
-            for _ in range(excess):
-                q.popleft()
-            self._drop("queue_full", peer, excess)
-
-    def _send_to_peer(self, peer: Peer, pkts, now: float, out: Output) -> None:
-        """Send (or queue) packets for one peer, starting with its queue."""
-        if peer.queue:
-            pkts = list(peer.queue) + list(pkts)
-            peer.queue.clear()
-        if not pkts:
-            return
-        c = self.config
-        kp = peer.current
-        if not self._usable(kp, now) or peer.endpoint is None:
-            if peer.endpoint is None:
-                self._drop("no_endpoint", peer, len(pkts))
-                return
-            self._enqueue(peer, pkts)
-            nxt = peer.next
-            if not (nxt is not None and now - nxt.created < c.rekey_timeout):
-                self._initiate(peer, now, out)
-            return
-        room = c.reject_after_messages - kp.send_counter
-        if room < len(pkts):
-            self._enqueue(peer, pkts[room:])
-            pkts = pkts[:room]
-        self._seal(peer, kp, pkts, now, out)
-        self._rekey_check(peer, kp, now, out)
-
-    def _rekey_check(self, peer, kp, now, out):
-        c = self.config
-        if kp.send_counter > c.rekey_after_messages or (
-                kp.is_initiator and now - kp.created >= c.rekey_after_time):
-            self._initiate(peer, now, out)
-
-    def _seal(self, peer: Peer, kp: Keypair, pkts, now: float, out: Output) -> None:
-        n = len(pkts)
-        c0 = kp.send_counter
-        kp.send_counter = c0 + n
-        ctrs = [(c0 + i).to_bytes(8, "little") for i in range(n)]
-        nonces = [_ZERO4 + cb for cb in ctrs]
-        pad = _PAD
-        padded = [p + pad[-len(p) & 15] for p in pkts]
-        sealed = self.crypto.seal_batch(kp.send_key, nonces, padded)
-        prefix = HDR_TRANSPORT + kp.remote_index.to_bytes(4, "little")
-        ep = peer.endpoint
-        dgs = [(prefix + cb + s, ep) for cb, s in zip(ctrs, sealed)]
-        out.datagrams.extend(dgs)
-        nbytes = sum(len(d) for d, _ in dgs)
-        peer.counters.tx_packets += n
-        peer.counters.tx_bytes += nbytes
-        self.counters.tx_packets += n
-        self.counters.tx_bytes += nbytes
-        self._after_data_sent(peer, any(pkts), now)
-
-    def _after_data_sent(self, peer, sent_data: bool, now):
-        self._t_authenticated_sent(peer)
-        self._t_traversal(peer, now)
-        if sent_data:
-            self._t_data_sent(peer, now)
-
-    def _send_keepalive(self, peer: Peer, now: float, out: Output) -> None:
-        if peer.queue:
-            self._send_to_peer(peer, [], now, out)
-        else:
-            self._send_to_peer(peer, [b""], now, out)
+    def on_transport(self, touches, now: float, waiting=()) -> Output:
+        """Batch results of the native data plane, in one call: the table's
+        touches, and (peer id, packet) pairs that found no usable key."""
+        out = Output()
+        self.datapath.apply(touches, self.table.clock(now), out, waiting)
+        return out
 
     # ------------------------------------------------------------ timers
 
     def handle_timers(self, now: float) -> Output:
-        now = self._clock(now)
+        now = self.table.clock(now)
         out = Output()
-        c = self.config
-        for peer in list(self.peers.values()):
-            t = peer.retransmit_at
-            if t is not None and now >= t:
-                peer.retransmit_at = None
-                if peer.handshake_attempts >= c.max_handshake_attempts:
-                    # Give up: drop what waited and schedule zeroing the keys.
-                    if peer.queue:
-                        self._drop("expired", peer, len(peer.queue))
-                        peer.queue.clear()
-                    self._drop_pending(peer)
-                    peer.new_handshake_at = None
-                    if peer.zero_keys_at is None:
-                        peer.zero_keys_at = now + 3 * c.reject_after_time
-                else:
-                    peer.handshake_attempts += 1
-                    self._initiate(peer, now, out, is_retry=True)
-            t = peer.keepalive_at
-            if t is not None and now >= t:
-                peer.keepalive_at = None
-                self._send_keepalive(peer, now, out)
-                if peer.need_another_keepalive:
-                    peer.need_another_keepalive = False
-                    peer.keepalive_at = now + c.keepalive_timeout
-            t = peer.new_handshake_at
-            if t is not None and now >= t:
-                peer.new_handshake_at = None
-                self._initiate(peer, now, out)
-            t = peer.zero_keys_at
-            if t is not None and now >= t:
-                peer.zero_keys_at = None
-                for kp in peer.keypairs():
-                    self._retire(kp)
-                peer.current = peer.previous = peer.next = None
-                self._drop_pending(peer)
-            t = peer.persistent_at
-            if t is not None and now >= t:
-                peer.persistent_at = now + peer.persistent_keepalive if peer.persistent_keepalive else None
-                self._send_keepalive(peer, now, out)
+        q = self.timers
+        while True:
+            due = q.pop_due(now)
+            if due is None:
+                break
+            peer, timer = due
+            self._expired(peer, timer, now, out)
         self.ratelimiter.maybe_prune(now)
+        self.table.maintain()
         return out
 
+    def _expired(self, peer, timer, now, out) -> None:
+        c = self.config
+        pt = peer.timers
+        if timer == RETRANSMIT:
+            if pt.attempts > c.max_timer_handshakes:
+                # give up: what waited is dropped; the handshake state stays
+                # until the keys are zeroed
+                out.events.append(HandshakeGaveUp(peer, pt.attempts + 1))
+                self.timers.disarm(peer, KEEPALIVE)
+                self.datapath.flush_staged(peer, "expired")
+                if not pt.pending(ZERO_KEYS):
+                    self.timers.arm(peer, ZERO_KEYS, now + 3 * c.reject_after_time)
+            else:
+                pt.attempts += 1
+                self.handshakes.initiate(peer, now, out, retry=True)
+        elif timer == KEEPALIVE:
+            self.datapath.keepalive(peer, now, out, persistent=False)
+            if pt.need_another_keepalive:
+                pt.need_another_keepalive = False
+                self.timers.arm(peer, KEEPALIVE, now + c.keepalive_timeout)
+        elif timer == NEW_HANDSHAKE:
+            self.handshakes.initiate(peer, now, out)
+        elif timer == ZERO_KEYS:
+            self.sessions.zero(peer, out)
+        elif timer == PERSISTENT:
+            if peer.persistent_keepalive:
+                self.datapath.keepalive(peer, now, out, persistent=True)
+
     def next_deadline(self) -> float | None:
-        best = None
-        for peer in self.peers.values():
-            for t in (peer.retransmit_at, peer.keepalive_at, peer.new_handshake_at,
-                      peer.zero_keys_at, peer.persistent_at):
-                if t is not None and (best is None or t < best):
-                    best = t
-        return None if best is None else self.external_time(best)
+        """When handle_timers has work next, on the caller's clock."""
+        t = self.timers.next_deadline()
+        return None if t is None else t - self.table.clock_offset()

@@ -74,18 +74,17 @@ def ik_initiator_read(ss, e_priv, s_priv, re_pub, psk, enc_payload):
 class PendingInitiation:
     """Initiator state between sending an initiation and its response."""
 
-    __slots__ = ("ss", "e_priv", "local_index", "sent_at", "peer")
+    __slots__ = ("ss", "e_priv", "local_index", "sent_at")
 
     def __init__(self, ss, e_priv, local_index, sent_at):
         self.ss = ss
         self.e_priv = bytearray(e_priv)
         self.local_index = local_index
         self.sent_at = sent_at
-        self.peer = None
 
     def wipe(self):
-        for i in range(len(self.e_priv)):
-            self.e_priv[i] = 0
+        self.e_priv[:] = bytes(len(self.e_priv))
+        self.ss.wipe()
 
     def __repr__(self):
         return f"<PendingInitiation index={self.local_index:#010x}>"
@@ -112,17 +111,28 @@ def wg_finish_consume_initiation(ss, dh_ss, msg):
 
 
 def wg_create_response(ss, e_priv, initiation, initiator_static, psk, local_index):
-    """Returns (the 60 bytes before mac1, (send_key, recv_key))."""
+    """Returns (the 60 bytes before mac1, (send_key, recv_key)); wipes ss."""
     from vpncrypt.protocol.messages import pack_response_body
-    e_pub, empty = ik_responder_write(ss, e_priv, initiation.ephemeral, initiator_static,
-                                      psk or ZERO_PSK, b"")
-    t_i2r, t_r2i = ss.split()
+    try:
+        e_pub, empty = ik_responder_write(ss, e_priv, initiation.ephemeral, initiator_static,
+                                          psk or ZERO_PSK, b"")
+        t_i2r, t_r2i = ss.split()
+    finally:
+        ss.wipe()
     return pack_response_body(local_index, initiation.sender, e_pub, empty), (t_r2i, t_i2r)
 
 
 def wg_consume_response(pending, s_priv, psk, msg):
-    """Returns (send_key, recv_key) for the initiator."""
-    ss = pending.ss
-    ik_initiator_read(ss, bytes(pending.e_priv), s_priv, msg.ephemeral, psk or ZERO_PSK, msg.empty)
-    t_i2r, t_r2i = ss.split()
+    """Returns (send_key, recv_key) for the initiator.
+
+    The message is processed on a copy of the pending state: a response that
+    fails (a forged one with the right index and a valid mac1, say) leaves
+    the pending handshake as it was, so the real response still completes
+    it.  Raises AuthenticationError or keys.DHError."""
+    ss = pending.ss.copy()
+    try:
+        ik_initiator_read(ss, bytes(pending.e_priv), s_priv, msg.ephemeral, psk or ZERO_PSK, msg.empty)
+        t_i2r, t_r2i = ss.split()
+    finally:
+        ss.wipe()
     return t_i2r, t_r2i

@@ -20,7 +20,7 @@ _blake2s = hashlib.blake2s
 _hmac_digest = _hmac.digest
 
 
-def HASH(*parts: bytes) -> bytes:
+def HASH(*parts) -> bytes:
     h = _blake2s()
     for p in parts:
         h.update(p)
@@ -63,24 +63,38 @@ def aead_nonce(counter: int) -> bytes:
 
 
 _TAI64_BASE = 0x400000000000000A
+# Initiation timestamps are whitened to a multiple of 2^24 ns (about 16.8 ms,
+# the power of two below 1 s / INITIATIONS_PER_SECOND), as WireGuard does, so
+# they do not give away the sender's clock in full.
+_WHITEN = (1 << 24) - 1
 
 
 def tai64n(unix_seconds: float) -> bytes:
     secs = int(unix_seconds // 1)
     nanos = int((unix_seconds - secs) * 1e9)
-    nanos = min(max(nanos, 0), 999_999_999)
+    nanos = min(max(nanos, 0), 999_999_999) & ~_WHITEN
     return struct.pack(">QI", _TAI64_BASE + secs, nanos)
 
 
+def _wipe(buf) -> None:
+    if buf is not None:
+        buf[:] = bytes(len(buf))
+
+
 class SymmetricState:
-    """Noise SymmetricState (chaining key, hash, cipher key with nonce)."""
+    """Noise SymmetricState: chaining key, hash, cipher key and nonce.
+
+    ck, h and k are bytearrays updated in place and wiped by ``wipe()``
+    (the temporaries hashlib returns are freed at once, but Python cannot
+    overwrite them).  ``copy()`` gives an independent state, so a message can
+    be processed on a copy and committed only once it authenticated."""
 
     __slots__ = ("ck", "h", "k", "n", "crypto")
 
     def __init__(self, protocol_name: bytes, crypto):
         h = protocol_name.ljust(32, b"\x00") if len(protocol_name) <= 32 else HASH(protocol_name)
-        self.ck = h
-        self.h = h
+        self.ck = bytearray(h)
+        self.h = bytearray(h)
         self.k = None
         self.n = 0
         self.crypto = crypto
@@ -88,27 +102,47 @@ class SymmetricState:
     def __repr__(self):
         return "<SymmetricState>"
 
+    def copy(self) -> "SymmetricState":
+        other = SymmetricState.__new__(SymmetricState)
+        other.ck = bytearray(self.ck)
+        other.h = bytearray(self.h)
+        other.k = None if self.k is None else bytearray(self.k)
+        other.n = self.n
+        other.crypto = self.crypto
+        return other
+
+    def wipe(self) -> None:
+        _wipe(self.ck)
+        _wipe(self.h)
+        _wipe(self.k)
+        self.k = None
+
+    def _set_k(self, key: bytes) -> None:
+        if self.k is None:
+            self.k = bytearray(key)
+        else:
+            self.k[:] = key
+        self.n = 0
+
     def mix_hash(self, data: bytes) -> None:
-        self.h = HASH(self.h, data)
+        self.h[:] = HASH(self.h, data)
 
     def mix_key(self, ikm: bytes) -> None:
-        self.ck, self.k = KDF2(self.ck, ikm)
-        self.n = 0
-
-    def mix_ck(self, ikm: bytes) -> None:
-        """KDF1 into the chaining key only (the psk-mode 'e' token)."""
-        self.ck = KDF1(self.ck, ikm)
+        ck, k = KDF2(self.ck, ikm)
+        self.ck[:] = ck
+        self._set_k(k)
 
     def mix_key_and_hash(self, ikm: bytes) -> None:
-        self.ck, temp_h, self.k = KDF3(self.ck, ikm)
+        ck, temp_h, k = KDF3(self.ck, ikm)
+        self.ck[:] = ck
         self.mix_hash(temp_h)
-        self.n = 0
+        self._set_k(k)
 
     def encrypt_and_hash(self, plaintext: bytes) -> bytes:
         if self.k is None:
             ct = plaintext
         else:
-            ct = self.crypto.seal(self.k, aead_nonce(self.n), plaintext, self.h)
+            ct = self.crypto.seal(bytes(self.k), aead_nonce(self.n), plaintext, bytes(self.h))
             self.n += 1
         self.mix_hash(ct)
         return ct
@@ -118,7 +152,7 @@ class SymmetricState:
         if self.k is None:
             pt = ciphertext
         else:
-            pt = self.crypto.open(self.k, aead_nonce(self.n), ciphertext, self.h)
+            pt = self.crypto.open(bytes(self.k), aead_nonce(self.n), ciphertext, bytes(self.h))
             self.n += 1
         self.mix_hash(ciphertext)
         return pt

@@ -1,74 +1,70 @@
-"""Per-peer state: configuration, sessions, handshake, queue, timers, counters."""
+"""A configured peer, as the protocol core sees it: its keys and settings,
+its handshake state, its timers and the packets waiting for a handshake.
+
+Its sessions, endpoint, AllowedIPs and transport counters live in the
+session table under ``pid``; the properties below read them from there."""
 from collections import deque
 
 from vpncrypt.protocol.cookie import CookieState
 from vpncrypt.protocol.counters import Counters
+from vpncrypt.protocol.timers import PeerTimers
 
 _NEG_INF = float("-inf")
 
 
 class Peer:
-    """One configured peer.  Created and changed through Device methods.
-
-    Sessions: ``current`` (used to send), ``previous`` (still received on
-    after a rekey) and ``next`` (a responder's keypair waiting for the
-    initiator's first data packet, the key confirmation).
-    Timer deadlines are absolute monotonic times or None.
-    """
-
-    def __init__(self, device, public_key: bytes, preshared_key, endpoint, persistent_keepalive, cookie_valid_for):
+    def __init__(self, device, public_key: bytes, pid: int, persistent_keepalive: int,
+                 cookie_valid_for: float):
         self.device = device
         self.public_key = bytes(public_key)
-        self._psk = bytearray(preshared_key) if preshared_key else None
-        self.endpoint = endpoint
+        self.pid = pid
+        self._psk = None
         self.persistent_keepalive = int(persistent_keepalive or 0)
-        self.static_static = None
+        self.static_static = None         # DH(our static, their static), or None
         self.cookie = CookieState(self.public_key, cookie_valid_for)
-        self.pending = None
-        self.last_timestamp = b""
+        self.pending = None               # PendingInitiation
+        self.last_timestamp = b""         # greatest TAI64N accepted from this peer
         self.last_initiation_consumed = _NEG_INF
-        self.current = None
-        self.previous = None
-        self.next = None
-        self.queue = deque()
-        self.counters = Counters()
         self.last_sent_handshake = _NEG_INF
-        self.handshake_attempts = 0
-        self.retransmit_at = None
-        self.keepalive_at = None
-        self.need_another_keepalive = False
-        self.new_handshake_at = None
-        self.zero_keys_at = None
-        self.persistent_at = None
+        self.staged = deque()             # packets waiting for a handshake
+        self.timers = PeerTimers()
+        self.counters = Counters()        # handshake messages; transport counters are the table's
+
+    # ------------------------------------------------------------ keys
 
     @property
     def preshared_key(self):
         return bytes(self._psk) if self._psk is not None else None
 
-    def _set_psk(self, psk):
-        if self._psk is not None:
-            for i in range(len(self._psk)):
-                self._psk[i] = 0
+    def set_psk(self, psk) -> None:
         if psk is not None and len(psk) != 32:
             raise ValueError("a preshared key is 32 bytes")
+        if self._psk is not None:
+            self._psk[:] = bytes(32)
         self._psk = bytearray(psk) if psk and any(psk) else None
+
+    def psk_bytes(self):
+        return bytes(self._psk) if self._psk is not None else None
+
+    # ------------------------------------------------------------ what the table holds
+
+    @property
+    def endpoint(self):
+        return self.device.table.endpoint(self.pid)
 
     @property
     def allowed_ips(self) -> list[str]:
-        return self.device.routing.entries(self)
+        return [str(n) for n in self.device.table.routes(self.pid)]
+
+    def stats(self, now: float):
+        """The table's transport counters and sessions for this peer."""
+        return self.device.table.stats(self.pid, now)
 
     @property
     def last_handshake(self) -> float:
         """Wall-clock time of the last completed handshake (0 if never)."""
         return self.counters.last_handshake
 
-    def keypairs(self):
-        return [k for k in (self.current, self.previous, self.next) if k is not None]
-
-    def deadlines(self):
-        return [t for t in (self.retransmit_at, self.keepalive_at, self.new_handshake_at,
-                            self.zero_keys_at, self.persistent_at) if t is not None]
-
     def __repr__(self):
         from vpncrypt.protocol.keys import encode
-        return f"<Peer {encode(self.public_key)} endpoint={self.endpoint!r}>"
+        return f"<Peer {encode(self.public_key)}>"

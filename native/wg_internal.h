@@ -1,0 +1,140 @@
+/* The session table's insides, shared by wg_table.c (peers, indices,
+ * keypairs, clock), wg_routes.c (AllowedIPs) and wg_data.c (seal and open).
+ * Not part of the cffi API. */
+#ifndef WG_INTERNAL_H
+#define WG_INTERNAL_H
+#include <pthread.h>
+#include "vc_internal.h"
+#include "vc_wg.h"
+
+#define WG_NIL          0xFFFFFFFFu
+#define WG_MAX_BATCH    1024        /* messages per batch call */
+#define WG_RING_WORDS   128         /* replay bitmap: 128 x 64 bits, VC_WG_WINDOW usable */
+#define WG_MAX_RESERVED 4           /* handshake indices a peer may hold at once */
+#define WG_CLOCK_JUMP   1.0         /* seconds: a larger step back moves the clock offset */
+
+/* ---- tiny spin lock (held for a few dozen instructions at most) ---- */
+static inline void wg_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline void wg_spin_lock(int32_t *l)
+{
+    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+        while (__atomic_load_n(l, __ATOMIC_RELAXED)) wg_cpu_relax();
+}
+
+static inline void wg_spin_unlock(int32_t *l)
+{
+    __atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
+#define WG_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define WG_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define WG_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+/* ---- keypairs: a pool with stable ids; peers name theirs by id ---- */
+enum { KP_FREE = 0, KP_LIVE = 1, KP_DEAD = 2 };
+
+typedef struct {
+    uint8_t  send_key[32], recv_key[32];
+    uint32_t local_index, remote_index, peer;
+    int32_t  state;             /* KP_*; DEAD: retired by a batch, freed by maintain */
+    int32_t  initiator;
+    int32_t  replay_lock;
+    double   born;              /* table time of install */
+    uint64_t send_counter;      /* next counter to send: atomic fetch-and-add */
+    uint64_t greatest;          /* greatest counter accepted */
+    int32_t  received_any;
+    uint32_t next_free;
+    uint64_t ring[WG_RING_WORDS];
+} wg_keypair;
+
+/* ---- peers ---- */
+typedef struct {
+    int32_t  in_use;
+    int32_t  lock;              /* spin: slots and endpoint */
+    uint32_t cur, prev, next;   /* keypair ids or WG_NIL */
+    int32_t  ep_set;
+    vc_endpoint ep;
+    uint64_t rx_bytes, rx_packets, tx_bytes, tx_packets, rx_wire, tx_wire;
+    uint64_t drops[VC_WG_STATUS_COUNT];
+    double   last_rx, last_tx;
+    uint32_t route_head;        /* first route node of this peer */
+    uint32_t reserved[WG_MAX_RESERVED];  /* indices reserved for handshakes, WG_NIL if free */
+    uint32_t next_free;
+} wg_peer;
+
+/* ---- AllowedIPs: nodes in a pool, chained hash buckets per (family, cidr,
+ * masked address), and a doubly linked list per peer ---- */
+typedef struct {
+    uint8_t  used, family, cidr, _pad;
+    uint32_t peer;
+    uint32_t bucket_next;       /* next node in the same hash bucket */
+    uint32_t peer_prev, peer_next;
+    uint8_t  addr[16];          /* masked to cidr */
+} wg_route;
+
+typedef struct {
+    wg_route *nodes;
+    uint32_t  cap, count, free_head;
+    uint32_t *buckets;          /* heads, WG_NIL if empty */
+    uint32_t  nbuckets;         /* power of two */
+    uint32_t  per_cidr[2][129]; /* [0] IPv4, [1] IPv6: routes per prefix length */
+} wg_routes;
+
+/* ---- index hash: local index -> reservation (peer) or keypair ---- */
+enum { IX_EMPTY = 0, IX_RESERVED = 1, IX_KEYPAIR = 2 };
+
+typedef struct {
+    uint32_t index;
+    int32_t  kind;
+    uint32_t id;                /* peer for IX_RESERVED, keypair for IX_KEYPAIR */
+} wg_index_slot;
+
+struct vc_wg_table {
+    pthread_rwlock_t lock;      /* write: control calls; read: batches */
+    vc_wg_config cfg;
+
+    wg_peer    *peers;
+    uint32_t    peer_cap, peer_count, peer_free;
+
+    wg_keypair *kps;
+    uint32_t    kp_cap, kp_count, kp_free;
+    int32_t     dead_lock;      /* spin: the dead list (batches push under the read lock) */
+    uint32_t    dead_head;      /* keypairs in KP_DEAD, linked by next_free, freed by maintain */
+
+    wg_index_slot *ix;
+    uint32_t    ix_cap, ix_count;
+
+    wg_routes   routes;
+
+    int32_t     clock_lock;
+    double      clock_offset, clock_last;
+
+    uint64_t    drops[VC_WG_STATUS_COUNT];
+};
+
+/* wg_table.c */
+double wg_clock(vc_wg_table *t, double now);
+wg_keypair *wg_index_keypair(vc_wg_table *t, uint32_t index);
+void wg_retire_keypair(vc_wg_table *t, uint32_t id);          /* write lock held */
+void wg_kill_keypair(vc_wg_table *t, uint32_t id);            /* read lock held: freed later */
+void wg_batch_begin(vc_wg_table *t);
+void wg_batch_end(vc_wg_table *t);
+void wg_peer_drop(vc_wg_table *t, wg_peer *p, int status, uint64_t n);
+
+/* wg_routes.c (the table's lock is held by the caller) */
+int  wg_routes_init(wg_routes *r);
+void wg_routes_free(wg_routes *r);
+int64_t wg_routes_lookup(const wg_routes *r, int family, const uint8_t *addr);
+int  wg_routes_add(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer);
+int  wg_routes_remove(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer);
+void wg_routes_clear_peer(vc_wg_table *t, uint32_t peer);
+int  wg_routes_list(vc_wg_table *t, uint32_t peer, uint8_t *out, int cap);
+#endif

@@ -1,0 +1,628 @@
+/* The session table: configuration, clock, peers, indices, keypairs and the
+ * one place where keypairs rotate.  See vc_wg.h. */
+#include <math.h>
+#include <stdlib.h>
+#include "wg_internal.h"
+
+#define WR_LOCK(t) pthread_rwlock_wrlock(&(t)->lock)
+#define RD_LOCK(t) pthread_rwlock_rdlock(&(t)->lock)
+#define UNLOCK(t) pthread_rwlock_unlock(&(t)->lock)
+
+static int config_ok(const vc_wg_config *c)
+{
+    return c->reject_after_time > 0 && c->rekey_after_time > 0 && c->rekey_on_receive_age > 0 &&
+           !isnan(c->reject_after_time) && !isnan(c->rekey_after_time) &&
+           !isnan(c->rekey_on_receive_age) && c->reject_after_messages > 0 && c->mtu <= 65535;
+}
+
+/* ---------------------------------------------------------------- table */
+
+vc_wg_table *vc_wg_table_new(const vc_wg_config *cfg)
+{
+    if (!cfg || !config_ok(cfg))
+        return NULL;
+    vc_wg_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+#ifdef PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP
+    /* batches come back to back: without this a control call could starve */
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    int rc = pthread_rwlock_init(&t->lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    if (rc) {
+        free(t);
+        return NULL;
+    }
+    t->cfg = *cfg;
+    t->peer_free = t->kp_free = t->dead_head = WG_NIL;
+    t->clock_last = -INFINITY;
+    t->ix_cap = 64;
+    t->ix = calloc(t->ix_cap, sizeof *t->ix);
+    if (!t->ix || wg_routes_init(&t->routes)) {
+        vc_wg_table_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void vc_wg_table_free(vc_wg_table *t)
+{
+    if (!t)
+        return;
+    if (t->kps) {
+        vc_wipe(t->kps, (size_t)t->kp_cap * sizeof *t->kps);
+        free(t->kps);
+    }
+    free(t->peers);
+    free(t->ix);
+    wg_routes_free(&t->routes);
+    pthread_rwlock_destroy(&t->lock);
+    free(t);
+}
+
+int vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg)
+{
+    if (!cfg || !config_ok(cfg))
+        return -1;
+    WR_LOCK(t);
+    t->cfg = *cfg;
+    UNLOCK(t);
+    return 0;
+}
+
+void vc_wg_table_get_config(vc_wg_table *t, vc_wg_config *out)
+{
+    RD_LOCK(t);
+    *out = t->cfg;
+    UNLOCK(t);
+}
+
+/* The table's clock: the caller's time plus an offset that grows by the size
+ * of every backward jump larger than WG_CLOCK_JUMP, so it never runs back
+ * and ages never shrink.  Smaller steps back (two threads that read the
+ * clock in one order and arrive in the other) read as "no time passed". */
+double wg_clock(vc_wg_table *t, double now)
+{
+    wg_spin_lock(&t->clock_lock);
+    double v = now + t->clock_offset;
+    if (v < t->clock_last) {
+        if (t->clock_last - v > WG_CLOCK_JUMP)
+            t->clock_offset += t->clock_last - v;
+        v = t->clock_last;
+    }
+    t->clock_last = v;
+    wg_spin_unlock(&t->clock_lock);
+    return v;
+}
+
+double vc_wg_clock(vc_wg_table *t, double now)
+{
+    return wg_clock(t, now);
+}
+
+double vc_wg_clock_offset(vc_wg_table *t)
+{
+    wg_spin_lock(&t->clock_lock);
+    double o = t->clock_offset;
+    wg_spin_unlock(&t->clock_lock);
+    return o;
+}
+
+void vc_wg_table_drops(vc_wg_table *t, uint64_t out[VC_WG_STATUS_COUNT])
+{
+    for (int i = 0; i < VC_WG_STATUS_COUNT; i++)
+        out[i] = __atomic_load_n(&t->drops[i], __ATOMIC_RELAXED);
+}
+
+void wg_peer_drop(vc_wg_table *t, wg_peer *p, int status, uint64_t n)
+{
+    WG_ADD(p ? &p->drops[status] : &t->drops[status], n);
+}
+
+void vc_wg_count_drops(vc_wg_table *t, int64_t peer, int status, uint64_t n)
+{
+    if (status < 0 || status >= VC_WG_STATUS_COUNT)
+        return;
+    RD_LOCK(t);
+    wg_peer *p = peer >= 0 && (uint64_t)peer < t->peer_cap && t->peers[peer].in_use ? &t->peers[peer] : NULL;
+    wg_peer_drop(t, p, status, n);
+    UNLOCK(t);
+}
+
+/* ---------------------------------------------------------------- indices */
+
+static uint32_t ix_home(const vc_wg_table *t, uint32_t index)
+{
+    return (index * 0x9E3779B1u) & (t->ix_cap - 1);
+}
+
+static wg_index_slot *ix_find(const vc_wg_table *t, uint32_t index)
+{
+    for (uint32_t i = ix_home(t, index);; i = (i + 1) & (t->ix_cap - 1)) {
+        wg_index_slot *s = &t->ix[i];
+        if (s->kind == IX_EMPTY)
+            return NULL;
+        if (s->index == index)
+            return s;
+    }
+}
+
+static int ix_grow(vc_wg_table *t)
+{
+    uint32_t cap = t->ix_cap * 2;
+    wg_index_slot *fresh = calloc(cap, sizeof *fresh), *old = t->ix;
+    if (!fresh)
+        return -1;
+    uint32_t old_cap = t->ix_cap;
+    t->ix = fresh;
+    t->ix_cap = cap;
+    for (uint32_t i = 0; i < old_cap; i++) {
+        if (old[i].kind == IX_EMPTY)
+            continue;
+        uint32_t j = ix_home(t, old[i].index);
+        while (t->ix[j].kind != IX_EMPTY)
+            j = (j + 1) & (cap - 1);
+        t->ix[j] = old[i];
+    }
+    free(old);
+    return 0;
+}
+
+static int ix_insert(vc_wg_table *t, uint32_t index, int kind, uint32_t id)
+{
+    if (ix_find(t, index))
+        return -1;
+    if (2 * (t->ix_count + 1) > t->ix_cap && ix_grow(t))
+        return -1;
+    uint32_t i = ix_home(t, index);
+    while (t->ix[i].kind != IX_EMPTY)
+        i = (i + 1) & (t->ix_cap - 1);
+    t->ix[i] = (wg_index_slot){index, kind, id};
+    t->ix_count++;
+    return 0;
+}
+
+/* Backward-shift deletion: probe chains stay intact without tombstones. */
+static void ix_delete(vc_wg_table *t, wg_index_slot *s)
+{
+    uint32_t mask = t->ix_cap - 1, hole = (uint32_t)(s - t->ix);
+    t->ix[hole].kind = IX_EMPTY;
+    for (uint32_t j = (hole + 1) & mask; t->ix[j].kind != IX_EMPTY; j = (j + 1) & mask) {
+        uint32_t home = ix_home(t, t->ix[j].index);
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            t->ix[hole] = t->ix[j];
+            t->ix[j].kind = IX_EMPTY;
+            hole = j;
+        }
+    }
+    t->ix_count--;
+}
+
+wg_keypair *wg_index_keypair(vc_wg_table *t, uint32_t index)
+{
+    wg_index_slot *s = ix_find(t, index);
+    if (!s || s->kind != IX_KEYPAIR)
+        return NULL;
+    wg_keypair *k = &t->kps[s->id];
+    return WG_LOAD(&k->state) == KP_LIVE ? k : NULL;
+}
+
+static int peer_note_reserved(wg_peer *p, uint32_t index)
+{
+    for (int i = 0; i < WG_MAX_RESERVED; i++) {
+        if (p->reserved[i] == WG_NIL) {
+            p->reserved[i] = index;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static void peer_forget_reserved(wg_peer *p, uint32_t index)
+{
+    for (int i = 0; i < WG_MAX_RESERVED; i++)
+        if (p->reserved[i] == index)
+            p->reserved[i] = WG_NIL;
+}
+
+int vc_wg_index_reserve(vc_wg_table *t, uint32_t index, uint32_t peer)
+{
+    WR_LOCK(t);
+    int rc = -1;
+    if (peer < t->peer_cap && t->peers[peer].in_use && !ix_find(t, index) &&
+        peer_note_reserved(&t->peers[peer], index) == 0) {
+        rc = ix_insert(t, index, IX_RESERVED, peer);
+        if (rc)
+            peer_forget_reserved(&t->peers[peer], index);
+    }
+    UNLOCK(t);
+    return rc;
+}
+
+int vc_wg_index_release(vc_wg_table *t, uint32_t index)
+{
+    WR_LOCK(t);
+    wg_index_slot *s = ix_find(t, index);
+    int rc = -1;
+    if (s && s->kind == IX_RESERVED) {
+        peer_forget_reserved(&t->peers[s->id], index);
+        ix_delete(t, s);
+        rc = 0;
+    }
+    UNLOCK(t);
+    return rc;
+}
+
+int64_t vc_wg_index_peer(vc_wg_table *t, uint32_t index)
+{
+    RD_LOCK(t);
+    wg_index_slot *s = ix_find(t, index);
+    int64_t peer = -1;
+    if (s && s->kind == IX_RESERVED)
+        peer = s->id;
+    else if (s && s->kind == IX_KEYPAIR && t->kps[s->id].state == KP_LIVE)
+        peer = t->kps[s->id].peer;
+    UNLOCK(t);
+    return peer;
+}
+
+int vc_wg_index_count(vc_wg_table *t)
+{
+    RD_LOCK(t);
+    int n = (int)t->ix_count;
+    UNLOCK(t);
+    return n;
+}
+
+/* ---------------------------------------------------------------- keypairs */
+
+static uint32_t kp_alloc(vc_wg_table *t)
+{
+    if (t->kp_free == WG_NIL) {
+        uint32_t cap = t->kp_cap ? 2 * t->kp_cap : 16;
+        wg_keypair *fresh = calloc(cap, sizeof *fresh);
+        if (!fresh)
+            return WG_NIL;
+        if (t->kps) {
+            memcpy(fresh, t->kps, (size_t)t->kp_cap * sizeof *fresh);
+            vc_wipe(t->kps, (size_t)t->kp_cap * sizeof *t->kps);
+            free(t->kps);
+        }
+        for (uint32_t i = cap; i-- > t->kp_cap;) {
+            fresh[i].next_free = t->kp_free;
+            t->kp_free = i;
+        }
+        t->kps = fresh;
+        t->kp_cap = cap;
+    }
+    uint32_t id = t->kp_free;
+    t->kp_free = t->kps[id].next_free;
+    t->kp_count++;
+    return id;
+}
+
+/* Free a keypair: wipe it, forget its index.  Write lock held. */
+static void kp_free(vc_wg_table *t, uint32_t id)
+{
+    wg_keypair *k = &t->kps[id];
+    wg_index_slot *s = ix_find(t, k->local_index);
+    if (s && s->kind == IX_KEYPAIR && s->id == id)
+        ix_delete(t, s);
+    vc_wipe(k, sizeof *k);
+    k->state = KP_FREE;
+    k->next_free = t->kp_free;
+    t->kp_free = id;
+    t->kp_count--;
+}
+
+void wg_retire_keypair(vc_wg_table *t, uint32_t id)
+{
+    if (id != WG_NIL)
+        kp_free(t, id);
+}
+
+/* A batch retires a keypair (the previous one, when `next` is confirmed):
+ * from now on it opens nothing; its memory is wiped and freed by the next
+ * control call or vc_wg_maintain, which hold the write lock. */
+void wg_kill_keypair(vc_wg_table *t, uint32_t id)
+{
+    if (id == WG_NIL)
+        return;
+    wg_keypair *k = &t->kps[id];
+    WG_STORE(&k->state, KP_DEAD);
+    wg_spin_lock(&t->dead_lock);
+    k->next_free = t->dead_head;
+    t->dead_head = id;
+    wg_spin_unlock(&t->dead_lock);
+}
+
+static void reap_dead(vc_wg_table *t)
+{
+    uint32_t id = t->dead_head;
+    t->dead_head = WG_NIL;
+    while (id != WG_NIL) {
+        uint32_t next = t->kps[id].next_free;
+        kp_free(t, id);
+        id = next;
+    }
+}
+
+void vc_wg_maintain(vc_wg_table *t)
+{
+    if (WG_LOAD(&t->dead_head) == WG_NIL)
+        return;
+    WR_LOCK(t);
+    reap_dead(t);
+    UNLOCK(t);
+}
+
+int vc_wg_install(vc_wg_table *t, uint32_t peer, uint32_t local_index, uint32_t remote_index,
+                  const uint8_t send_key[32], const uint8_t recv_key[32], int initiator, double now)
+{
+    double born = now;
+    WR_LOCK(t);
+    reap_dead(t);
+    int rc = -1;
+    wg_index_slot *s = ix_find(t, local_index);
+    if (peer >= t->peer_cap || !t->peers[peer].in_use || !s || s->kind != IX_RESERVED || s->id != peer)
+        goto out;
+    uint32_t id = kp_alloc(t);
+    if (id == WG_NIL)
+        goto out;
+    s = ix_find(t, local_index);            /* kp_alloc does not move the index table */
+    wg_keypair *k = &t->kps[id];
+    memset(k, 0, sizeof *k);
+    memcpy(k->send_key, send_key, 32);
+    memcpy(k->recv_key, recv_key, 32);
+    k->local_index = local_index;
+    k->remote_index = remote_index;
+    k->peer = peer;
+    k->initiator = initiator != 0;
+    k->born = born;
+    k->state = KP_LIVE;
+    s->kind = IX_KEYPAIR;
+    s->id = id;
+
+    wg_peer *p = &t->peers[peer];
+    peer_forget_reserved(p, local_index);
+    if (k->initiator) {
+        if (p->next != WG_NIL) {
+            wg_retire_keypair(t, p->prev);
+            p->prev = p->next;
+            p->next = WG_NIL;
+            wg_retire_keypair(t, p->cur);
+        } else {
+            wg_retire_keypair(t, p->prev);
+            p->prev = p->cur;
+        }
+        p->cur = id;
+    } else {
+        wg_retire_keypair(t, p->next);
+        p->next = id;
+        wg_retire_keypair(t, p->prev);
+        p->prev = WG_NIL;
+    }
+    rc = 0;
+out:
+    UNLOCK(t);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- peers */
+
+int64_t vc_wg_peer_add(vc_wg_table *t)
+{
+    WR_LOCK(t);
+    int64_t id = -1;
+    if (t->peer_free == WG_NIL) {
+        uint32_t cap = t->peer_cap ? 2 * t->peer_cap : 16;
+        wg_peer *fresh = realloc(t->peers, (size_t)cap * sizeof *fresh);
+        if (!fresh)
+            goto out;
+        memset(fresh + t->peer_cap, 0, (size_t)(cap - t->peer_cap) * sizeof *fresh);
+        for (uint32_t i = cap; i-- > t->peer_cap;) {
+            fresh[i].next_free = t->peer_free;
+            t->peer_free = i;
+        }
+        t->peers = fresh;
+        t->peer_cap = cap;
+    }
+    id = t->peer_free;
+    wg_peer *p = &t->peers[id];
+    t->peer_free = p->next_free;
+    memset(p, 0, sizeof *p);
+    p->in_use = 1;
+    p->cur = p->prev = p->next = WG_NIL;
+    p->route_head = WG_NIL;
+    for (int i = 0; i < WG_MAX_RESERVED; i++)
+        p->reserved[i] = WG_NIL;
+    t->peer_count++;
+out:
+    UNLOCK(t);
+    return id;
+}
+
+static void peer_zero(vc_wg_table *t, uint32_t peer)
+{
+    wg_peer *p = &t->peers[peer];
+    reap_dead(t);
+    wg_retire_keypair(t, p->cur);
+    wg_retire_keypair(t, p->prev);
+    wg_retire_keypair(t, p->next);
+    p->cur = p->prev = p->next = WG_NIL;
+    for (int i = 0; i < WG_MAX_RESERVED; i++) {
+        wg_index_slot *s = p->reserved[i] != WG_NIL ? ix_find(t, p->reserved[i]) : NULL;
+        if (s && s->kind == IX_RESERVED && s->id == peer)
+            ix_delete(t, s);
+        p->reserved[i] = WG_NIL;
+    }
+}
+
+int vc_wg_peer_zero(vc_wg_table *t, uint32_t peer)
+{
+    WR_LOCK(t);
+    int rc = -1;
+    if (peer < t->peer_cap && t->peers[peer].in_use) {
+        peer_zero(t, peer);
+        rc = 0;
+    }
+    UNLOCK(t);
+    return rc;
+}
+
+int vc_wg_peer_remove(vc_wg_table *t, uint32_t peer)
+{
+    WR_LOCK(t);
+    int rc = -1;
+    if (peer < t->peer_cap && t->peers[peer].in_use) {
+        peer_zero(t, peer);
+        wg_routes_clear_peer(t, peer);
+        wg_peer *p = &t->peers[peer];
+        memset(p, 0, sizeof *p);
+        p->next_free = t->peer_free;
+        t->peer_free = peer;
+        t->peer_count--;
+        rc = 0;
+    }
+    UNLOCK(t);
+    return rc;
+}
+
+int vc_wg_peer_count(vc_wg_table *t)
+{
+    RD_LOCK(t);
+    int n = (int)t->peer_count;
+    UNLOCK(t);
+    return n;
+}
+
+int vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpoint *ep)
+{
+    RD_LOCK(t);            /* only this peer's fields change: its own lock suffices */
+    int rc = -1;
+    if (peer < t->peer_cap && t->peers[peer].in_use) {
+        wg_peer *p = &t->peers[peer];
+        wg_spin_lock(&p->lock);
+        if (ep) {
+            p->ep = *ep;
+            p->ep_set = 1;
+        } else {
+            memset(&p->ep, 0, sizeof p->ep);
+            p->ep_set = 0;
+        }
+        wg_spin_unlock(&p->lock);
+        rc = 0;
+    }
+    UNLOCK(t);
+    return rc;
+}
+
+static void kp_info(const vc_wg_table *t, uint32_t id, double now, int is_current, vc_wg_keypair_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (id == WG_NIL)
+        return;
+    const wg_keypair *k = &t->kps[id];
+    out->valid = 1;
+    out->local_index = k->local_index;
+    out->remote_index = k->remote_index;
+    out->initiator = k->initiator;
+    out->age = now - k->born;
+    out->send_counter = __atomic_load_n(&k->send_counter, __ATOMIC_RELAXED);
+    out->greatest_received = k->greatest;
+    out->usable = is_current && out->age < t->cfg.reject_after_time &&
+                  out->send_counter < t->cfg.reject_after_messages;
+}
+
+int vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, double now)
+{
+    double tnow = now;
+    RD_LOCK(t);
+    int rc = -1;
+    if (peer < t->peer_cap && t->peers[peer].in_use) {
+        wg_peer *p = &t->peers[peer];
+        memset(out, 0, sizeof *out);
+        out->rx_bytes = __atomic_load_n(&p->rx_bytes, __ATOMIC_RELAXED);
+        out->rx_packets = __atomic_load_n(&p->rx_packets, __ATOMIC_RELAXED);
+        out->tx_bytes = __atomic_load_n(&p->tx_bytes, __ATOMIC_RELAXED);
+        out->tx_packets = __atomic_load_n(&p->tx_packets, __ATOMIC_RELAXED);
+        out->rx_wire_bytes = __atomic_load_n(&p->rx_wire, __ATOMIC_RELAXED);
+        out->tx_wire_bytes = __atomic_load_n(&p->tx_wire, __ATOMIC_RELAXED);
+        for (int i = 0; i < VC_WG_STATUS_COUNT; i++)
+            out->drops[i] = __atomic_load_n(&p->drops[i], __ATOMIC_RELAXED);
+        wg_spin_lock(&p->lock);
+        out->last_rx = p->last_rx;
+        out->last_tx = p->last_tx;
+        out->endpoint = p->ep;
+        out->endpoint_set = p->ep_set;
+        uint32_t cur = p->cur, prev = p->prev, next = p->next;
+        wg_spin_unlock(&p->lock);
+        kp_info(t, cur, tnow, 1, &out->current);
+        kp_info(t, prev, tnow, 0, &out->previous);
+        kp_info(t, next, tnow, 0, &out->next);
+        rc = 0;
+    }
+    UNLOCK(t);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- routes (locking) */
+
+int vc_wg_route_add(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer)
+{
+    WR_LOCK(t);
+    int rc = peer < t->peer_cap && t->peers[peer].in_use ? wg_routes_add(t, family, addr, cidr, peer) : -1;
+    UNLOCK(t);
+    return rc;
+}
+
+int vc_wg_route_remove(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer)
+{
+    WR_LOCK(t);
+    int rc = wg_routes_remove(t, family, addr, cidr, peer);
+    UNLOCK(t);
+    return rc;
+}
+
+int vc_wg_route_clear_peer(vc_wg_table *t, uint32_t peer)
+{
+    WR_LOCK(t);
+    int rc = -1;
+    if (peer < t->peer_cap && t->peers[peer].in_use) {
+        wg_routes_clear_peer(t, peer);
+        rc = 0;
+    }
+    UNLOCK(t);
+    return rc;
+}
+
+int64_t vc_wg_route_lookup(vc_wg_table *t, int family, const uint8_t *addr)
+{
+    RD_LOCK(t);
+    int64_t peer = wg_routes_lookup(&t->routes, family, addr);
+    UNLOCK(t);
+    return peer;
+}
+
+int vc_wg_route_list(vc_wg_table *t, uint32_t peer, uint8_t *out, int cap)
+{
+    RD_LOCK(t);
+    int n = peer < t->peer_cap && t->peers[peer].in_use ? wg_routes_list(t, peer, out, cap) : 0;
+    UNLOCK(t);
+    return n;
+}
+
+/* ---------------------------------------------------------------- batch locking */
+
+void wg_batch_begin(vc_wg_table *t)
+{
+    RD_LOCK(t);
+}
+
+void wg_batch_end(vc_wg_table *t)
+{
+    UNLOCK(t);
+}

@@ -1,0 +1,216 @@
+"""The Device's handshake side: sending initiations, and taking initiations,
+responses and cookie replies off the wire (with mac1, the cookie defence
+under load and the per-source rate limit).  Sessions are installed in the
+session table through vpncrypt.protocol.sessions."""
+from vpncrypt.crypto import AuthenticationError
+from vpncrypt.protocol import keys
+from vpncrypt.protocol.cookie import addr_bytes, addr_host
+from vpncrypt.protocol.events import CookieReceived, HandshakeInitiated, HandshakeResponded, LoadChanged
+from vpncrypt.protocol.handshake import (
+    wg_begin_consume_initiation, wg_consume_response, wg_create_initiation, wg_create_response,
+    wg_finish_consume_initiation,
+)
+from vpncrypt.protocol.messages import (
+    COOKIE_REPLY_LEN, HDR_COOKIE_REPLY, HDR_INITIATION, HDR_RESPONSE, INIT_MAC1, INITIATION_LEN,
+    RESP_MAC1, RESPONSE_LEN, parse_initiation, parse_response,
+)
+
+
+class Handshakes:
+    def __init__(self, device):
+        self.dev = device
+        self._under_load = False
+
+    # ------------------------------------------------------------ sending
+
+    def initiate(self, peer, now: float, out, retry: bool = False) -> None:
+        """Send an initiation, at most one per REKEY_TIMEOUT (a non-retry
+        also restarts the retry count), as WireGuard's
+        SendHandshakeInitiation."""
+        dev = self.dev
+        c = dev.config
+        if not retry:
+            peer.timers.attempts = 0
+        if now - peer.last_sent_handshake < c.rekey_timeout:
+            return
+        if dev.static_private is None or peer.static_static is None:
+            return
+        endpoint = peer.endpoint
+        if endpoint is None:
+            dev.drop("no_endpoint", peer)
+            return
+        peer.last_sent_handshake = now
+        index = dev.sessions.new_index(peer)
+        e_priv = keys.generate_private(dev.rng)
+        body, pending = wg_create_initiation(dev.crypto, bytes(dev.static_private), dev.public_key,
+                                             peer.public_key, peer.static_static, index, e_priv,
+                                             dev.unix_now(), now)
+        dev.sessions.set_pending(peer, pending)
+        dev.emit(peer, peer.cookie.add_macs(body, now), endpoint, out)
+        peer.counters.handshakes_sent += 1
+        dev.counters.handshakes_sent += 1
+        out.events.append(HandshakeInitiated(peer, peer.timers.attempts + 1))
+        t = dev.timers
+        t.event(peer, "traversal", now)
+        t.event(peer, "authenticated_sent", now)
+        t.event(peer, "handshake_initiated", now)
+
+    # ------------------------------------------------------------ receiving
+
+    def receive(self, datagrams, now: float, out) -> None:
+        """Handshake messages, in order.  The device is under load while at
+        least an eighth of a full handshake queue is waiting (and for a
+        second after): then a message needs a valid mac2 (else it gets a
+        cookie reply) and passes the per-source rate limit."""
+        dev = self.dev
+        limit = dev.config.handshake_queue_size
+        if len(datagrams) > limit:
+            dev.drop("handshake_queue_full", n=len(datagrams) - limit)
+            datagrams = datagrams[:limit]
+        n = len(datagrams)
+        for i, (data, addr) in enumerate(datagrams):
+            under_load = dev.load.check(n - i, now)
+            if under_load != self._under_load:
+                self._under_load = under_load
+                out.events.append(LoadChanged(under_load))
+            try:
+                self._one(bytes(data), addr, now, under_load, out)
+            except Exception:       # a message must never take the device down
+                dev.drop("internal_error")
+
+    def _one(self, data, addr, now, under_load, out):
+        n = len(data)
+        head = data[:4]
+        if head == HDR_INITIATION and n == INITIATION_LEN:
+            self._initiation(data, addr, now, under_load, out)
+        elif head == HDR_RESPONSE and n == RESPONSE_LEN:
+            self._response(data, addr, now, under_load, out)
+        elif head == HDR_COOKIE_REPLY and n == COOKIE_REPLY_LEN:
+            self._cookie_reply(data, now, out)
+        else:
+            self.dev.drop("malformed")
+
+    def _dos_check(self, data, mac1_off, sender_index, addr, now, under_load, out) -> bool:
+        """mac1, and under load mac2 and the rate limit; False: dropped."""
+        dev = self.dev
+        if dev.static_private is None:
+            dev.drop("unknown_peer")
+            return False
+        if not dev.checker.check_mac1(data, mac1_off):
+            dev.drop("bad_mac1")
+            return False
+        if under_load:
+            src = addr_bytes(addr)
+            if not dev.checker.check_mac2(data, mac1_off, src, now):
+                out.datagrams.append((dev.checker.make_reply(data, mac1_off, sender_index, src, now), addr))
+                dev.drop("cookie_sent")
+                return False
+            if not dev.ratelimiter.allow(addr_host(addr), now):
+                dev.drop("rate_limited")
+                return False
+        return True
+
+    def _initiation(self, data, addr, now, under_load, out):
+        dev = self.dev
+        msg = parse_initiation(data)
+        if not self._dos_check(data, INIT_MAC1[0], msg.sender, addr, now, under_load, out):
+            return
+        try:
+            ss, static = wg_begin_consume_initiation(dev.crypto, bytes(dev.static_private),
+                                                     dev.public_key, msg)
+        except AuthenticationError:
+            dev.drop("bad_tag")
+            return
+        except keys.DHError:
+            dev.drop("malformed")
+            return
+        peer = dev.peers.get(static)
+        if peer is None or peer.static_static is None:
+            ss.wipe()
+            dev.drop("unknown_peer")
+            return
+        try:
+            ts = wg_finish_consume_initiation(ss, peer.static_static, msg)
+        except AuthenticationError:
+            ss.wipe()
+            dev.drop("bad_tag", peer)
+            return
+        if ts <= peer.last_timestamp:
+            ss.wipe()
+            dev.drop("replay", peer)
+            return
+        if now - peer.last_initiation_consumed < dev.config.min_initiation_interval:
+            ss.wipe()
+            dev.drop("rate_limited", peer)
+            return
+        peer.last_timestamp = ts
+        peer.last_initiation_consumed = now
+        index = dev.sessions.new_index(peer)
+        try:
+            body, (send_key, recv_key) = wg_create_response(
+                ss, keys.generate_private(dev.rng), msg, static, peer.psk_bytes(), index)
+        except keys.DHError:
+            dev.table.release_index(index)
+            dev.drop("malformed", peer)
+            return
+        dev.count_rx(peer, len(data))
+        dev.table.set_endpoint(peer.pid, addr)
+        t = dev.timers
+        t.event(peer, "traversal", now)
+        t.event(peer, "authenticated_received", now)
+        # Answering replaces a handshake of our own in flight (WireGuard keeps
+        # one handshake per peer); the keypair waits in `next` for the
+        # initiator's first message.
+        dev.sessions.drop_pending(peer)
+        dev.sessions.install(peer, index, msg.sender, send_key, recv_key, False, now)
+        peer.last_sent_handshake = now
+        dev.emit(peer, peer.cookie.add_macs(body, now), addr, out)
+        out.events.append(HandshakeResponded(peer))
+        t.event(peer, "session_derived", now)
+        t.event(peer, "traversal", now)
+        t.event(peer, "authenticated_sent", now)
+
+    def _response(self, data, addr, now, under_load, out):
+        dev = self.dev
+        msg = parse_response(data)
+        if not self._dos_check(data, RESP_MAC1[0], msg.sender, addr, now, under_load, out):
+            return
+        pid = dev.table.index_peer(msg.receiver)
+        peer = dev.by_pid.get(pid) if pid is not None else None
+        pending = peer.pending if peer is not None else None
+        if pending is None or pending.local_index != msg.receiver:
+            dev.drop("unknown_index")
+            return
+        try:
+            send_key, recv_key = wg_consume_response(pending, bytes(dev.static_private),
+                                                     peer.psk_bytes(), msg)
+        except AuthenticationError:
+            dev.drop("bad_tag", peer)
+            return
+        except keys.DHError:
+            dev.drop("malformed", peer)
+            return
+        dev.table.set_endpoint(peer.pid, addr)
+        dev.count_rx(peer, len(data))
+        t = dev.timers
+        t.event(peer, "traversal", now)
+        t.event(peer, "authenticated_received", now)
+        dev.sessions.install(peer, pending.local_index, msg.sender, send_key, recv_key, True, now)
+        t.event(peer, "session_derived", now)
+        dev.handshake_complete(peer, True, now, out)
+        # what waited for the handshake goes now; if nothing did, a keepalive
+        # confirms the new keys to the responder
+        dev.datapath.keepalive(peer, now, out, persistent=False)
+
+    def _cookie_reply(self, data, now, out):
+        dev = self.dev
+        pid = dev.table.index_peer(int.from_bytes(data[4:8], "little"))
+        peer = dev.by_pid.get(pid) if pid is not None else None
+        if peer is None:
+            dev.drop("unknown_index")
+            return
+        if not peer.cookie.consume_reply(data, now, dev.crypto):
+            dev.drop("bad_tag", peer)
+            return
+        out.events.append(CookieReceived(peer))
+

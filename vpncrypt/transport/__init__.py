@@ -1,0 +1,52 @@
+"""vpncrypt.transport: WireGuard's transport data and the session table that
+owns it.
+
+The session table is the one place that holds each session's keys, sending
+counter, replay window and birth time, the padding rule and message limits,
+each peer's endpoint and the AllowedIPs routing table.  The protocol core
+(vpncrypt.protocol) drives it through this interface and keeps no copy:
+
+    table = new_table("native" | "pynacl", TableConfig(...))
+    table.configure(config); table.config
+    table.clock(now) -> the device's clock (never runs backwards); clock_offset()
+        every other call takes `now` on this clock
+    table.add_peer() -> peer id; remove_peer(id); peer_count()
+    table.set_endpoint(id, addr | None); endpoint(id)
+    table.reserve_index(index, id) -> bool; release_index(index); index_peer(index);
+        index_count()
+    table.install(id, local_index, remote_index, send_key, recv_key, initiator, now)
+        (rotation as WireGuard; a responder's keypair waits in `next` until the
+        first message on it confirms it)
+    table.zero(id)          every keypair and reservation of the peer, wiped
+    table.maintain()        frees keypairs a batch retired
+    table.route_add(id, cidr); route_remove(id, cidr) -> bool; routes_clear(id);
+        routes(id) -> [ip_network]; lookup(address) -> id | None
+    table.stats(id, now) -> PeerStats; drops() -> {reason: n}; count_drop(id, reason, n)
+    table.open([(datagram, addr)], now) -> OpenResult
+    table.seal([packet], now, peer=None) -> SealResult
+
+A sending counter only ever moves forward: nothing can set it.  Two backends
+make the same decisions on the same input: "native" (native/wg_*.c; also a
+zero-copy Batch form for the data plane) and "pynacl" (pure Python over
+libsodium, the reference).
+"""
+from vpncrypt.transport import status
+from vpncrypt.transport.model import KeypairInfo, OpenResult, PeerStats, SealResult, TableConfig, Touch
+
+__all__ = ["new_table", "backends", "TableConfig", "Touch", "OpenResult", "SealResult",
+           "PeerStats", "KeypairInfo", "status"]
+
+
+def backends() -> list[str]:
+    return ["native", "pynacl"]
+
+
+def new_table(backend: str = "native", config: TableConfig | None = None):
+    """A session table on `backend`: "native" or "pynacl"."""
+    if backend == "native":
+        from vpncrypt.transport.native import NativeTable
+        return NativeTable(config)
+    if backend == "pynacl":
+        from vpncrypt.transport.reference import ReferenceTable
+        return ReferenceTable(config)
+    raise ValueError(f"unknown session table backend {backend!r}; choose from {backends()}")

@@ -1,0 +1,78 @@
+"""The values that cross the session table's interface, the same for both
+backends: its configuration, what a batch call returns, and a peer's stats."""
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """WireGuard's session limits (whitepaper section 6 and the Linux module's
+    messages.h); tests pass shorter times."""
+    reject_after_time: float = 180.0
+    rekey_after_time: float = 120.0
+    rekey_on_receive_age: float = 165.0       # REJECT_AFTER_TIME - KEEPALIVE_TIMEOUT - REKEY_TIMEOUT
+    reject_after_messages: int = 2 ** 64 - 2 ** 13 - 1
+    rekey_after_messages: int = 2 ** 60
+    mtu: int = 1420                           # the padding cap (0: none)
+
+    def __post_init__(self):
+        for name in ("reject_after_time", "rekey_after_time", "rekey_on_receive_age"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+        if not 0 < self.reject_after_messages < 2 ** 64 or not 0 < self.rekey_after_messages < 2 ** 64:
+            raise ValueError("message limits must be in (0, 2^64)")
+        if not 0 <= self.mtu <= 65535:
+            raise ValueError("mtu must be in 0..65535")
+
+
+class Touch(NamedTuple):
+    """What one batch call did to one peer: EV_* flags, and how many messages
+    (authenticated when opening, sealed when sealing) with their wire bytes."""
+    peer: int
+    flags: int
+    packets: int
+    bytes: int
+
+
+@dataclass
+class OpenResult:
+    status: list            # per datagram
+    packets: list           # inner packets to deliver, in order (bytes)
+    other: list             # indices of the datagrams that are not transport data
+    touched: list           # [Touch]
+
+
+@dataclass
+class SealResult:
+    status: list            # per packet
+    peers: list             # per packet: the peer it routed to, or -1
+    datagrams: list         # [(message bytes, endpoint)] in the order sealed
+    touched: list           # [Touch]
+
+
+@dataclass(frozen=True)
+class KeypairInfo:
+    local_index: int
+    remote_index: int
+    initiator: bool
+    age: float
+    send_counter: int
+    greatest_received: int
+    usable: bool            # current only: it would seal now
+
+
+@dataclass
+class PeerStats:
+    rx_bytes: int = 0           # inner bytes delivered
+    rx_packets: int = 0
+    tx_bytes: int = 0           # inner bytes sealed
+    tx_packets: int = 0
+    rx_wire_bytes: int = 0      # whole transport datagrams (what `wg show` counts)
+    tx_wire_bytes: int = 0
+    drops: dict = field(default_factory=dict)
+    last_rx: float = 0.0        # table time
+    last_tx: float = 0.0
+    endpoint: object = None
+    current: KeypairInfo | None = None
+    previous: KeypairInfo | None = None
+    next: KeypairInfo | None = None

@@ -1,0 +1,316 @@
+"""The session table in native code (native/wg_table.c, wg_routes.c,
+wg_data.c) behind the interface of vpncrypt.transport.
+
+Two ways in: the list form (``open``/``seal`` on bytes, as the reference
+table) for the protocol core's own traffic and for tests, and ``Batch``, the
+zero-copy form the data plane uses on its receive and send slabs."""
+import ipaddress
+
+from vpncrypt._native import ffi, lib
+from vpncrypt.transport import status as S
+from vpncrypt.transport.endpoints import endpoint_from_addr, endpoint_to_addr
+from vpncrypt.transport.model import KeypairInfo, OpenResult, PeerStats, SealResult, TableConfig, Touch
+from vpncrypt.transport.routing import parse_network
+
+MAX_BATCH = 1024        # messages per native batch call (WG_MAX_BATCH)
+_FAIL = ffi.cast("size_t", -1)
+_ROUTE_ENTRY = 18       # vc_wg_route_list: family, cidr, 16 address bytes
+
+
+def _c_config(config: TableConfig):
+    c = ffi.new("vc_wg_config *")
+    c.reject_after_time = config.reject_after_time
+    c.rekey_after_time = config.rekey_after_time
+    c.rekey_on_receive_age = config.rekey_on_receive_age
+    c.reject_after_messages = config.reject_after_messages
+    c.rekey_after_messages = config.rekey_after_messages
+    c.mtu = config.mtu
+    return c
+
+
+def _touches(arr, n):
+    return [Touch(arr[i].peer, arr[i].flags, arr[i].packets, arr[i].bytes) for i in range(n)]
+
+
+class Batch:
+    """Preallocated arrays for batch calls of up to `capacity` messages.
+
+    open(slab, off, lens, ep, n, now) -> (delivered, n_other): the inner
+    packets are slab[deliver_off[i]:+deliver_len[i]] for i < delivered,
+    other[0..n_other) the indices of datagrams for the protocol core, and
+    touches() what happened to each peer.
+    seal(slab, off, lens, n, now, peer=-1) -> sealed: message j is
+    tx_slab[j * stride:+tx_len[j]] for tx_ep[j]; status[i] says what became of
+    packet i (NO_KEY: the caller queues it for a handshake)."""
+
+    def __init__(self, table: "NativeTable", capacity: int, stride: int):
+        if not 1 <= capacity <= MAX_BATCH:
+            raise ValueError(f"batch capacity must be in 1..{MAX_BATCH}")
+        if stride < S.OVERHEAD:
+            raise ValueError("stride too small")
+        self.table = table
+        self.capacity = capacity
+        self.stride = (stride + 63) & ~63
+        self.status = ffi.new("int32_t[]", capacity)
+        self.peer_of = ffi.new("int32_t[]", capacity)
+        self.deliver_off = ffi.new("uint32_t[]", capacity)
+        self.deliver_len = ffi.new("uint32_t[]", capacity)
+        self.other = ffi.new("uint32_t[]", capacity)
+        self.touched = ffi.new("vc_wg_touch[]", capacity)
+        self.tx_slab = ffi.new("uint8_t[]", capacity * self.stride)
+        self.tx_off = ffi.new("uint32_t[]", [i * self.stride for i in range(capacity)])
+        self.tx_len = ffi.new("uint32_t[]", capacity)
+        self.tx_ep = ffi.new("vc_endpoint[]", capacity)
+        self._n_other = ffi.new("size_t *")
+        self._n_touched = ffi.new("size_t *")
+        self.n_touched = 0
+
+    def _check(self, n):
+        if not 0 <= n <= self.capacity:
+            raise ValueError(f"{n} messages do not fit a batch of {self.capacity}")
+
+    def open(self, slab, off, lens, ep, n: int, now: float):
+        self._check(n)
+        got = lib.vc_wg_open_batch(self.table.ptr, slab, off, lens, ep, n, now, self.status,
+                                   self.deliver_off, self.deliver_len, self.other, self._n_other,
+                                   self.touched, self.capacity, self._n_touched)
+        if got == _FAIL:
+            raise ValueError("vc_wg_open_batch refused the batch")
+        self.n_touched = self._n_touched[0]
+        return got, self._n_other[0]
+
+    def seal(self, slab, off, lens, n: int, now: float, peer: int = -1) -> int:
+        self._check(n)
+        got = lib.vc_wg_seal_batch(self.table.ptr, slab, off, lens, n, peer, now, self.tx_slab,
+                                   self.stride, self.capacity, self.tx_len, self.tx_ep, self.status,
+                                   self.peer_of, self.touched, self.capacity, self._n_touched)
+        if got == _FAIL:
+            raise ValueError("vc_wg_seal_batch refused the batch")
+        self.n_touched = self._n_touched[0]
+        return got
+
+    def touches(self) -> list:
+        return _touches(self.touched, self.n_touched)
+
+
+class NativeTable:
+    """See vpncrypt.transport for the interface."""
+
+    backend = "native"
+
+    def __init__(self, config: TableConfig | None = None):
+        self.config = config or TableConfig()
+        ptr = lib.vc_wg_table_new(_c_config(self.config))
+        if ptr == ffi.NULL:
+            raise MemoryError("vc_wg_table_new failed")
+        self.ptr = ffi.gc(ptr, lib.vc_wg_table_free)
+        self._stats = ffi.new("vc_wg_peer_stats *")
+        self._ep = ffi.new("vc_endpoint *")
+        self._list_batch = None
+        self._route_buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * 64)
+
+    def batch(self, capacity: int, stride: int) -> Batch:
+        return Batch(self, capacity, stride)
+
+    # ------------------------------------------------------------ config, clock
+
+    def configure(self, config: TableConfig) -> None:
+        if lib.vc_wg_table_configure(self.ptr, _c_config(config)):
+            raise ValueError(f"bad table configuration: {config}")
+        self.config = config
+
+    def clock(self, now: float) -> float:
+        return lib.vc_wg_clock(self.ptr, now)
+
+    def clock_offset(self) -> float:
+        return lib.vc_wg_clock_offset(self.ptr)
+
+    # ------------------------------------------------------------ peers
+
+    def add_peer(self) -> int:
+        pid = lib.vc_wg_peer_add(self.ptr)
+        if pid < 0:
+            raise MemoryError("vc_wg_peer_add failed")
+        return pid
+
+    def remove_peer(self, pid: int) -> None:
+        if lib.vc_wg_peer_remove(self.ptr, pid):
+            raise KeyError(f"no peer {pid}")
+
+    def peer_count(self) -> int:
+        return lib.vc_wg_peer_count(self.ptr)
+
+    def set_endpoint(self, pid: int, addr) -> None:
+        ep = ffi.NULL if addr is None else endpoint_from_addr(addr, self._ep)
+        if lib.vc_wg_peer_set_endpoint(self.ptr, pid, ep):
+            raise KeyError(f"no peer {pid}")
+
+    def endpoint(self, pid: int):
+        return self.stats(pid, 0.0, _keypairs=False).endpoint    # ages unused: any now
+
+    # ------------------------------------------------------------ indices
+
+    def reserve_index(self, index: int, pid: int) -> bool:
+        return lib.vc_wg_index_reserve(self.ptr, index, pid) == 0
+
+    def release_index(self, index: int) -> bool:
+        return lib.vc_wg_index_release(self.ptr, index) == 0
+
+    def index_peer(self, index: int):
+        pid = lib.vc_wg_index_peer(self.ptr, index)
+        return None if pid < 0 else pid
+
+    def index_count(self) -> int:
+        return lib.vc_wg_index_count(self.ptr)
+
+    # ------------------------------------------------------------ sessions
+
+    def install(self, pid, local_index, remote_index, send_key, recv_key, initiator, now) -> None:
+        if len(send_key) != 32 or len(recv_key) != 32:
+            raise ValueError("session keys are 32 bytes")
+        if lib.vc_wg_install(self.ptr, pid, local_index, remote_index, ffi.from_buffer(send_key),
+                             ffi.from_buffer(recv_key), bool(initiator), now):
+            raise ValueError(f"index {local_index:#010x} is not reserved for peer {pid}")
+
+    def zero(self, pid: int) -> None:
+        if lib.vc_wg_peer_zero(self.ptr, pid):
+            raise KeyError(f"no peer {pid}")
+
+    def maintain(self) -> None:
+        lib.vc_wg_maintain(self.ptr)
+
+    # ------------------------------------------------------------ routes
+
+    @staticmethod
+    def _route_args(cidr):
+        net = parse_network(cidr)
+        return (4 if net.version == 4 else 6), net.network_address.packed, net.prefixlen
+
+    def route_add(self, pid: int, cidr) -> None:
+        fam, addr, plen = self._route_args(cidr)
+        if lib.vc_wg_route_add(self.ptr, fam, addr, plen, pid):
+            raise ValueError(f"cannot add route {cidr} for peer {pid}")
+
+    def route_remove(self, pid: int, cidr) -> bool:
+        fam, addr, plen = self._route_args(cidr)
+        return lib.vc_wg_route_remove(self.ptr, fam, addr, plen, pid) == 0
+
+    def routes_clear(self, pid: int) -> None:
+        lib.vc_wg_route_clear_peer(self.ptr, pid)
+
+    def routes(self, pid: int) -> list:
+        cap = len(self._route_buf) // _ROUTE_ENTRY
+        n = lib.vc_wg_route_list(self.ptr, pid, self._route_buf, cap)
+        if n > cap:
+            self._route_buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * 2 * n)
+            n = lib.vc_wg_route_list(self.ptr, pid, self._route_buf, 2 * n)
+        raw = ffi.buffer(self._route_buf, _ROUTE_ENTRY * n)[:]
+        out = []
+        for i in range(n):
+            e = raw[_ROUTE_ENTRY * i:_ROUTE_ENTRY * (i + 1)]
+            if e[0] == 4:
+                out.append(ipaddress.IPv4Network((e[2:6], e[1])))
+            else:
+                out.append(ipaddress.IPv6Network((e[2:18], e[1])))
+        return out
+
+    def lookup(self, addr) -> int | None:
+        if isinstance(addr, str):
+            addr = ipaddress.ip_address(addr).packed
+        addr = bytes(addr)
+        fam = 4 if len(addr) == 4 else 6 if len(addr) == 16 else 0
+        if not fam:
+            return None
+        pid = lib.vc_wg_route_lookup(self.ptr, fam, addr)
+        return None if pid < 0 else pid
+
+    # ------------------------------------------------------------ stats
+
+    @staticmethod
+    def _info(k):
+        if not k.valid:
+            return None
+        return KeypairInfo(k.local_index, k.remote_index, bool(k.initiator), k.age, k.send_counter,
+                           k.greatest_received, bool(k.usable))
+
+    def stats(self, pid: int, now: float, _keypairs: bool = True) -> PeerStats:
+        st = self._stats
+        if lib.vc_wg_peer_get(self.ptr, pid, st, now):
+            raise KeyError(f"no peer {pid}")
+        drops = {name: st.drops[code] for code, name in S.DROP_NAMES.items() if st.drops[code]}
+        ep = endpoint_to_addr(ffi.addressof(st, "endpoint")) if st.endpoint_set else None
+        return PeerStats(st.rx_bytes, st.rx_packets, st.tx_bytes, st.tx_packets, st.rx_wire_bytes,
+                         st.tx_wire_bytes, drops, st.last_rx, st.last_tx, ep,
+                         self._info(st.current) if _keypairs else None,
+                         self._info(st.previous) if _keypairs else None,
+                         self._info(st.next) if _keypairs else None)
+
+    def drops(self) -> dict:
+        arr = ffi.new("uint64_t[]", S.STATUS_COUNT)
+        lib.vc_wg_table_drops(self.ptr, arr)
+        return {name: arr[code] for code, name in S.DROP_NAMES.items() if arr[code]}
+
+    def count_drop(self, pid, reason: str, n: int = 1) -> None:
+        lib.vc_wg_count_drops(self.ptr, -1 if pid is None else pid, S.DROP_CODES[reason], n)
+
+    # ------------------------------------------------------------ list-form batches
+
+    def _batch_for(self, n, stride=S.OVERHEAD):
+        """A batch for list-form calls (the protocol core's own traffic: small
+        and rare), reused while it is large enough."""
+        b = self._list_batch
+        if b is None or b.capacity < n or b.stride < stride:
+            b = self._list_batch = Batch(self, max(n, 16), max(stride, 2048))
+        return b
+
+    def _chunks(self, items):
+        for i in range(0, len(items), MAX_BATCH):
+            yield items[i:i + MAX_BATCH]
+
+    def open(self, datagrams, now: float) -> OpenResult:
+        res = OpenResult([], [], [], [])
+        base = 0
+        for chunk in self._chunks(list(datagrams)):
+            n = len(chunk)
+            b = self._batch_for(n)
+            blobs = [bytes(d) for d, _ in chunk]
+            slab = ffi.new("uint8_t[]", max(1, sum(len(d) for d in blobs)))
+            off = ffi.new("uint32_t[]", n)
+            lens = ffi.new("uint32_t[]", n)
+            eps = ffi.new("vc_endpoint[]", n)
+            pos = 0
+            for i, (d, (_, addr)) in enumerate(zip(blobs, chunk)):
+                ffi.memmove(slab + pos, d, len(d))
+                off[i], lens[i] = pos, len(d)
+                endpoint_from_addr(addr, eps + i)
+                pos += len(d)
+            delivered, n_other = b.open(slab, off, lens, eps, n, now)
+            res.status.extend(b.status[i] for i in range(n))
+            res.packets.extend(ffi.buffer(slab + b.deliver_off[i], b.deliver_len[i])[:]
+                               for i in range(delivered))
+            res.other.extend(base + b.other[i] for i in range(n_other))
+            res.touched.extend(b.touches())
+            base += n
+        return res
+
+    def seal(self, packets, now: float, peer: int | None = None) -> SealResult:
+        res = SealResult([], [], [], [])
+        for chunk in self._chunks(list(packets)):
+            n = len(chunk)
+            blobs = [bytes(p) for p in chunk]
+            b = self._batch_for(n, S.OVERHEAD + 16 + max(len(p) for p in blobs))
+            slab = ffi.new("uint8_t[]", max(1, sum(len(p) for p in blobs)))
+            off = ffi.new("uint32_t[]", n)
+            lens = ffi.new("uint32_t[]", n)
+            pos = 0
+            for i, p in enumerate(blobs):
+                ffi.memmove(slab + pos, p, len(p))
+                off[i], lens[i] = pos, len(p)
+                pos += len(p)
+            sealed = b.seal(slab, off, lens, n, now, -1 if peer is None else peer)
+            res.status.extend(b.status[i] for i in range(n))
+            res.peers.extend(b.peer_of[i] for i in range(n))
+            res.datagrams.extend((ffi.buffer(b.tx_slab + j * b.stride, b.tx_len[j])[:],
+                                  endpoint_to_addr(b.tx_ep + j)) for j in range(sealed))
+            res.touched.extend(b.touches())
+        return res
