@@ -1,7 +1,8 @@
-/* libFuzzer harness for vc_wg_open_batch (native/wg_transport.c).
+/* libFuzzer harness for vc_wg_open_batch (native/wg_data.c, the session table).
  *
- * A fresh table per input: 3 peers with AllowedIPs, 5 receiving keypairs with
- * known keys (one of them expired).  The input describes a batch of datagrams;
+ * A fresh table per input: 3 peers with AllowedIPs, 5 keypairs with known
+ * receiving keys (one of them expired, one a responder's waiting for its
+ * confirmation).  The input describes a batch of datagrams;
  * besides raw bytes, a record can ask the harness to seal a packet with a known
  * keypair (optionally tampered), or to repeat or cut an earlier datagram, so
  * mutations reach the authenticated paths.  The batch lies in one heap block
@@ -37,9 +38,11 @@
 #define MAXLEN 2048
 #define NOW 100.0
 
-typedef struct { uint32_t index, peer; double expires; } slot_t;
+/* expires: whether the keypair is past REJECT_AFTER_TIME at NOW (installed
+ * long before); initiator 0: installed as a responder (next, until confirmed). */
+typedef struct { uint32_t index, peer; int expires, initiator; } slot_t;
 static const slot_t SLOTS[5] = {
-    {1, 0, 1e9}, {2, 1, 1e9}, {0x01000000u, 2, 1e9}, {0xFFFFFFFFu, 0, 1e9}, {7, 1, 50.0},
+    {1, 0, 0, 1}, {2, 1, 0, 1}, {0x01000000u, 2, 0, 0}, {0xFFFFFFFFu, 0, 0, 1}, {7, 1, 1, 1},
 };
 #define NSLOTS 5
 
@@ -79,12 +82,19 @@ static uint32_t le32(const uint8_t *p) {
 }
 
 static vc_wg_table *make_table(void) {
-    vc_wg_table *t = vc_wg_table_new(4, 16);
+    vc_wg_config cfg = {180.0, 120.0, 165.0, 0xFFFFFFFFFFFFDFFFULL, 1ULL << 60, 1420, 0};
+    vc_wg_table *t = vc_wg_table_new(&cfg);
     if (!t) abort();
-    uint8_t key[32];
-    for (int s = 0; s < NSLOTS; s++) {
+    for (int p = 0; p < 3; p++) if (vc_wg_peer_add(t) != p) abort();
+    uint8_t key[32], other[32] = {0};
+    /* the expired one first, so that peer 1's live keypair is current */
+    static const int order[NSLOTS] = {4, 0, 1, 2, 3};
+    for (int k = 0; k < NSLOTS; k++) {
+        int s = order[k];
         slot_key(s, key);
-        if (vc_wg_rx_add(t, SLOTS[s].index, SLOTS[s].peer, key, SLOTS[s].expires)) abort();
+        if (vc_wg_index_reserve(t, SLOTS[s].index, SLOTS[s].peer)) abort();
+        if (vc_wg_install(t, SLOTS[s].peer, SLOTS[s].index, 99, other, key, SLOTS[s].initiator,
+                          SLOTS[s].expires ? NOW - 200.0 : NOW)) abort();
     }
     static const uint8_t n0[4] = {10, 0, 0, 0}, n1[4] = {10, 1, 0, 0}, n2[4] = {192, 168, 0, 0};
     static const uint8_t v6[16] = {0xfd};
@@ -209,10 +219,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     vc_poly1305_impl_select(pi);
     vc_wg_table *t = make_table();
     int32_t status[MAXD];
-    uint32_t doff[MAXD], dln[MAXD], other[MAXD], touched[MAXD];
+    uint32_t doff[MAXD], dln[MAXD], other[MAXD];
+    vc_wg_touch touched[MAXD];
     size_t n_other = 99, n_touched = 99;
     size_t nd = vc_wg_open_batch(t, buf, off, len, ep, n, NOW, status, doff, dln, other,
-                                 &n_other, touched, &n_touched);
+                                 &n_other, touched, MAXD, &n_touched);
     vc_chacha_impl_select(0);
     vc_poly1305_impl_select(0);
 
@@ -250,7 +261,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(len[i] >= 32, "a short datagram authenticated", i);
         int s = key_slot(le32(m + 4));
         CHECK(s >= 0, "an unknown index authenticated", i);
-        CHECK(SLOTS[s].expires > NOW, "an expired keypair authenticated", i);
+        CHECK(!SLOTS[s].expires, "an expired keypair authenticated", i);
         uint64_t c = le64(m + 8);
         for (size_t k = 0; k < n_seen; k++)
             CHECK(!(seen_idx[k] == SLOTS[s].index && seen_ctr[k] == c), "a counter accepted twice", i);
@@ -272,7 +283,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int v = pt[0] >> 4;
             size_t ip_len = v == 4 ? ((size_t)pt[2] << 8 | pt[3]) : 40 + ((size_t)pt[4] << 8 | pt[5]);
             CHECK((v == 4 || v == 6) && ip_len == dl, "delivered length is not the IP length", i);
-            int owner = vc_wg_route_lookup(t, v, pt + (v == 4 ? 12 : 8));
+            int owner = (int)vc_wg_route_lookup(t, v, pt + (v == 4 ? 12 : 8));
             CHECK(owner == (int)SLOTS[s].peer, "delivered a packet from outside the peer's AllowedIPs", i);
         }
         free(pt);
@@ -280,9 +291,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(o == n_other, "other[] lists extra datagrams", 0);
     CHECK(delivered == nd, "more deliveries than OK datagrams", 0);
     for (size_t a = 0; a < n_touched; a++) {
-        CHECK(touched[a] < 3, "touched a peer that does not exist", a);
-        for (size_t b = 0; b < a; b++) CHECK(touched[a] != touched[b], "a peer touched twice", a);
+        CHECK(touched[a].peer < 3, "touched a peer that does not exist", a);
+        CHECK(touched[a].flags & VC_WG_EV_AUTH, "touched without an authenticated message", a);
+        for (size_t b = 0; b < a; b++) CHECK(touched[a].peer != touched[b].peer, "a peer touched twice", a);
     }
+    /* peer 2's responder keypair is current after a message on it authenticated */
+    vc_wg_peer_stats ps;
+    vc_wg_peer_get(t, 2, &ps, NOW);
+    int confirmed = 0;
+    for (size_t a = 0; a < n_touched; a++)
+        if (touched[a].peer == 2) confirmed = (touched[a].flags & VC_WG_EV_CONFIRMED) != 0;
+    CHECK(confirmed == (ps.current.valid && ps.current.local_index == 0x01000000u),
+          "confirmation flag and the table disagree", 0);
     vc_wg_table_free(t);
     free(orig);
     free(buf);

@@ -25,9 +25,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_test_timers_from_env():
     assert service.timer_config_from_env({}) is None
     tc = service.timer_config_from_env(
-        {"VPNCRYPT_TEST_TIMERS": "rekey_after_time=3, rekey_timeout=0.5,max_queued_packets=7"})
-    assert tc == TimerConfig(rekey_after_time=3.0, rekey_timeout=0.5, max_queued_packets=7)
-    assert isinstance(tc.max_queued_packets, int)
+        {"VPNCRYPT_TEST_TIMERS": "rekey_after_time=3, rekey_timeout=0.5,max_staged_packets=7"})
+    assert tc == TimerConfig(rekey_after_time=3.0, rekey_timeout=0.5, max_staged_packets=7)
+    assert isinstance(tc.max_staged_packets, int)
     with pytest.raises(service.DaemonError, match="unknown timer"):
         service.timer_config_from_env({"VPNCRYPT_TEST_TIMERS": "bogus=1"})
     with pytest.raises(service.DaemonError, match="not a number"):

@@ -49,7 +49,7 @@ def datagram_seeds() -> dict[str, bytes]:
     resp2 = out.datagrams[0][0]
     # under load: B answers init2 with a cookie reply
     w = T.World()
-    w.b.load.force = True
+    w.force_load(True)
     cookie = w.b.receive_datagrams([(init2, T.A_ADDR)], w.clock.now).datagrams[0][0]
     # transport data both ways on the established session, and a keepalive
     w = T.World()
@@ -58,7 +58,7 @@ def datagram_seeds() -> dict[str, bytes]:
     data_b = [d for d, _ in w.b.send_packets(T.SEED_PACKETS["B"], w.clock.now).datagrams]
     w = T.World()
     out = Output()
-    w.a._send_keepalive(w.a.peers[w.b.public_key], w.clock.now, out)
+    w.a.datapath.keepalive(w.a.peers[w.b.public_key], w.a.table.clock(w.clock.now), out, persistent=False)
     keepalive = out.datagrams[0][0]
     # an initiation from the known-but-silent peer C, and one from a stranger
     from vpncrypt.protocol import Device, keys
@@ -69,7 +69,7 @@ def datagram_seeds() -> dict[str, bytes]:
                    timer_config=T.TIMERS)
         d.add_peer(w.b.public_key, endpoint=T.B_ADDR, allowed_ips=["10.0.0.2/32"])
         o = Output()
-        d._initiate(d.peers[w.b.public_key], w.clock.now, o)
+        d.handshakes.initiate(d.peers[w.b.public_key], d.table.clock(w.clock.now), o)
         inits[name] = o.datagrams[0][0]
 
     to_b, to_a, spoof, batch, clock, load, send_a, send_b = range(8)

@@ -216,7 +216,7 @@ class DeviceControl(Control):
 
     def snapshot(self) -> InterfaceSnapshot:
         dev = self.device
-        now = dev.table.clock(time.monotonic()) if self.d.loop is None else dev.table.clock(self.d.loop.time())
+        now = dev.table.clock(time.monotonic())     # the loop's clock (asyncio and uvloop)
         peers = []
         for peer in dev.peers.values():
             c = peer.counters
