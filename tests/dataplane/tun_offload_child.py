@@ -51,6 +51,20 @@ def udp_datagram(seq):
     return struct.pack("!I", seq) + body
 
 
+def exchange(sock, data):
+    """Send data (then FIN) while receiving everything up to the peer's FIN."""
+    sender = threading.Thread(target=lambda: (sock.sendall(data), sock.shutdown(socket.SHUT_WR)))
+    sender.start()
+    got = bytearray()
+    while True:
+        b = sock.recv(1 << 16)
+        if not b:
+            break
+        got += b
+    sender.join(30)
+    return bytes(got)
+
+
 class Reflector:
     def __init__(self, family, tun):
         self.family = family
@@ -127,16 +141,7 @@ def main():
             c, peer = ls.accept()
             c.settimeout(30)
             result["server_peer"] = peer[0]
-            sender = threading.Thread(target=lambda: (c.sendall(down), c.shutdown(socket.SHUT_WR)))
-            sender.start()
-            got = bytearray()
-            while True:
-                b = c.recv(1 << 16)
-                if not b:
-                    break
-                got += b
-            sender.join(30)
-            result["up"] = bytes(got)
+            result["up"] = exchange(c, down)
             c.close()
             ls.close()
         except Exception as e:       # reported by the main thread
@@ -149,16 +154,7 @@ def main():
             s.settimeout(30)
             s.connect((v1, TCP_PORT))
             result["client_mss"] = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
-            sender = threading.Thread(target=lambda: (s.sendall(up), s.shutdown(socket.SHUT_WR)))
-            sender.start()
-            got = bytearray()
-            while True:
-                b = s.recv(1 << 16)
-                if not b:
-                    break
-                got += b
-            sender.join(30)
-            result["down"] = bytes(got)
+            result["down"] = exchange(s, up)
             s.close()
         except Exception as e:
             errors.append(f"client: {e!r}")
