@@ -72,6 +72,16 @@ def test_offloads_forced_off_every_byte_one_packet_per_read(family):
     assert st["rx"]["reads"] >= st["reflected"]
 
 
+def test_tso_switched_off_like_ethtool_gives_no_tcp_superpackets():
+    """How to force a TUN reader's TCP offload off from outside (wireguard-go
+    has no option for it): `ethtool -K IFACE tso off`, here its ioctl."""
+    st = run_child(4, "tso-off", 1199)
+    assert "tso" in st["offloads"]
+    assert st["tcp_rx"]["superpackets"] == 0
+    assert st["tcp_rx"]["reads"] > 3000      # 4 MiB of TCP one packet per read
+    assert st["tx"]["coalesced"] > 0         # writing super-packets is not affected
+
+
 def test_plain_tun_without_vnet_header_still_works():
     st = run_child(4, "plain", 1460)
     assert st["offloads"] == [] and st["rx"] == {} and st["reflected"] > 3000

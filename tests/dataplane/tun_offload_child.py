@@ -2,7 +2,9 @@
 
     tun_offload_child.py FAMILY MODE MSS
         FAMILY 4 or 6; MODE on (vnet header, every offload), off (vnet header,
-        offloads forced off) or plain (no vnet header); MSS for the TCP client.
+        offloads forced off), tso-off (every offload, then TSO switched off as
+        `ethtool -K tso off` does) or plain (no vnet header); MSS for the TCP
+        client.
 
 A TUN reflects traffic back into the namespace: packets the kernel routes to
 the virtual peers V1/V2 are read from the TUN (TunBatch: super-packets split),
@@ -28,7 +30,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.dataplane import offload_ref as R  # noqa: E402
-from vpncrypt.dataplane.io import OFFLOAD_ALL, TunBatch, offload_names, open_tun  # noqa: E402
+from vpncrypt.dataplane.io import (OFFLOAD_ALL, TunBatch, get_tso, offload_names,  # noqa: E402
+                                   open_tun, set_tso)
 
 ADDR = {4: ("10.99.0.1", "10.99.1.1", "10.99.1.2", "10.99.0.1/24", "10.99.1.0/24"),
         6: ("fd99::1", "fd99:1::1", "fd99:1::2", "fd99::1/64", "fd99:1::/64")}
@@ -120,9 +123,13 @@ def main():
     sh("ip", "addr", "add", local_cidr, "dev", name, *extra)
     sh("ip", "link", "set", name, "mtu", "1500", "up")
     sh("ip", "route", "add", virt, "dev", name)
-    tun = TunBatch(fd, mtu=1500, batch=64, offloads=OFFLOAD_ALL if mode == "on" else 0)
+    tun = TunBatch(fd, mtu=1500, batch=64, offloads=0 if mode == "off" else OFFLOAD_ALL)
     assert tun.vnet_hdr == (mode != "plain")
-    if mode == "on":
+    if mode == "tso-off":
+        assert get_tso(name)
+        set_tso(name, False)
+        assert not get_tso(name)
+    if mode in ("on", "tso-off"):
         assert {"csum", "tso"} <= set(offload_names(tun.offloads)), tun.offloads
     else:
         assert tun.offloads == 0

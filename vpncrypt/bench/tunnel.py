@@ -86,6 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wireguard-go", action="append", dest="wireguard_go", metavar="PATH",
                    help="wireguard-go binary for the wireguard-go peers (default: the one on "
                         "PATH); repeat it to compare builds in one run")
+    p.add_argument("--wireguard-go-tso", choices=("on", "off"), default="on",
+                   help="off: TCP segmentation offload off on wireguard-go's TUN (as `ethtool "
+                        "-K IFACE tso off`), so that it reads no TCP super-packets")
     p.add_argument("--check-mib", type=float, default=16.0,
                    help="MiB of byte-checked TCP and of UDP stream per pairing (default 16; "
                         "0: no check)")
@@ -503,6 +506,12 @@ def run_pairing(lab, name, index, args, log, wg=None):
                 n.start()
             a.configure(b, args.mtu, initiator=True)
             b.configure(a, args.mtu, initiator=False)
+            if args.wireguard_go_tso == "off":
+                for n in nodes:
+                    if n.impl == "wireguard-go":
+                        lab.run_in(n.side, sys.executable, "-c",
+                                   "import sys; from vpncrypt.dataplane.io import set_tso; "
+                                   "set_tso(sys.argv[1], False)", n.iface)
             if args.txqueuelen:
                 for n in nodes:
                     lab.run_in(n.side, "ip", "link", "set", "dev", n.iface, "txqueuelen",
@@ -696,7 +705,8 @@ def run(args) -> int:
                      "python": sys.version.split()[0]},
         "settings": {"duration": args.duration, "mtu": args.mtu, "udp_length": UDP_LEN,
                      "pairings": names, "tcp": not args.no_tcp, "udp": not args.no_udp,
-                     "check_mib": args.check_mib, "txqueuelen": args.txqueuelen},
+                     "check_mib": args.check_mib, "txqueuelen": args.txqueuelen,
+                     "wireguard_go_tso": args.wireguard_go_tso},
         "run_id": lab.id,
         "namespaces": list(lab.ns.values()),
         "veth": list(lab.veth.values()),

@@ -15,7 +15,7 @@ from vpncrypt._native import ffi, lib
 
 __all__ = ["EndpointCache", "UdpBatchSocket", "TunBatch", "endpoint_to_addr",
            "endpoint_from_addr", "open_tun", "set_txqueuelen", "get_txqueuelen", "vnet_split",
-           "gro_coalesce", "offload_names", "OFFLOAD_ALL"]
+           "gro_coalesce", "offload_names", "OFFLOAD_ALL", "set_tso", "get_tso"]
 
 _EP_SIZE = ffi.sizeof("vc_endpoint")
 _V4MAPPED = b"\0" * 10 + b"\xff\xff"
@@ -262,6 +262,31 @@ def set_txqueuelen(ifname: str, qlen: int) -> None:
     if not 1 <= qlen <= 0x7FFFFFFF:
         raise ValueError(f"txqueuelen out of range: {qlen}")
     _ifreq_int(ifname, SIOCSIFTXQLEN, qlen)
+
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GTSO, ETHTOOL_STSO = 0x1E, 0x1F
+
+
+def _ethtool_value(ifname: str, cmd: int, data: int = 0) -> int:
+    import ctypes
+    ev = ctypes.create_string_buffer(struct.pack("II", cmd, data), 8)
+    ifr = struct.pack("16sP", ifname.encode(), ctypes.addressof(ev)).ljust(40, b"\0")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifr)
+    return struct.unpack("II", ev.raw)[1]
+
+
+def get_tso(ifname: str) -> bool:
+    return bool(_ethtool_value(ifname, ETHTOOL_GTSO))
+
+
+def set_tso(ifname: str, on: bool) -> None:
+    """TCP segmentation offload of an interface on or off (`ethtool -K IFACE
+    tso on|off`).  Off on a TUN with offloads, the kernel segments TCP itself
+    and whoever reads the TUN (vpncrypt, or wireguard-go) gets no TCP
+    super-packets; what it writes is not affected."""
+    _ethtool_value(ifname, ETHTOOL_STSO, 1 if on else 0)
 
 
 class TunBatch:
