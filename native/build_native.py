@@ -24,9 +24,10 @@ CFLAGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wextra",
           "-Wno-unused-parameter", "-fvisibility=hidden"]
 
 
-# The public headers, in order: the crypto core, the batch socket/TUN I/O, and
-# the WireGuard transport fast path.  Their declarations are the cffi cdef.
-PUBLIC_HEADERS = ["vpncrypt.h", "vc_io.h", "vc_wg.h", "vc_traffic.h"]
+# The public headers, in order: the crypto core, the batch socket/TUN I/O, the TUN
+# offloads (vnet header split and coalesce), and the WireGuard transport fast path.
+# Their declarations are the cffi cdef.
+PUBLIC_HEADERS = ["vpncrypt.h", "vc_io.h", "vc_offload.h", "vc_wg.h", "vc_traffic.h"]
 
 
 def cdef_source() -> str:

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "vc_io.h"
+#include "vc_tun_internal.h"
 
 #define VC_API __attribute__((visibility("default")))
 
@@ -23,11 +24,12 @@ VC_API int vc_tun_read_batch(int fd, uint8_t *slab, size_t slab_size, size_t mtu
     while (count < max && slab_size - cursor >= mtu) {
         ssize_t r = read(fd, slab + cursor, mtu);
         if (r < 0) {
-            if (errno == EINTR)
+            int f = vc_tun_read_failed(errno, count);
+            if (f == 0)
                 continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK || count > 0)
+            if (f == 1)
                 break;
-            return -errno;
+            return f;
         }
         if (r == 0)
             break;
@@ -62,8 +64,7 @@ VC_API int vc_tun_write_batch(int fd, const uint8_t *buf, const uint32_t *off, c
         }
         if (!e0)
             e0 = e;
-        if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == ENOMEM || e == EIO ||
-            e == EBADF || e == EFAULT)
+        if (vc_tun_write_stops(e))
             break;
     }
     if (err)

@@ -1,8 +1,11 @@
 """`vpncrypt bench tunnel` in its short mode (2 s per test): every pairing
-carries TCP and UDP traffic, the JSON has all of its fields, and nothing of the
-run (namespace, veth, interface, UAPI socket, process) is left afterwards, also
-when it is interrupted.  Needs root, iproute2, wireguard-tools, wireguard-go,
-iperf3 and ping; a missing tool is a failure.  No speed is asserted."""
+carries TCP and UDP traffic and byte-checked streams, the JSON has all of its
+fields (peer versions, CPU per Gbit), two wireguard-go builds run side by side,
+the plot is written, and nothing of the run (namespace, veth, interface, UAPI
+socket, process) is left afterwards, also when it is interrupted.  Needs root,
+iproute2, wireguard-tools, wireguard-go, iperf3 and ping, and Debian 13's
+wireguard-go (tests/tools/fetch-wireguard-go.sh fetches it); a missing tool is
+a failure.  No speed is asserted."""
 import json
 import os
 import re
@@ -14,14 +17,24 @@ import time
 
 import pytest
 
-PAIRINGS = ["vc-vc", "vc-wg", "wg-wg", "veth"]
 TOP_FIELDS = {"command", "date", "cpu", "cores", "kernel", "versions", "settings", "run_id",
-              "namespaces", "veth", "pairings", "ratio_vpncrypt_over_wireguard_go", "ok"}
-PAIRING_FIELDS = {"pairing", "label", "a", "b", "ok", "error", "tests"}
+              "namespaces", "veth", "pairings", "ratio_vpncrypt_over_wireguard_go",
+              "ratios_by_wireguard_go", "ok"}
+PAIRING_FIELDS = {"pairing", "label", "a", "b", "ok", "error", "tests", "checks", "wireguard_go"}
 TCP_FIELDS = {"proto", "gbit_s", "sent_gbit_s", "retransmits", "seconds", "cpu_pct",
-              "link_rx_gbit_s", "link_tx_dropped"}
+              "cpu_s_per_gbit", "link_rx_gbit_s", "link_tx_dropped"}
 UDP_FIELDS = {"proto", "gbit_s", "sent_gbit_s", "loss_pct", "packets", "lost_packets", "seconds",
-              "cpu_pct", "link_rx_gbit_s", "link_tx_dropped"}
+              "cpu_pct", "cpu_s_per_gbit", "link_rx_gbit_s", "link_tx_dropped"}
+CHECK_FIELDS = {"proto", "bytes", "checked", "corrupt", "duplicates", "lost", "ok"}
+FETCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools",
+                     "fetch-wireguard-go.sh")
+
+
+def current_wireguard_go():
+    """Debian 13's wireguard-go (cached outside the repo after the first fetch)."""
+    r = subprocess.run(["bash", FETCH], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"tests/tools/fetch-wireguard-go.sh failed: {r.stderr[-2000:]}"
+    return r.stdout.strip()
 PID_LINE = re.compile(r"pid (\d+) (\S+) in (\S+): (.*)$")
 RUN_LINE = re.compile(r"run ([0-9a-f]+): namespaces (\S+) (\S+), veth (\S+)/(\S+)")
 
@@ -84,16 +97,40 @@ def _assert_nothing_left(run_id: str, started: dict):
     assert not left, f"left behind by run {run_id}: {left}"
 
 
-def test_short_run_all_pairings_carry_traffic_and_leave_nothing():
-    proc = subprocess.run(_cmd("--duration", "2", "--json", "-v"), capture_output=True, text=True,
-                          timeout=300)
+def test_short_run_all_pairings_carry_traffic_and_leave_nothing(tmp_path):
+    old = shutil.which("wireguard-go")
+    new = current_wireguard_go()
+    png = tmp_path / "tunnel.png"
+    proc = subprocess.run(_cmd("--duration", "2", "--json", "-v", "--check-mib", "2",
+                               "--wireguard-go", old, "--wireguard-go", new, "--plot", str(png)),
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:] + proc.stdout[-2000:]
     res = json.loads(proc.stdout)
     assert TOP_FIELDS <= res.keys()
     assert res["ok"] is True
     assert res["settings"]["duration"] == 2 and res["settings"]["mtu"] == 1420
-    assert [p["pairing"] for p in res["pairings"]] == PAIRINGS
+    # each pairing with wireguard-go once per build, in the order given
+    assert [p["pairing"] for p in res["pairings"]] == ["vc-vc", "vc-wg", "vc-wg", "wg-wg",
+                                                       "wg-wg", "veth"]
+    builds = res["versions"]["wireguard-go-builds"]
+    assert [b["path"] for b in builds] == [os.path.abspath(old), new]
+    assert builds[0]["version"] == "wireguard-go v0.0.20220316"      # Debian 12's
+    assert builds[1]["version"] == "wireguard-go v0.0.20230223"      # Debian 13's
+    assert res["versions"]["wireguard-go"] == builds[0]["version"]
+    for p, build in zip([p for p in res["pairings"] if "wireguard-go" in (p["a"], p["b"])],
+                        [builds[0], builds[1]] * 2):
+        assert p["wireguard_go"]["path"] == build["path"]
+        assert build["version"].split()[-1] in p["label"]
+    assert set(res["ratios_by_wireguard_go"]) == {b["path"] for b in builds}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
     for p in res["pairings"]:
+        checks = {c["proto"]: c for c in p["checks"]}
+        assert set(checks) == {"tcp", "udp"}, p
+        for c in checks.values():            # every byte that arrived was right
+            assert CHECK_FIELDS <= c.keys() and c["ok"] and c["bytes"] == 2 << 20, (p["label"], c)
+            assert c["corrupt"] == 0 and c["duplicates"] == 0
+        assert checks["tcp"]["checked"] == 2 << 20 and checks["tcp"]["lost"] == 0
+        assert checks["udp"]["checked"] > 0
         assert PAIRING_FIELDS <= p.keys()
         assert p["ok"] and p["error"] is None, p
         tests = {t["proto"]: t for t in p["tests"]}
@@ -113,6 +150,10 @@ def test_short_run_all_pairings_carry_traffic_and_leave_nothing():
             for t in tests.values():   # the daemons worked: CPU was measured
                 assert set(t["cpu_pct"]) == {"A", "B"}
                 assert all(v is not None and v >= 0 for v in t["cpu_pct"].values())
+                per = t["cpu_s_per_gbit"]
+                assert set(per) == {"A", "B", "total"}
+                assert per["total"] == pytest.approx(
+                    (t["cpu_pct"]["A"] + t["cpu_pct"]["B"]) / 100 / t["gbit_s"])
     ratio = res["ratio_vpncrypt_over_wireguard_go"]
     assert ratio["tcp"] > 0 and ratio["udp"] > 0
     started = _started(proc.stderr)
@@ -159,6 +200,18 @@ def test_interrupted_run_still_cleans_up(sig):
     assert "interrupted" in err
     assert out == ""                          # no results from an interrupted run
     _assert_nothing_left(run_id, started)
+
+
+def test_bad_wireguard_go_is_a_clear_error(tmp_path):
+    fake = tmp_path / "not-wireguard-go"
+    fake.write_text("#!/bin/sh\necho hello\n")
+    fake.chmod(0o755)
+    for path, msg in ((str(tmp_path / "missing"), "not an executable file"),
+                      (str(fake), "does not name wireguard-go")):
+        proc = subprocess.run(_cmd("--pairings", "wg-wg", "--wireguard-go", path),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1 and msg in proc.stderr, proc.stderr
+        assert proc.stdout == ""
 
 
 def test_not_root_is_a_clear_error(monkeypatch, capsys):

@@ -7,8 +7,19 @@ client sends; Gbit/s received and loss are reported).  Pairings, in one run:
 
     vc-vc    vpncrypt <-> vpncrypt
     vc-wg    vpncrypt (A, sender) <-> wireguard-go (B, receiver)
-    wg-wg    wireguard-go <-> wireguard-go (the system's wireguard-go)
+    wg-wg    wireguard-go <-> wireguard-go
     veth     the plain veth, no tunnel: the ceiling
+
+The wireguard-go binary is the one on PATH, or --wireguard-go PATH; given more
+than once (e.g. Debian 12's /usr/bin/wireguard-go and Debian 13's, fetched by
+tests/tools/fetch-wireguard-go.sh), every pairing with wireguard-go runs once
+per binary, in the same run.  Each binary's `--version` is in the table and the
+JSON.
+
+After iperf3, each pairing carries a byte-checked TCP stream and UDP datagram
+stream of --check-mib MiB from A to B (vpncrypt.bench.streamcheck): every byte
+that arrives is compared with what was sent; corruption or duplication fails
+the pairing, UDP loss is counted.
 
 Both implementations are started the same way, unconfigured, inside the
 namespace (`vpncrypt up IFACE` through this Python, `wireguard-go -f IFACE`),
@@ -18,7 +29,9 @@ configured along one path: `wg setconf` over the UAPI socket, `ip addr add`,
 
 CPU of each daemon process is the utime+stime delta of /proc/PID/stat (all of
 its threads) over the iperf3 run, as % of one core (so above 100% means more
-than one core).  Every namespace, veth, interface and process is removed at
+than one core), and per Gbit/s received: CPU seconds per Gbit (A, B and both),
+so that implementations at different speeds compare.  --plot FILE.png draws
+the throughput and CPU per Gbit of every pairing (matplotlib).  Every namespace, veth, interface and process is removed at
 the end, also on SIGINT/SIGTERM or an error.
 
 Exit status: 0 if every pairing carried traffic; 1 otherwise; 130 if interrupted.
@@ -51,6 +64,7 @@ OUTER = {"A": "192.168.77.1", "B": "192.168.77.2"}
 INNER = {"A": "10.77.0.1", "B": "10.77.0.2"}
 WG_PORT = 51820
 IPERF_PORT = 5201
+CHECK_PORT = 5301
 UDP_LEN = 1392
 SOCKET_DIR = "/var/run/wireguard"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -69,6 +83,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mtu", type=int, default=1420, help="tunnel MTU (default 1420)")
     p.add_argument("--no-tcp", action="store_true", help="skip the TCP tests")
     p.add_argument("--no-udp", action="store_true", help="skip the UDP tests")
+    p.add_argument("--wireguard-go", action="append", dest="wireguard_go", metavar="PATH",
+                   help="wireguard-go binary for the wireguard-go peers (default: the one on "
+                        "PATH); repeat it to compare builds in one run")
+    p.add_argument("--wireguard-go-tso", choices=("on", "off"), default="on",
+                   help="off: TCP segmentation offload off on wireguard-go's TUN (as `ethtool "
+                        "-K IFACE tso off`), so that it reads no TCP super-packets")
+    p.add_argument("--check-mib", type=float, default=16.0,
+                   help="MiB of byte-checked TCP and of UDP stream per pairing (default 16; "
+                        "0: no check)")
+    p.add_argument("--txqueuelen", type=int, default=None,
+                   help="set both tunnel interfaces' txqueuelen (default: as the daemon left it)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="plot Gbit/s and CPU per Gbit of every pairing (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="log every step (and each process started) on stderr")
@@ -247,10 +274,11 @@ class Lab:
 # ============================================================ daemons
 
 class Node:
-    def __init__(self, lab, side, impl, index):
+    def __init__(self, lab, side, impl, index, wg_path=None):
         self.lab = lab
         self.side = side
         self.impl = impl
+        self.wg_path = wg_path
         self.iface = f"{'vcb' if impl == 'vpncrypt' else 'wgb'}{side.lower()}{index}{lab.id}"
         self.proc = None
         self.private, self.public = self._keys()
@@ -277,7 +305,7 @@ class Node:
             cmd = [sys.executable, "-m", "vpncrypt", "up", self.iface, "--log-level", "warning"]
             env = dict(os.environ)
         else:
-            cmd = ["wireguard-go", "-f", self.iface]
+            cmd = [self.wg_path or "wireguard-go", "-f", self.iface]
             env = {**os.environ, "WG_PROCESS_FOREGROUND": "1", "LOG_LEVEL": "error"}
         self.proc = lab.spawn(f"{self.impl}-{self.side}", self.side, cmd, env=env,
                               log_name=self.iface)
@@ -392,19 +420,57 @@ def _iperf(lab, target, proto, duration, pids, links):
     for k in pids:
         b, a = before.get(k), after.get(k)
         row["cpu_pct"][k] = (100.0 * (a - b) / CLK_TCK / wall) if a is not None and b is not None else None
+    row["cpu_s_per_gbit"] = _cpu_per_gbit(row["cpu_pct"], row["gbit_s"])
     return row
 
 
-def _wait_listening(lab, side, port, proc, timeout=10):
+def _cpu_per_gbit(cpu_pct, gbit_s):
+    """CPU seconds the daemons spent per Gbit received (per side and both)."""
+    if not cpu_pct or not gbit_s or any(v is None for v in cpu_pct.values()):
+        return {}
+    out = {k: v / 100.0 / gbit_s for k, v in cpu_pct.items()}
+    out["total"] = sum(out.values())
+    return out
+
+
+def _wait_listening(lab, side, port, proc, timeout=10, udp=False, name="iperf3-server"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r = lab.run_in(side, "ss", "-Hltn", f"sport = :{port}", check=False)
+        r = lab.run_in(side, "ss", "-Hlun" if udp else "-Hltn", f"sport = :{port}", check=False)
         if r.returncode == 0 and r.stdout.strip():
             return
         if proc.poll() is not None:
-            raise BenchError(f"iperf3 server exited: {lab.log_text('iperf3-server')}")
+            raise BenchError(f"{name} exited: {lab.log_text(name)}")
         time.sleep(0.05)
-    raise BenchError("iperf3 server is not listening")
+    raise BenchError(f"{name} is not listening")
+
+
+def _stream_check(lab, proto, target, nbytes, seed, log):
+    """A byte-checked stream from A to target in B (vpncrypt.bench.streamcheck)."""
+    base = [sys.executable, "-m", "vpncrypt.bench.streamcheck"]
+    args = [proto, target, str(CHECK_PORT), str(nbytes), str(seed)]
+    name = f"streamcheck-{proto}-recv"
+    recv = lab.spawn(name, "B", base + ["recv"] + args + ["30"], stdout=subprocess.PIPE)
+    try:
+        _wait_listening(lab, "B", CHECK_PORT, recv, udp=proto == "udp", name=name)
+        send = lab.spawn(f"streamcheck-{proto}-send", "A", base + ["send"] + args)
+        try:
+            send.wait(120)
+        except subprocess.TimeoutExpired:
+            lab.stop_proc(send)
+            raise BenchError(f"{proto} stream check: the sender did not finish")
+        out, err = recv.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{proto} stream check: the receiver did not finish")
+    finally:
+        lab.stop_proc(recv)
+    try:
+        res = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BenchError(f"{proto} stream check: no result ({(err or '').strip()[-300:]})")
+    log(f"{proto} stream check: {res['checked']} of {res['bytes']} bytes checked, "
+        f"{res['corrupt']} corrupt, {res['duplicates']} duplicated, {res['lost']} lost")
+    return res
 
 
 def _wait_tunnel(lab, a, b, timeout=15):
@@ -422,21 +488,34 @@ def _wait_tunnel(lab, a, b, timeout=15):
 
 # ============================================================ the run
 
-def run_pairing(lab, name, index, args, log):
+def run_pairing(lab, name, index, args, log, wg=None):
     label, impl_a, impl_b = PAIRINGS[name]
+    if wg is not None:
+        label = label.replace("wireguard-go", f"wg-go {wg['short']}")
     result = {"pairing": name, "label": label, "a": impl_a, "b": impl_b, "ok": False,
-              "error": None, "tests": []}
+              "error": None, "tests": [], "checks": [], "wireguard_go": wg}
     nodes = []
     try:
         if impl_a is None:
             target, pids, links = OUTER["B"], {}, dict(lab.veth)
         else:
-            a, b = Node(lab, "A", impl_a, index), Node(lab, "B", impl_b, index)
+            path = wg["path"] if wg else None
+            a, b = Node(lab, "A", impl_a, index, path), Node(lab, "B", impl_b, index, path)
             nodes = [a, b]
             for n in nodes:
                 n.start()
             a.configure(b, args.mtu, initiator=True)
             b.configure(a, args.mtu, initiator=False)
+            if args.wireguard_go_tso == "off":
+                for n in nodes:
+                    if n.impl == "wireguard-go":
+                        lab.run_in(n.side, sys.executable, "-c",
+                                   "import sys; from vpncrypt.dataplane.io import set_tso; "
+                                   "set_tso(sys.argv[1], False)", n.iface)
+            if args.txqueuelen:
+                for n in nodes:
+                    lab.run_in(n.side, "ip", "link", "set", "dev", n.iface, "txqueuelen",
+                               str(args.txqueuelen))
             _wait_tunnel(lab, a, b)
             target = INNER["B"]
             pids = {"A": a.proc.pid, "B": b.proc.pid}
@@ -454,9 +533,21 @@ def run_pairing(lab, name, index, args, log):
                                      f"{lab.log_text(n.iface)}")
             result["tests"].append(row)
             log(f"{label}: {proto.upper()} {row['gbit_s']:.3f} Gbit/s")
+        nbytes = int(args.check_mib * (1 << 20))
+        for k, proto in enumerate(("tcp", "udp") if nbytes > 0 else ()):
+            log(f"{label}: byte-checked {proto.upper()} stream of {nbytes} bytes")
+            result["checks"].append(_stream_check(lab, proto, target, nbytes, index * 2 + k + 1,
+                                                  log))
         result["ok"] = all(t["gbit_s"] > 0 for t in result["tests"])
+        bad = [c for c in result["checks"] if not c["ok"]]
         if not result["ok"]:
             result["error"] = "no traffic"
+        elif bad:
+            result["ok"] = False
+            result["error"] = "; ".join(
+                f"{c['proto']} stream check failed: {c['corrupt']} corrupt, "
+                f"{c['duplicates']} duplicated, {c['checked']} of {c['bytes']} bytes checked"
+                for c in bad)
     except BenchError as e:
         result["error"] = str(e)
         log(f"{label}: FAILED: {e}", always=True)
@@ -466,13 +557,17 @@ def run_pairing(lab, name, index, args, log):
     return result
 
 
-def _ratios(pairings):
-    by = {p["pairing"]: {t["proto"]: t for t in p["tests"]} for p in pairings}
+def _ratios(pairings, wg_path=None):
+    """vc-vc over wg-wg Gbit/s (wg-wg with the binary at wg_path, else the first)."""
+    def tests(p):
+        return {t["proto"]: t for t in p["tests"]}
+    vc = next((tests(p) for p in pairings if p["pairing"] == "vc-vc"), {})
+    wg = next((tests(p) for p in pairings if p["pairing"] == "wg-wg" and
+               (wg_path is None or (p["wireguard_go"] or {}).get("path") == wg_path)), {})
     out = {}
     for proto in ("tcp", "udp"):
-        vc = by.get("vc-vc", {}).get(proto)
-        wg = by.get("wg-wg", {}).get(proto)
-        out[proto] = (vc["gbit_s"] / wg["gbit_s"]) if vc and wg and wg["gbit_s"] else None
+        a, b = vc.get(proto), wg.get(proto)
+        out[proto] = (a["gbit_s"] / b["gbit_s"]) if a and b and b["gbit_s"] else None
     return out
 
 
@@ -482,6 +577,24 @@ def _version(cmd):
         return (r.stdout or r.stderr).strip().splitlines()[0]
     except (OSError, IndexError, subprocess.TimeoutExpired):
         return None
+
+
+def _wireguard_go_builds(paths):
+    """[{path, version, short}] for the --wireguard-go binaries (default: PATH's)."""
+    builds = []
+    for p in paths or [shutil.which("wireguard-go")]:
+        if p is None:
+            raise BenchError("no wireguard-go on PATH (Debian: apt install wireguard-go; or "
+                             "--wireguard-go PATH)")
+        path = shutil.which(p) if os.sep not in p else p
+        if not path or not os.access(path, os.X_OK):
+            raise BenchError(f"--wireguard-go {p}: not an executable file")
+        version = _version([path, "--version"])
+        if not version or "wireguard-go" not in version:
+            raise BenchError(f"--wireguard-go {p}: `{p} --version` does not name wireguard-go")
+        short = version.split()[-1]
+        builds.append({"path": os.path.abspath(path), "version": version, "short": short})
+    return builds
 
 
 def _parse_pairings(text):
@@ -520,13 +633,31 @@ def run(args) -> int:
               f"devices); run it as root, e.g. `sudo vpncrypt bench tunnel`", file=sys.stderr)
         return 1
     tools = ["ip", "wg", "iperf3", "ping", "ss"]
-    if any("wireguard-go" in PAIRINGS[n][1:] for n in names):
-        tools.append("wireguard-go")
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         print(f"{prog}: missing tools: {', '.join(missing)} (Debian: apt install iproute2 "
               f"wireguard-tools wireguard-go iperf3 iputils-ping)", file=sys.stderr)
         return 1
+    builds = []
+    if any("wireguard-go" in PAIRINGS[n][1:] for n in names):
+        try:
+            builds = _wireguard_go_builds(args.wireguard_go)
+        except BenchError as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            return 1
+    if args.txqueuelen is not None and not 1 <= args.txqueuelen <= 1_000_000:
+        print(f"{prog}: --txqueuelen from 1 to 1000000", file=sys.stderr)
+        return 2
+    plt = None
+    if args.plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print(f"{prog}: --plot needs matplotlib, which is not installed (pip install "
+                  f"matplotlib, or pip install 'vpncrypt[bench]')", file=sys.stderr)
+            return 1
 
     def log(msg, always=False, pid=False):
         if args.verbose or (always and not pid):
@@ -546,8 +677,10 @@ def run(args) -> int:
         except BenchError as e:
             print(f"{prog}: setup failed: {e}", file=sys.stderr)
             return 1
-        for i, name in enumerate(names):
-            pairings.append(run_pairing(lab, name, i, args, log))
+        runs = [(name, wg) for name in names
+                for wg in (builds if "wireguard-go" in PAIRINGS[name][1:] else [None])]
+        for i, (name, wg) in enumerate(runs):
+            pairings.append(run_pairing(lab, name, i, args, log, wg))
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; cleaning up", file=sys.stderr, flush=True)
         lab.close()
@@ -565,38 +698,85 @@ def run(args) -> int:
         "cores": os.cpu_count(),
         "kernel": os.uname().release,
         "versions": {"iperf3": _version(["iperf3", "--version"]),
-                     "wireguard-go": _version(["wireguard-go", "--version"])
-                     if shutil.which("wireguard-go") else None,
+                     "wireguard-go": builds[0]["version"] if builds else None,
+                     "wireguard-go-builds": [{k: b[k] for k in ("path", "version")}
+                                             for b in builds],
                      "vpncrypt": __import__("vpncrypt").__version__,
                      "python": sys.version.split()[0]},
         "settings": {"duration": args.duration, "mtu": args.mtu, "udp_length": UDP_LEN,
-                     "pairings": names, "tcp": not args.no_tcp, "udp": not args.no_udp},
+                     "pairings": names, "tcp": not args.no_tcp, "udp": not args.no_udp,
+                     "check_mib": args.check_mib, "txqueuelen": args.txqueuelen,
+                     "wireguard_go_tso": args.wireguard_go_tso},
         "run_id": lab.id,
         "namespaces": list(lab.ns.values()),
         "veth": list(lab.veth.values()),
         "pairings": pairings,
         "ratio_vpncrypt_over_wireguard_go": _ratios(pairings),
+        "ratios_by_wireguard_go": {b["path"]: _ratios(pairings, b["path"]) for b in builds},
         "ok": all(p["ok"] for p in pairings),
     }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         _print_table(result)
+    if plt is not None:
+        plot(args.plot, result, plt)
+        if not args.json:
+            print(f"plot written to {args.plot}")
     return 0 if result["ok"] else 1
+
+
+def plot(path, result, plt):
+    """Bars: Gbit/s (TCP, UDP) and CPU seconds per Gbit of every pairing."""
+    labels, series = [], {("tcp", "gbit"): [], ("udp", "gbit"): [], ("tcp", "cpu"): [],
+                          ("udp", "cpu"): []}
+    for p in result["pairings"]:
+        labels.append(p["label"])
+        tests = {t["proto"]: t for t in p["tests"]}
+        for proto in ("tcp", "udp"):
+            t = tests.get(proto) or {}
+            series[(proto, "gbit")].append(t.get("gbit_s") or 0)
+            series[(proto, "cpu")].append((t.get("cpu_s_per_gbit") or {}).get("total") or 0)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.6 * len(labels) + 2.5))
+    ys = range(len(labels))
+    for ax, what, title in ((axes[0], "gbit", "Gbit/s received (higher is better)"),
+                            (axes[1], "cpu", "CPU s per Gbit, both daemons (lower is better)")):
+        for k, proto in enumerate(("tcp", "udp")):
+            vals = series[(proto, what)]
+            ax.barh([y + 0.4 * k for y in ys], vals, height=0.4, label=proto.upper())
+            for y, v in zip(ys, vals):
+                if v:
+                    ax.text(v, y + 0.4 * k, f" {v:.2f}", va="center", fontsize=8)
+        ax.set_yticks([y + 0.2 for y in ys])
+        ax.set_yticklabels(labels if what == "gbit" else [""] * len(labels))
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+    s = result["settings"]
+    fig.suptitle(f"vpncrypt bench tunnel: {s['duration']:g} s per test, MTU {s['mtu']}; "
+                 f"{result['cpu']} ({result['cores']} cores), kernel {result['kernel']}",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _print_table(result):
     s = result["settings"]
     print(f"vpncrypt bench tunnel: iperf3 A->B, {s['duration']:g} s per test, tunnel MTU "
           f"{s['mtu']}, UDP -l {s['udp_length']} -b 0; {result['cpu']} ({result['cores']} cores), "
-          f"kernel {result['kernel']}, {result['versions']['wireguard-go'] or ''}")
-    head = (f"{'pairing':<30}{'proto':<6}{'Gbit/s':>9}{'retr/loss':>12}"
-            f"{'CPU A %':>9}{'CPU B %':>9}{'B link Gb/s':>13}{'A link drops':>14}")
+          f"kernel {result['kernel']}")
+    for b in result["versions"]["wireguard-go-builds"]:
+        print(f"  wg-go {b['version'].split()[-1]}: {b['path']} ({b['version']})")
+    w = max([30] + [len(p["label"]) + 2 for p in result["pairings"]])
+    head = (f"{'pairing':<{w}}{'proto':<6}{'Gbit/s':>9}{'retr/loss':>12}"
+            f"{'CPU A %':>9}{'CPU B %':>9}{'CPU s/Gbit':>11}{'B link Gb/s':>13}"
+            f"{'A link drops':>14}")
     print(head)
     print("-" * len(head))
     for p in result["pairings"]:
         if p["error"] and not p["tests"]:
-            print(f"{p['label']:<30}FAILED: {p['error']}")
+            print(f"{p['label']:<{w}}FAILED: {p['error']}")
             continue
         for t in p["tests"]:
             if t["proto"] == "tcp":
@@ -606,19 +786,29 @@ def _print_table(result):
             cpu = t["cpu_pct"]
             ca = f"{cpu['A']:.0f}" if cpu.get("A") is not None else "-"
             cb = f"{cpu['B']:.0f}" if cpu.get("B") is not None else "-"
+            per = (t.get("cpu_s_per_gbit") or {}).get("total")
+            cg = f"{per:.2f}" if per is not None else "-"
             lr = f"{t['link_rx_gbit_s']:.3f}" if t.get("link_rx_gbit_s") is not None else "-"
             ld = f"{t['link_tx_dropped']}" if t.get("link_tx_dropped") is not None else "-"
-            print(f"{p['label']:<30}{t['proto'].upper():<6}{t['gbit_s']:>9.3f}{extra:>12}"
-                  f"{ca:>9}{cb:>9}{lr:>13}{ld:>14}")
+            print(f"{p['label']:<{w}}{t['proto'].upper():<6}{t['gbit_s']:>9.3f}{extra:>12}"
+                  f"{ca:>9}{cb:>9}{cg:>11}{lr:>13}{ld:>14}")
+        for c in p.get("checks", []):
+            state = "ok" if c["ok"] else "FAILED"
+            print(f"{'':<{w}}{c['proto'].upper():<6}byte check {state}: {c['checked']} of "
+                  f"{c['bytes']} bytes checked, {c['corrupt']} corrupt, {c['duplicates']} "
+                  f"duplicated, {c['lost']} lost")
         if p["error"] and p["tests"]:
-            print(f"{'':<30}FAILED: {p['error']}")
-    r = result["ratio_vpncrypt_over_wireguard_go"]
-    parts = [f"{proto.upper()} {r[proto]:.2f}x" for proto in ("tcp", "udp") if r.get(proto)]
-    if parts:
-        print("vpncrypt<->vpncrypt over wireguard-go<->wireguard-go: " + ", ".join(parts))
-    print("Gbit/s: received by iperf3 in B.  CPU: daemon process, % of one core.  B link: what "
-          "B's inner interface (tunnel or veth) received;\nA link drops: packets A's inner "
-          "interface dropped because its daemon did not read them in time.")
+            print(f"{'':<{w}}FAILED: {p['error']}")
+    for path, r in result.get("ratios_by_wireguard_go", {}).items():
+        parts = [f"{proto.upper()} {r[proto]:.2f}x" for proto in ("tcp", "udp") if r.get(proto)]
+        ver = next(b["version"].split()[-1] for b in result["versions"]["wireguard-go-builds"]
+                   if b["path"] == path)
+        if parts:
+            print(f"vpncrypt<->vpncrypt over wg-go {ver}<->same: " + ", ".join(parts))
+    print("Gbit/s: received by iperf3 in B.  CPU: daemon process, % of one core; CPU s/Gbit: both "
+          "daemons' CPU seconds per Gbit received.\nB link: what B's inner interface (tunnel or "
+          "veth) received; A link drops: packets A's inner interface dropped\nbecause its daemon "
+          "did not read them in time.  Byte check: vpncrypt.bench.streamcheck through the tunnel.")
 
 
 if __name__ == "__main__":

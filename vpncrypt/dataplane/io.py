@@ -13,7 +13,8 @@ import struct
 from vpncrypt._native import ffi, lib
 
 __all__ = ["EndpointCache", "UdpBatchSocket", "TunBatch", "endpoint_to_addr",
-           "endpoint_from_addr", "open_tun"]
+           "endpoint_from_addr", "open_tun", "set_txqueuelen", "get_txqueuelen", "vnet_split",
+           "gro_coalesce", "offload_names", "OFFLOAD_ALL", "set_tso", "get_tso"]
 
 from vpncrypt.transport.endpoints import EndpointCache, _cache, endpoint_from_addr, endpoint_to_addr  # noqa: E402,F401
 
@@ -132,11 +133,28 @@ class UdpBatchSocket:
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
 IFF_NO_PI = 0x1000
+IFF_VNET_HDR = 0x4000
+SIOCGIFTXQLEN = 0x8942
+SIOCSIFTXQLEN = 0x8943
+
+# Every offload vc_tun_set_offload knows; it keeps what the kernel accepts.
+OFFLOAD_ALL = (lib.VC_TUN_OFFLOAD_CSUM | lib.VC_TUN_OFFLOAD_TSO | lib.VC_TUN_OFFLOAD_ECN
+               | lib.VC_TUN_OFFLOAD_USO)
+_OFFLOAD_NAMES = ((lib.VC_TUN_OFFLOAD_CSUM, "csum"), (lib.VC_TUN_OFFLOAD_TSO, "tso"),
+                  (lib.VC_TUN_OFFLOAD_ECN, "tso-ecn"), (lib.VC_TUN_OFFLOAD_USO, "uso"))
 
 
-def open_tun(name: str = "", flags: int = IFF_TUN | IFF_NO_PI):
+def offload_names(bits: int):
+    """['csum', 'tso', ...] for vc_tun_set_offload bits."""
+    return [name for bit, name in _OFFLOAD_NAMES if bits & bit]
+
+
+def open_tun(name: str = "", flags: int = IFF_TUN | IFF_NO_PI, vnet_hdr: bool = False):
     """Open /dev/net/tun non-blocking and attach it to `name` (a kernel-chosen
-    tunN if empty).  Returns (fd, ifname)."""
+    tunN if empty); vnet_hdr adds IFF_VNET_HDR (for TunBatch's offloads).
+    Returns (fd, ifname)."""
+    if vnet_hdr:
+        flags |= IFF_VNET_HDR
     fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         ifr = struct.pack("16sH22x", name.encode(), flags)
@@ -147,12 +165,64 @@ def open_tun(name: str = "", flags: int = IFF_TUN | IFF_NO_PI):
     return fd, res[:16].rstrip(b"\0").decode()
 
 
+def _ifreq_int(ifname: str, request: int, value: int = 0) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        res = fcntl.ioctl(s.fileno(), request, struct.pack("16si20x", ifname.encode(), value))
+    return struct.unpack_from("i", res, 16)[0]
+
+
+def get_txqueuelen(ifname: str) -> int:
+    return _ifreq_int(ifname, SIOCGIFTXQLEN)
+
+
+def set_txqueuelen(ifname: str, qlen: int) -> None:
+    """The interface's transmit queue length: for a TUN, the packets the kernel
+    queues for the daemon to read before it drops (tx_dropped)."""
+    if not 1 <= qlen <= 0x7FFFFFFF:
+        raise ValueError(f"txqueuelen out of range: {qlen}")
+    _ifreq_int(ifname, SIOCSIFTXQLEN, qlen)
+
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GTSO, ETHTOOL_STSO = 0x1E, 0x1F
+
+
+def _ethtool_value(ifname: str, cmd: int, data: int = 0) -> int:
+    import ctypes
+    ev = ctypes.create_string_buffer(struct.pack("II", cmd, data), 8)
+    ifr = struct.pack("16sP", ifname.encode(), ctypes.addressof(ev)).ljust(40, b"\0")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifr)
+    return struct.unpack("II", ev.raw)[1]
+
+
+def get_tso(ifname: str) -> bool:
+    return bool(_ethtool_value(ifname, ETHTOOL_GTSO))
+
+
+def set_tso(ifname: str, on: bool) -> None:
+    """TCP segmentation offload of an interface on or off (`ethtool -K IFACE
+    tso on|off`).  Off on a TUN with offloads, the kernel segments TCP itself
+    and whoever reads the TUN (vpncrypt, or wireguard-go) gets no TCP
+    super-packets; what it writes is not affected."""
+    _ethtool_value(ifname, ETHTOOL_STSO, 1 if on else 0)
+
+
 class TunBatch:
     """Batch reads/writes on a non-blocking IFF_TUN|IFF_NO_PI fd.
 
-    read() -> (n, view, off, len); write(buf, off, len, n) -> (written, errno)."""
+    read() -> (n, view, off, len); write(buf, off, len, n) -> (written, errno).
 
-    def __init__(self, fd: int, mtu: int = 1500, batch: int = 64):
+    On an fd opened with IFF_VNET_HDR (open_tun(vnet_hdr=True)) the TUN
+    offloads are switched on (`offloads`: the VC_TUN_OFFLOAD_* bits to ask for,
+    OFFLOAD_ALL by default, 0 to force them off; self.offloads is what the
+    kernel granted).  The API stays the same: read() splits the GSO
+    super-packets it reads into packets of at most mtu bytes, write() coalesces
+    the packets of each TCP flow (with TSO granted) and UDP flow (with USO)
+    into super-packets before writing; `written` counts input packets.
+    Counters: rx_stats (vc_tun_rx_stats) and tx_stats (vc_gro_stats)."""
+
+    def __init__(self, fd: int, mtu: int = 1500, batch: int = 64, offloads: int = OFFLOAD_ALL):
         self.fd = fd
         self.mtu = mtu
         self.batch = batch
@@ -166,10 +236,50 @@ class TunBatch:
         self.tx_len = ffi.new("uint32_t[]", batch)
         self.tx_slab = ffi.new("uint8_t[]", self.slab_size)
         self._err = ffi.new("int *")
+        has = lib.vc_tun_has_vnet_hdr(fd)
+        self.vnet_hdr = has == 1
+        self.offloads = 0
+        self.gro_flags = 0
+        if self.vnet_hdr:
+            got = lib.vc_tun_set_offload(fd, offloads)
+            if got < 0:
+                raise _oserror(-got)
+            self.offloads = got
+            if got & lib.VC_TUN_OFFLOAD_TSO:
+                self.gro_flags |= lib.VC_GRO_TCP
+            if got & lib.VC_TUN_OFFLOAD_USO:
+                self.gro_flags |= lib.VC_GRO_UDP
+            self._rx = ffi.new("vc_tun_rx *")
+            self.tx_stats = ffi.new("vc_gro_stats *")
+            # one round of coalescing: every packet plus its vnet header, and at
+            # least one whole super-packet
+            self.gro_size = max(batch * (self.slot + lib.VC_VNET_HDR_LEN),
+                                lib.VC_VNET_HDR_LEN + lib.VC_TUN_MAX_PACKET)
+            self.gro_out = ffi.new("uint8_t[]", self.gro_size)
+            self._read = self._read_offload
+            self._write = self._write_offload
+
+    @property
+    def rx_stats(self):
+        return self._rx.st if self.vnet_hdr else None
+
+    def _read_offload(self):
+        return lib.vc_tun_read_offload(self.fd, self._rx, self.slab, self.slab_size, self.mtu,
+                                       self.off, self.len, self.batch)
+
+    def _read(self):
+        return lib.vc_tun_read_batch(self.fd, self.slab, self.slab_size, self.mtu,
+                                     self.off, self.len, self.batch)
+
+    def _write_offload(self, buf, off, lens, n):
+        return lib.vc_tun_write_offload(self.fd, buf, off, lens, n, self.gro_out, self.gro_size,
+                                        self.gro_flags, self.tx_stats, self._err)
+
+    def _write(self, buf, off, lens, n):
+        return lib.vc_tun_write_batch(self.fd, buf, off, lens, n, self._err)
 
     def read(self):
-        n = lib.vc_tun_read_batch(self.fd, self.slab, self.slab_size, self.mtu,
-                                  self.off, self.len, self.batch)
+        n = self._read()
         if n < 0:
             raise _oserror(-n)
         return n, self.view, self.off, self.len
@@ -177,7 +287,7 @@ class TunBatch:
     def write(self, buf, off, lens, n: int):
         if not isinstance(buf, ffi.CData):
             buf = ffi.from_buffer(buf)
-        w = lib.vc_tun_write_batch(self.fd, buf, off, lens, n, self._err)
+        w = self._write(buf, off, lens, n)
         return w, self._err[0]
 
     def read_packets(self):
@@ -202,3 +312,70 @@ class TunBatch:
             total += w
             first_err = first_err or e
         return total, first_err
+
+
+# ---------------------------------------------------------------- offload helpers
+# One packet or batch at a time through the native split/coalesce (slow path:
+# tests and tools; the data plane uses TunBatch).
+
+VNET_HDR_LEN = lib.VC_VNET_HDR_LEN
+
+
+def vnet_split(frame: bytes, mtu: int):
+    """The packets of one TUN read `frame` (vnet header + packet), as TunBatch
+    would deliver them.  ValueError for a malformed frame or a segment above mtu."""
+    if len(frame) < VNET_HDR_LEN:
+        raise ValueError("frame shorter than a vnet header")
+    h = ffi.new("vc_vnet_hdr *")
+    ffi.memmove(h, frame[:VNET_HDR_LEN], VNET_HDR_LEN)
+    pkt = ffi.new("uint8_t[]", frame[VNET_HDR_LEN:] or b"\0")
+    slot = (mtu + 15) & ~15
+    out = []
+    seg = ffi.new("uint32_t *")
+    step = 64
+    slab = ffi.new("uint8_t[]", slot * step)
+    off, lens = ffi.new("uint32_t[]", step), ffi.new("uint32_t[]", step)
+    while True:
+        r = lib.vc_vnet_split(pkt, len(frame) - VNET_HDR_LEN, h, mtu, slab, slot * step, off,
+                              lens, step, seg)
+        if r < 0:
+            raise ValueError("segment exceeds mtu" if r == -_errno.EMSGSIZE
+                             else "malformed vnet header or packet")
+        buf = ffi.buffer(slab)
+        out += [bytes(buf[off[i]:off[i] + lens[i]]) for i in range(r)]
+        if seg[0] == 0:          # every segment is out
+            return out
+
+
+def gro_coalesce(packets, tcp: bool = True, udp: bool = True, out_size: int = None):
+    """[(frame, count)]: the TUN writes (vnet header + packet) for `packets`
+    and how many input packets each carries.  out_size limits the output
+    buffer (writes then come in several rounds)."""
+    n = len(packets)
+    if n == 0:
+        return []
+    data = b"".join(packets)
+    offs, pos = [], 0
+    for p in packets:
+        offs.append(pos)
+        pos += len(p)
+    inbuf = ffi.new("uint8_t[]", data)
+    off = ffi.new("uint32_t[]", offs)
+    lens = ffi.new("uint32_t[]", [len(p) for p in packets])
+    size = out_size or len(data) + VNET_HDR_LEN * n
+    out = ffi.new("uint8_t[]", size)
+    woff, wlen, wpk = (ffi.new("uint32_t[]", n) for _ in range(3))
+    consumed = ffi.new("int *")
+    flags = (lib.VC_GRO_TCP if tcp else 0) | (lib.VC_GRO_UDP if udp else 0)
+    result, done = [], 0
+    while done < n:
+        w = lib.vc_gro_coalesce(inbuf, off + done, lens + done, n - done, out, size, woff, wlen,
+                                wpk, n, flags, consumed, ffi.NULL)
+        if w < 0:
+            raise _oserror(-w)
+        if consumed[0] == 0:
+            raise ValueError("output buffer too small for one packet")
+        buf = ffi.buffer(out)
+        result += [(bytes(buf[woff[i]:woff[i] + wlen[i]]), wpk[i]) for i in range(w)]
+        done += consumed[0]
+    return result

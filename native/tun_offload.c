@@ -1,0 +1,862 @@
+/* TUN offloads (IFF_VNET_HDR): split GSO super-packets read from the TUN,
+ * coalesce packets written to it.  See vc_offload.h for the contract.
+ *
+ * Checksums are Internet checksums (RFC 1071) summed in native byte order: a
+ * ones-complement sum does not depend on the byte order of its 16-bit words
+ * as long as every term uses the same one, so 32-bit native loads are added
+ * into a 64-bit accumulator and the result is folded (and byte-swapped only
+ * when a host-order value is wanted).  Every region summed starts at an even
+ * offset from the start of its checksummed area. */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "vc_offload.h"
+#include "vc_tun_internal.h"
+
+#define VC_API __attribute__((visibility("default")))
+
+/* Linux 6.2 (USO); older userspace headers lack them. */
+#ifndef TUN_F_USO4
+#define TUN_F_USO4 0x20
+#endif
+#ifndef TUN_F_USO6
+#define TUN_F_USO6 0x40
+#endif
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_PSH 0x08
+#define TCP_ACK 0x10
+#define TCP_URG 0x20
+#define TCP_ECE 0x40
+#define TCP_CWR 0x80
+
+#define PROTO_TCP 6
+#define PROTO_UDP 17
+
+/* ---------------------------------------------------------------- helpers */
+
+static inline uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static inline uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static inline void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static inline void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Native-order sum of the bytes at p (a trailing odd byte is padded with a
+ * zero byte after it, as RFC 1071 says). */
+static uint64_t csum_add(uint64_t acc, const uint8_t *p, size_t n)
+{
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    while (n >= 16) {
+        uint32_t w[4];
+        memcpy(w, p, 16);
+        a0 += w[0]; a1 += w[1]; a2 += w[2]; a3 += w[3];
+        p += 16;
+        n -= 16;
+    }
+    acc += a0 + a1 + a2 + a3;
+    while (n >= 4) {
+        uint32_t w;
+        memcpy(&w, p, 4);
+        acc += w;
+        p += 4;
+        n -= 4;
+    }
+    if (n >= 2) {
+        uint16_t w;
+        memcpy(&w, p, 2);
+        acc += w;
+        p += 2;
+        n -= 2;
+    }
+    if (n) {
+        uint8_t last[2] = {p[0], 0};
+        uint16_t w;
+        memcpy(&w, last, 2);
+        acc += w;
+    }
+    return acc;
+}
+
+/* Folded to 16 bits, still native order. */
+static uint16_t csum_fold_native(uint64_t acc)
+{
+    acc = (acc & 0xFFFFFFFFu) + (acc >> 32);
+    acc = (acc & 0xFFFFFFFFu) + (acc >> 32);
+    acc = (acc & 0xFFFFu) + (acc >> 16);
+    acc = (acc & 0xFFFFu) + (acc >> 16);
+    return (uint16_t)acc;
+}
+
+/* A host-order 16-bit value as a native-order term. */
+static inline uint64_t term(uint32_t host16) { return htons((uint16_t)host16); }
+
+static uint64_t pseudo_acc(const uint8_t *src, const uint8_t *dst, size_t alen, uint8_t proto,
+                           uint32_t l4len)
+{
+    uint64_t acc = csum_add(0, src, alen);
+    acc = csum_add(acc, dst, alen);
+    return acc + term(proto) + term(l4len >> 16) + term(l4len & 0xFFFF);
+}
+
+/* Store ~sum at p (the bytes then verify to 0xFFFF). */
+static inline void csum_store(uint8_t *p, uint64_t acc, int udp)
+{
+    uint16_t c = (uint16_t)~csum_fold_native(acc);
+    if (udp && c == 0)
+        c = 0xFFFF;          /* RFC 768: 0 means "no checksum" */
+    memcpy(p, &c, 2);
+}
+
+static void ipv4_csum(uint8_t *ip, size_t ihl)
+{
+    ip[10] = ip[11] = 0;
+    csum_store(ip + 10, csum_add(0, ip, ihl), 0);
+}
+
+VC_API uint16_t vc_csum_fold(const uint8_t *data, size_t n, uint32_t initial)
+{
+    return ntohs(csum_fold_native(csum_add(term(initial & 0xFFFF) + term(initial >> 16),
+                                           data, n)));
+}
+
+VC_API uint16_t vc_csum_pseudo(const uint8_t *src, const uint8_t *dst, size_t addr_len,
+                               uint8_t proto, uint32_t l4_len)
+{
+    return ntohs(csum_fold_native(pseudo_acc(src, dst, addr_len, proto, l4_len)));
+}
+
+/* Set the IP length fields of a packet of `total` bytes (IPv4: total length
+ * and header checksum, so any other header change comes first) and point at
+ * its addresses for the pseudo header; returns the address length. */
+static size_t ip_finish(uint8_t *ip, size_t l3, int v6, size_t total, const uint8_t **src,
+                        const uint8_t **dst)
+{
+    if (!v6) {
+        put16(ip + 2, (uint32_t)total);
+        ipv4_csum(ip, l3);
+        *src = ip + 12;
+        *dst = ip + 16;
+        return 4;
+    }
+    put16(ip + 4, (uint32_t)(total - 40));
+    *src = ip + 8;
+    *dst = ip + 24;
+    return 16;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+VC_API int vc_tun_has_vnet_hdr(int fd)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    if (ioctl(fd, TUNGETIFF, &ifr) < 0)
+        return -errno;
+    return (ifr.ifr_flags & IFF_VNET_HDR) != 0;
+}
+
+static unsigned tun_flags(int bits)
+{
+    unsigned f = 0;
+    if (bits)
+        f |= TUN_F_CSUM;
+    if (bits & VC_TUN_OFFLOAD_TSO)
+        f |= TUN_F_TSO4 | TUN_F_TSO6;
+    if ((bits & VC_TUN_OFFLOAD_ECN) && (bits & VC_TUN_OFFLOAD_TSO))
+        f |= TUN_F_TSO_ECN;
+    if (bits & VC_TUN_OFFLOAD_USO)
+        f |= TUN_F_USO4 | TUN_F_USO6;
+    return f;
+}
+
+VC_API int vc_tun_set_offload(int fd, int want)
+{
+    int v = vc_tun_has_vnet_hdr(fd);
+    if (v < 0)
+        return v;
+    if (!v)
+        return -EINVAL;
+    int sz = VC_VNET_HDR_LEN;
+    if (ioctl(fd, TUNSETVNETHDRSZ, &sz) < 0)
+        return -errno;
+    want &= VC_TUN_OFFLOAD_CSUM | VC_TUN_OFFLOAD_TSO | VC_TUN_OFFLOAD_ECN | VC_TUN_OFFLOAD_USO;
+    if (want & (VC_TUN_OFFLOAD_TSO | VC_TUN_OFFLOAD_USO))
+        want |= VC_TUN_OFFLOAD_CSUM;        /* segmentation offloads need checksum offload */
+    if (!(want & VC_TUN_OFFLOAD_TSO))
+        want &= ~VC_TUN_OFFLOAD_ECN;
+    /* Newest first: USO (6.2+) and TSO_ECN go first when the kernel refuses. */
+    int tries[4] = {want, want & ~VC_TUN_OFFLOAD_USO,
+                    want & ~(VC_TUN_OFFLOAD_USO | VC_TUN_OFFLOAD_ECN), 0};
+    int err = 0;
+    for (int i = 0; i < 4; i++) {
+        if (i > 0 && tries[i] == tries[i - 1])
+            continue;
+        if (ioctl(fd, TUNSETOFFLOAD, (unsigned long)tun_flags(tries[i])) == 0)
+            return tries[i];
+        err = errno;
+    }
+    return -err;
+}
+
+/* ---------------------------------------------------------------- split */
+
+/* Complete the checksum of a NEEDS_CSUM packet in place: the field holds the
+ * pseudo-header sum, which is summed with everything from csum_start on. */
+static int complete_csum(uint8_t *pkt, size_t n, const vc_vnet_hdr *h)
+{
+    size_t cs = h->csum_start, co = h->csum_offset;
+    if (cs >= n || co > n - cs || n - cs - co < 2)
+        return -EINVAL;
+    uint8_t *field = pkt + cs + co;
+    uint16_t initial;
+    memcpy(&initial, field, 2);
+    field[0] = field[1] = 0;
+    int udp = co == 6 && n >= 20 &&
+              (((pkt[0] >> 4) == 4 && pkt[9] == PROTO_UDP) ||
+               ((pkt[0] >> 4) == 6 && n >= 40 && pkt[6] == PROTO_UDP));
+    csum_store(field, csum_add(initial, pkt + cs, n - cs), udp);
+    return 0;
+}
+
+typedef struct {
+    size_t l3, hdr;       /* IP header length; IP + transport header length */
+    size_t nseg;
+    uint8_t proto, v6;
+} gso_info;
+
+/* Validate a GSO super-packet; the kernel's own hdr_len is not trusted (it
+ * can be the whole linear part of the skb), the transport header is parsed. */
+static int gso_parse(const uint8_t *pkt, size_t n, const vc_vnet_hdr *h, size_t mtu, gso_info *g)
+{
+    uint8_t type = h->gso_type & ~VC_VNET_GSO_ECN;
+    if (n < 20 || n > VC_TUN_MAX_PACKET)
+        return -EINVAL;
+    int ver = pkt[0] >> 4;
+    if (type == VC_VNET_GSO_TCPV4 && ver == 4)
+        g->proto = PROTO_TCP;
+    else if (type == VC_VNET_GSO_TCPV6 && ver == 6)
+        g->proto = PROTO_TCP;
+    else if (type == VC_VNET_GSO_UDP_L4 && (ver == 4 || ver == 6) &&
+             !(h->gso_type & VC_VNET_GSO_ECN))
+        g->proto = PROTO_UDP;
+    else
+        return -EINVAL;
+    g->v6 = ver == 6;
+    if (ver == 4) {
+        g->l3 = (size_t)(pkt[0] & 15) * 4;
+        if (g->l3 < 20 || g->l3 > n || pkt[9] != g->proto)
+            return -EINVAL;
+        if ((get16(pkt + 6) & 0x3FFF) != 0)     /* MF or a fragment offset */
+            return -EINVAL;
+    } else {
+        /* Extension headers are refused: the pseudo header would need the
+         * final destination of a routing header.  Local TCP/UDP sends none. */
+        if (n < 40 || pkt[6] != g->proto)
+            return -EINVAL;
+        g->l3 = 40;
+    }
+    if (h->csum_start != g->l3 || h->csum_offset != (g->proto == PROTO_TCP ? 16 : 6))
+        return -EINVAL;
+    if (g->proto == PROTO_TCP) {
+        if (n < g->l3 + 20)
+            return -EINVAL;
+        size_t doff = (size_t)(pkt[g->l3 + 12] >> 4) * 4;
+        if (doff < 20 || n < g->l3 + doff)
+            return -EINVAL;
+        g->hdr = g->l3 + doff;
+    } else {
+        if (n < g->l3 + 8)
+            return -EINVAL;
+        g->hdr = g->l3 + 8;
+    }
+    if (h->hdr_len > n || h->gso_size == 0 || n == g->hdr)
+        return -EINVAL;
+    size_t payload = n - g->hdr, gso = h->gso_size;
+    g->nseg = (payload + gso - 1) / gso;
+    if (g->hdr + (payload < gso ? payload : gso) > mtu)
+        return -EMSGSIZE;
+    return 0;
+}
+
+/* Segment k of a validated super-packet, built at o. */
+static size_t gso_segment(const uint8_t *pkt, size_t n, const vc_vnet_hdr *h, const gso_info *g,
+                          size_t k, uint8_t *o)
+{
+    size_t gso = h->gso_size, start = g->hdr + k * gso;
+    size_t dl = n - start < gso ? n - start : gso;
+    size_t tl = g->hdr + dl;
+    memcpy(o, pkt, g->hdr);
+    memcpy(o + g->hdr, pkt + start, dl);
+    const uint8_t *src, *dst;
+    if (!g->v6)
+        put16(o + 4, get16(pkt + 4) + (uint32_t)k);     /* IDs increment, mod 2^16 */
+    size_t alen = ip_finish(o, g->l3, g->v6, tl, &src, &dst);
+    uint8_t *l4 = o + g->l3;
+    if (g->proto == PROTO_TCP) {
+        put32(l4 + 4, get32(pkt + g->l3 + 4) + (uint32_t)(k * gso));
+        uint8_t fl = l4[13];
+        if (k + 1 < g->nseg)
+            fl &= (uint8_t)~(TCP_FIN | TCP_PSH);   /* only the last segment ends a push */
+        if (k > 0)
+            fl &= (uint8_t)~TCP_CWR;               /* only the first reports CWR */
+        l4[13] = fl;
+        l4[16] = l4[17] = 0;
+        csum_store(l4 + 16, csum_add(pseudo_acc(src, dst, alen, PROTO_TCP, (uint32_t)(tl - g->l3)),
+                                     l4, tl - g->l3), 0);
+    } else {
+        put16(l4 + 4, (uint32_t)(tl - g->l3));
+        l4[6] = l4[7] = 0;
+        csum_store(l4 + 6, csum_add(pseudo_acc(src, dst, alen, PROTO_UDP, (uint32_t)(tl - g->l3)),
+                                    l4, tl - g->l3), 1);
+    }
+    return tl;
+}
+
+VC_API int vc_vnet_split(uint8_t *pkt, size_t pkt_len, const vc_vnet_hdr *h, size_t mtu,
+                         uint8_t *slab, size_t slab_size, uint32_t *off, uint32_t *len, int max,
+                         uint32_t *seg)
+{
+    if (!pkt || !h || !slab || !off || !len || !seg || max < 1 || mtu == 0 ||
+        mtu > VC_TUN_MAX_MTU)
+        return -EINVAL;
+    if (slab_size > UINT32_MAX)
+        slab_size = UINT32_MAX;
+    if (slab_size < mtu)
+        return -EINVAL;
+    size_t slot = round16(mtu);
+    if ((h->gso_type & ~VC_VNET_GSO_ECN) == VC_VNET_GSO_NONE) {
+        if (h->gso_type != VC_VNET_GSO_NONE || *seg != 0 || pkt_len == 0 ||
+            pkt_len > VC_TUN_MAX_PACKET)
+            return -EINVAL;
+        if ((h->flags & VC_VNET_F_NEEDS_CSUM) && complete_csum(pkt, pkt_len, h) < 0)
+            return -EINVAL;
+        if (pkt_len > mtu)
+            return -EMSGSIZE;
+        if (slab != pkt)
+            memmove(slab, pkt, pkt_len);
+        off[0] = 0;
+        len[0] = (uint32_t)pkt_len;
+        return 1;
+    }
+    gso_info g;
+    int r = gso_parse(pkt, pkt_len, h, mtu, &g);
+    if (r < 0)
+        return r;
+    if (*seg >= g.nseg)
+        return -EINVAL;
+    size_t k = *seg, pos = 0;
+    int count = 0;
+    while (k < g.nseg && count < max && pos <= slab_size && slab_size - pos >= mtu) {
+        off[count] = (uint32_t)pos;
+        len[count] = (uint32_t)gso_segment(pkt, pkt_len, h, &g, k, slab + pos);
+        count++;
+        k++;
+        pos += slot;
+    }
+    *seg = k == g.nseg ? 0 : (uint32_t)k;
+    return count;
+}
+
+VC_API int vc_tun_read_offload(int fd, vc_tun_rx *rx, uint8_t *slab, size_t slab_size, size_t mtu,
+                               uint32_t *off, uint32_t *len, int max)
+{
+    if (!rx || !slab || !off || !len || max < 1 || mtu == 0 || mtu > VC_TUN_MAX_MTU)
+        return -EINVAL;
+    if (slab_size > UINT32_MAX)
+        slab_size = UINT32_MAX;
+    if (slab_size < mtu)
+        return -EINVAL;
+    size_t slot = round16(mtu), cursor = 0;
+    int count = 0;
+    if (rx->pend_len) {          /* the rest of a super-packet first */
+        uint32_t seg = rx->pend_seg;
+        int r = vc_vnet_split(rx->buf, rx->pend_len, &rx->pend_hdr, mtu, slab, slab_size,
+                              off, len, max, &seg);
+        if (r < 0) {             /* cannot happen: it was split before; drop it */
+            rx->st.dropped++;
+            rx->pend_len = 0;
+            seg = 0;
+        } else {
+            rx->st.segments += (uint64_t)r;
+            count = r;
+            cursor = (size_t)r * slot;
+        }
+        rx->pend_seg = seg;
+        if (seg != 0)
+            return count;
+        rx->pend_len = 0;
+    }
+    while (count < max && cursor <= slab_size && slab_size - cursor >= mtu) {
+        /* The first mtu bytes land in the packet's own slot; only a
+         * super-packet overflows into rx->buf, after mtu bytes of room. */
+        struct iovec iov[3] = {
+            {rx->hdr, VC_VNET_HDR_LEN},
+            {slab + cursor, mtu},
+            {rx->buf + mtu, VC_TUN_RX_BUF - mtu},
+        };
+        ssize_t r = readv(fd, iov, 3);
+        int f = r > 0 ? 2 : r == 0 ? 1 : vc_tun_read_failed(errno, count);
+        if (f == 0)
+            continue;
+        if (f == 1)
+            break;
+        if (f < 0)
+            return f;
+        rx->st.reads++;
+        if ((size_t)r <= VC_VNET_HDR_LEN) {
+            rx->st.dropped++;
+            continue;
+        }
+        size_t plen = (size_t)r - VC_VNET_HDR_LEN;
+        vc_vnet_hdr h;
+        h.flags = rx->hdr[0];
+        h.gso_type = rx->hdr[1];
+        memcpy(&h.hdr_len, rx->hdr + 2, 2);    /* virtio fields: host byte order */
+        memcpy(&h.gso_size, rx->hdr + 4, 2);
+        memcpy(&h.csum_start, rx->hdr + 6, 2);
+        memcpy(&h.csum_offset, rx->hdr + 8, 2);
+        uint8_t *at = slab + cursor;
+        if (h.gso_type == VC_VNET_GSO_NONE) {
+            if (plen > mtu) {
+                rx->st.too_big++;
+                continue;
+            }
+            if (h.flags & VC_VNET_F_NEEDS_CSUM) {
+                if (complete_csum(at, plen, &h) < 0) {
+                    rx->st.dropped++;
+                    continue;
+                }
+                rx->st.csum_completed++;
+            }
+            off[count] = (uint32_t)cursor;
+            len[count] = (uint32_t)plen;
+            count++;
+            cursor += slot;
+            continue;
+        }
+        /* A super-packet: make it contiguous in rx->buf, then cut it into
+         * slots from this one on. */
+        memcpy(rx->buf, at, plen < mtu ? plen : mtu);
+        uint32_t seg = 0;
+        int s = vc_vnet_split(rx->buf, plen, &h, mtu, at, slab_size - cursor, off + count,
+                              len + count, max - count, &seg);
+        if (s < 0) {
+            if (s == -EMSGSIZE)
+                rx->st.too_big++;
+            else
+                rx->st.dropped++;
+            continue;
+        }
+        for (int i = 0; i < s; i++)
+            off[count + i] += (uint32_t)cursor;
+        rx->st.superpackets++;
+        rx->st.segments += (uint64_t)s;
+        count += s;
+        cursor += (size_t)s * slot;
+        if (seg != 0) {
+            rx->pend_hdr = h;
+            rx->pend_len = (uint32_t)plen;
+            rx->pend_seg = seg;
+            break;
+        }
+    }
+    return count;
+}
+
+/* ---------------------------------------------------------------- coalesce */
+
+typedef struct {
+    uint16_t l3, l4h, pay;
+    uint8_t v6, proto, cand, keyed;
+    uint32_t hash;
+} pinfo;
+
+typedef struct {
+    int head, last;
+    uint32_t total, next_seq;
+    uint16_t count, gso;
+    uint8_t open, checked;
+} gitem;
+
+/* Parse packet p (n bytes): keyed if it has addresses and ports of a TCP or
+ * UDP flow; cand if it may be coalesced (flags: VC_GRO_TCP/UDP enabled). */
+static void gro_parse(const uint8_t *p, size_t n, int flags, pinfo *pi)
+{
+    memset(pi, 0, sizeof *pi);
+    if (n < 20 || n > VC_TUN_MAX_PACKET)
+        return;
+    int ver = p[0] >> 4;
+    size_t l3;
+    int cand_ip;
+    if (ver == 4) {
+        l3 = (size_t)(p[0] & 15) * 4;
+        if (l3 < 20 || n < l3)
+            return;
+        uint16_t frag = get16(p + 6);
+        if (frag & 0x1FFF)           /* not the first fragment: no ports */
+            return;
+        pi->proto = p[9];
+        cand_ip = l3 == 20 && !(frag & 0x2000) && get16(p + 2) == n &&
+                  csum_fold_native(csum_add(0, p, 20)) == 0xFFFF;
+    } else if (ver == 6) {
+        if (n < 40)
+            return;
+        l3 = 40;
+        pi->proto = p[6];
+        pi->v6 = 1;
+        cand_ip = get16(p + 4) + 40u == n;
+    } else {
+        return;
+    }
+    size_t l4h;
+    if (pi->proto == PROTO_TCP) {
+        if (n < l3 + 20)
+            return;
+        l4h = (size_t)(p[l3 + 12] >> 4) * 4;
+        if (l4h < 20 || n < l3 + l4h)
+            return;
+        uint8_t fl = p[l3 + 13];
+        pi->cand = cand_ip && (flags & VC_GRO_TCP) && (fl & TCP_ACK) &&
+                   !(fl & (TCP_SYN | TCP_RST | TCP_URG)) && n > l3 + l4h;
+    } else if (pi->proto == PROTO_UDP) {
+        if (n < l3 + 8)
+            return;
+        l4h = 8;
+        pi->cand = cand_ip && (flags & VC_GRO_UDP) && n > l3 + 8 && get16(p + l3 + 4) == n - l3;
+    } else {
+        return;
+    }
+    pi->keyed = 1;
+    pi->l3 = (uint16_t)l3;
+    pi->l4h = (uint16_t)l4h;
+    pi->pay = (uint16_t)(n - l3 - l4h);
+    /* FNV-1a over protocol, addresses and ports */
+    const uint8_t *a = pi->v6 ? p + 8 : p + 12;
+    size_t alen = pi->v6 ? 32 : 8;
+    uint32_t h = 2166136261u ^ pi->proto;
+    h *= 16777619u;
+    for (size_t i = 0; i < alen; i++)
+        h = (h ^ a[i]) * 16777619u;
+    for (size_t i = 0; i < 4; i++)
+        h = (h ^ p[l3 + i]) * 16777619u;
+    pi->hash = h;
+}
+
+static int same_flow(const uint8_t *a, const pinfo *pa, const uint8_t *b, const pinfo *pb)
+{
+    if (pa->v6 != pb->v6 || pa->proto != pb->proto)
+        return 0;
+    size_t at = pa->v6 ? 8 : 12, alen = pa->v6 ? 32 : 8;
+    return memcmp(a + at, b + at, alen) == 0 && memcmp(a + pa->l3, b + pb->l3, 4) == 0;
+}
+
+/* The transport checksum of a whole packet verifies. */
+static int l4_csum_ok(const uint8_t *p, const pinfo *pi, size_t n)
+{
+    size_t l4len = n - pi->l3;
+    const uint8_t *src = pi->v6 ? p + 8 : p + 12, *dst = pi->v6 ? p + 24 : p + 16;
+    size_t alen = pi->v6 ? 16 : 4;
+    if (pi->proto == PROTO_UDP && !pi->v6 && p[pi->l3 + 6] == 0 && p[pi->l3 + 7] == 0)
+        return 1;                /* IPv4 UDP without a checksum */
+    uint64_t acc = csum_add(pseudo_acc(src, dst, alen, pi->proto, (uint32_t)l4len), p + pi->l3,
+                            l4len);
+    return csum_fold_native(acc) == 0xFFFF;
+}
+
+/* May packet p (pp) follow the item whose head is hp (ph)?  IP rules, then
+ * the transport rules of the kernel's GRO. */
+static int can_append(const gitem *it, const uint8_t *hp, const pinfo *ph, const uint8_t *p,
+                      const pinfo *pp)
+{
+    if (!it->open)
+        return 0;
+    if (!ph->v6) {
+        if (hp[1] != p[1] || hp[8] != p[8] || (hp[6] >> 5) != (p[6] >> 5))
+            return 0;            /* TOS, TTL, DF */
+        if (!(p[6] & 0x40) && get16(p + 4) != ((get16(hp + 4) + it->count) & 0xFFFF))
+            return 0;            /* without DF, IDs must count up */
+    } else {
+        if (memcmp(hp, p, 4) != 0 || hp[7] != p[7])
+            return 0;            /* traffic class, flow label, hop limit */
+    }
+    if (pp->pay > it->gso || it->total + pp->pay > VC_TUN_MAX_PACKET)
+        return 0;
+    if (pp->proto == PROTO_UDP)
+        return it->count < VC_GRO_UDP_MAX_SEGS;
+    const uint8_t *ht = hp + ph->l3, *pt = p + pp->l3;
+    uint8_t hf = ht[13], pf = pt[13];
+    if (pf & TCP_CWR)
+        return 0;
+    if ((hf ^ pf) & ~(TCP_CWR | TCP_FIN | TCP_PSH))
+        return 0;
+    if (ph->l4h != pp->l4h || memcmp(ht + 8, pt + 8, 4) != 0 ||     /* ACK number */
+        memcmp(ht + 14, pt + 14, 2) != 0 ||                          /* window */
+        memcmp(ht + 20, pt + 20, (size_t)ph->l4h - 20) != 0)         /* options */
+        return 0;
+    return get32(pt + 4) == it->next_seq;
+}
+
+static void item_start(gitem *it, int i, const uint8_t *p, const pinfo *pi, size_t n)
+{
+    it->head = it->last = i;
+    it->total = (uint32_t)n;
+    it->count = 1;
+    it->gso = pi->pay;
+    it->checked = 0;
+    it->open = pi->cand;
+    if (pi->cand && pi->proto == PROTO_TCP) {
+        it->next_seq = get32(p + pi->l3 + 4) + pi->pay;
+        if (p[pi->l3 + 13] & (TCP_PSH | TCP_FIN))
+            it->open = 0;        /* a push or FIN ends the super-packet */
+    }
+}
+
+/* Write item it at o: a zero vnet header and the packet, or a super-packet. */
+static size_t item_write(const gitem *it, const int *nxt, const pinfo *pis, const uint8_t *in,
+                         const uint32_t *off, const uint32_t *len, uint8_t *o)
+{
+    const uint8_t *hp = in + off[it->head];
+    const pinfo *ph = &pis[it->head];
+    memset(o, 0, VC_VNET_HDR_LEN);
+    memcpy(o + VC_VNET_HDR_LEN, hp, len[it->head]);
+    if (it->count == 1)
+        return VC_VNET_HDR_LEN + len[it->head];
+    uint8_t *ip = o + VC_VNET_HDR_LEN;
+    size_t hdr = (size_t)ph->l3 + ph->l4h, pos = len[it->head];
+    uint8_t last_flags = 0;
+    for (int q = nxt[it->head]; q >= 0; q = nxt[q]) {
+        memcpy(ip + pos, in + off[q] + hdr, pis[q].pay);
+        pos += pis[q].pay;
+        if (ph->proto == PROTO_TCP)
+            last_flags = in[off[q] + ph->l3 + 13];
+    }
+    const uint8_t *src, *dst;
+    size_t alen = ip_finish(ip, ph->l3, ph->v6, pos, &src, &dst);
+    uint8_t *l4 = ip + ph->l3;
+    vc_vnet_hdr h = {VC_VNET_F_NEEDS_CSUM, 0, (uint16_t)hdr, it->gso, ph->l3, 0};
+    if (ph->proto == PROTO_TCP) {
+        l4[13] |= last_flags & (TCP_PSH | TCP_FIN);
+        h.gso_type = ph->v6 ? VC_VNET_GSO_TCPV6 : VC_VNET_GSO_TCPV4;
+        if (l4[13] & TCP_CWR)
+            h.gso_type |= VC_VNET_GSO_ECN;
+        h.csum_offset = 16;
+    } else {
+        put16(l4 + 4, (uint32_t)(pos - ph->l3));
+        h.gso_type = VC_VNET_GSO_UDP_L4;
+        h.csum_offset = 6;
+    }
+    /* CHECKSUM_PARTIAL: the field holds the folded pseudo-header sum; the
+     * kernel adds everything from csum_start on and complements. */
+    uint16_t ps = csum_fold_native(pseudo_acc(src, dst, alen, ph->proto, (uint32_t)(pos - ph->l3)));
+    memcpy(l4 + h.csum_offset, &ps, 2);
+    o[0] = h.flags;
+    o[1] = h.gso_type;
+    memcpy(o + 2, &h.hdr_len, 2);
+    memcpy(o + 4, &h.gso_size, 2);
+    memcpy(o + 6, &h.csum_start, 2);
+    memcpy(o + 8, &h.csum_offset, 2);
+    return VC_VNET_HDR_LEN + pos;
+}
+
+#define GRO_TABLE 512          /* open-addressing flow table, > 2 x VC_GRO_ROUND */
+
+/* One round of at most VC_GRO_ROUND packets. */
+static int gro_round(const uint8_t *in, const uint32_t *off, const uint32_t *len, int n,
+                     uint8_t *out, size_t out_size, size_t *opos, uint32_t *woff, uint32_t *wlen,
+                     uint32_t *wpk, int max_writes, int flags, int *consumed, vc_gro_stats *st)
+{
+    pinfo pis[VC_GRO_ROUND];
+    gitem items[VC_GRO_ROUND];
+    int nxt[VC_GRO_ROUND];
+    int16_t table[GRO_TABLE];
+    memset(table, 0xFF, sizeof table);
+    int nitems = 0;
+    size_t need = *opos;
+    int i;
+    for (i = 0; i < n; i++) {
+        const uint8_t *p = in + off[i];
+        size_t plen = len[i];
+        pinfo *pi = &pis[i];
+        gro_parse(p, plen, flags, pi);
+        nxt[i] = -1;
+        int slot = -1;
+        gitem *flow = NULL;
+        if (pi->keyed) {
+            for (unsigned k = pi->hash & (GRO_TABLE - 1);; k = (k + 1) & (GRO_TABLE - 1)) {
+                if (table[k] < 0) {
+                    slot = (int)k;
+                    break;
+                }
+                gitem *it = &items[table[k]];
+                if (same_flow(in + off[it->head], &pis[it->head], p, pi)) {
+                    slot = (int)k;
+                    flow = it;
+                    break;
+                }
+            }
+        }
+        if (flow && pi->cand && flow->open &&
+            can_append(flow, in + off[flow->head], &pis[flow->head], p, pi)) {
+            if (need + pi->pay > out_size)
+                break;
+            int ok = 1;
+            if (!flow->checked) {
+                flow->checked = 1;
+                if (!l4_csum_ok(in + off[flow->head], &pis[flow->head], len[flow->head])) {
+                    flow->open = 0;
+                    ok = 0;
+                    if (st)
+                        st->bad_csum++;
+                }
+            }
+            if (ok && !l4_csum_ok(p, pi, plen)) {
+                if (st)
+                    st->bad_csum++;
+                pi->cand = 0;            /* written alone; the kernel will drop it */
+                ok = -1;
+            }
+            if (ok == 1) {
+                nxt[flow->last] = i;
+                flow->last = i;
+                flow->count++;
+                flow->total += pi->pay;
+                need += pi->pay;
+                if (pi->proto == PROTO_TCP) {
+                    flow->next_seq += pi->pay;
+                    if (p[pi->l3 + 13] & (TCP_PSH | TCP_FIN))
+                        flow->open = 0;
+                }
+                if (pi->pay < flow->gso)
+                    flow->open = 0;      /* a short segment ends the super-packet */
+                if (st)
+                    st->coalesced++;
+                continue;
+            }
+            if (ok == -1) {
+                /* a lone item that does not take over the flow's entry */
+                if (nitems == max_writes || need + VC_VNET_HDR_LEN + plen > out_size)
+                    break;
+                item_start(&items[nitems], i, p, pi, plen);
+                items[nitems].checked = 1;
+                nitems++;
+                need += VC_VNET_HDR_LEN + plen;
+                continue;
+            }
+        }
+        if (nitems == max_writes || need + VC_VNET_HDR_LEN + plen > out_size)
+            break;
+        if (flow && !pi->cand)
+            flow->open = 0;              /* keep the flow's packets in order */
+        item_start(&items[nitems], i, p, pi, plen);
+        if (pi->keyed && (pi->cand || !flow))
+            table[slot] = (int16_t)nitems;
+        nitems++;
+        need += VC_VNET_HDR_LEN + plen;
+    }
+    *consumed = i;
+    size_t pos = *opos;
+    for (int w = 0; w < nitems; w++) {
+        woff[w] = (uint32_t)pos;
+        wlen[w] = (uint32_t)item_write(&items[w], nxt, pis, in, off, len, out + pos);
+        wpk[w] = items[w].count;
+        pos += wlen[w];
+    }
+    *opos = pos;
+    return nitems;
+}
+
+VC_API int vc_gro_coalesce(const uint8_t *in, const uint32_t *off, const uint32_t *len, int n,
+                           uint8_t *out, size_t out_size, uint32_t *woff, uint32_t *wlen,
+                           uint32_t *wpk, int max_writes, int flags, int *consumed,
+                           vc_gro_stats *st)
+{
+    if (consumed)
+        *consumed = 0;
+    if (n < 0 || (n > 0 && (!in || !off || !len || !out || !woff || !wlen || !wpk)) ||
+        !consumed || max_writes < 0)
+        return -EINVAL;
+    size_t opos = 0;
+    int writes = 0, done = 0;
+    while (done < n && writes < max_writes) {
+        int chunk = n - done < VC_GRO_ROUND ? n - done : VC_GRO_ROUND;
+        int used = 0;
+        int w = gro_round(in, off + done, len + done, chunk, out, out_size, &opos,
+                          woff + writes, wlen + writes, wpk + writes, max_writes - writes, flags,
+                          &used, st);
+        writes += w;
+        done += used;
+        if (used < chunk)
+            break;               /* out or the write list is full */
+    }
+    *consumed = done;
+    if (st) {
+        st->packets += (uint64_t)done;
+        st->writes += (uint64_t)writes;
+    }
+    return writes;
+}
+
+VC_API int vc_tun_write_offload(int fd, const uint8_t *in, const uint32_t *off, const uint32_t *len,
+                                int n, uint8_t *out, size_t out_size, int flags, vc_gro_stats *st,
+                                int *err)
+{
+    uint32_t woff[VC_GRO_ROUND], wlen[VC_GRO_ROUND], wpk[VC_GRO_ROUND];
+    int delivered = 0, e0 = 0, done = 0;
+    if (err)
+        *err = 0;
+    if (n < 0 || (n > 0 && (!in || !off || !len || !out)) ||
+        out_size < VC_VNET_HDR_LEN + VC_TUN_MAX_PACKET)
+        return -EINVAL;
+    while (done < n) {
+        int chunk = n - done < VC_GRO_ROUND ? n - done : VC_GRO_ROUND;
+        int used = 0;
+        int nw = vc_gro_coalesce(in, off + done, len + done, chunk, out, out_size, woff, wlen, wpk,
+                                 VC_GRO_ROUND, flags, &used, st);
+        if (nw < 0 || used == 0) {        /* a packet longer than 65535 bytes */
+            if (!e0)
+                e0 = EMSGSIZE;
+            done++;
+            continue;
+        }
+        for (int w = 0; w < nw; w++) {
+            ssize_t r = write(fd, out + woff[w], wlen[w]);
+            if (r >= 0) {
+                delivered += (int)wpk[w];
+                continue;
+            }
+            int e = errno;
+            if (e == EINTR) {
+                w--;
+                continue;
+            }
+            if (st)
+                st->write_errors++;
+            if (!e0)
+                e0 = e;
+            if (vc_tun_write_stops(e)) {
+                if (err)
+                    *err = e0;
+                return delivered;
+            }
+        }
+        done += used;
+    }
+    if (err)
+        *err = e0;
+    return delivered;
+}

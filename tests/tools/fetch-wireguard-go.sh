@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The current wireguard-go for the tunnel bench and the interop tests, on a
+# Debian release that ships an older one.
+#
+#   tests/tools/fetch-wireguard-go.sh [SUITE]      (default SUITE: trixie)
+#
+# Downloads SUITE's `wireguard-go` package for this machine's architecture
+# through a PRIVATE apt state (Dir::State, Dir::Cache, Dir::Etc in a temporary
+# directory; the mirrors are this machine's own Debian sources moved to SUITE,
+# see debian_sources.py) and unpacks it with `dpkg -x` into a cache outside the
+# repo:
+#   ${VPNCRYPT_WGGO_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-wireguard-go}/<key>/
+# keyed by SUITE and these scripts, like tests/arm64/run.sh keys its sysroot.
+# The system's apt state (/var/lib/apt, /var/cache/apt, /etc/apt) and dpkg
+# database are not touched; nothing is installed.
+#
+# Prints the path of the unpacked binary (…/usr/bin/wireguard-go) on stdout;
+# progress and errors go to stderr.  Exit 1 on any failure.
+#   vpncrypt bench tunnel --wireguard-go "$(tests/tools/fetch-wireguard-go.sh)"
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+suite=${1:-trixie}
+prog="tests/tools/fetch-wireguard-go.sh"
+for tool in apt-get dpkg dpkg-deb python3 sha256sum; do
+    command -v "$tool" >/dev/null || { echo "$prog: $tool not found" >&2; exit 1; }
+done
+arch=$(dpkg --print-architecture)
+key=$( { echo "$suite $arch"; cat "$here/fetch-wireguard-go.sh" "$here/debian_sources.py" \
+         "$here/../arm64/sysroot.py"; } | sha256sum | cut -c1-16)
+cache_root=${VPNCRYPT_WGGO_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-wireguard-go}
+dest="$cache_root/$key"
+bin="$dest/usr/bin/wireguard-go"
+
+if [ ! -x "$bin" ] || [ ! -f "$dest/.vpncrypt-package" ]; then
+    mkdir -p "$cache_root"
+    work=$(mktemp -d "$cache_root/build.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+    mkdir -p "$work/apt/state/lists/partial" "$work/apt/cache/archives/partial" \
+             "$work/apt/etc/preferences.d" "$work/apt/etc/apt.conf.d" "$work/root" "$work/debs"
+    : > "$work/apt/status"
+    python3 "$here/debian_sources.py" "$work/apt/etc" "$suite"
+    apt_opts=(
+        -o Dir::State="$work/apt/state" -o Dir::State::status="$work/apt/status"
+        -o Dir::Cache="$work/apt/cache"
+        -o Dir::Etc::SourceList="$work/apt/etc/sources.list"
+        -o Dir::Etc::SourceParts="$work/apt/etc/sources.list.d"
+        -o Dir::Etc::Parts="$work/apt/etc/apt.conf.d"
+        -o Dir::Etc::PreferencesParts="$work/apt/etc/preferences.d"
+        -o Dir::Etc::Preferences="$work/apt/etc/preferences"
+        -o APT::Architecture="$arch" -o APT::Architectures::="$arch"
+        -o Debug::NoLocking=1 -o APT::Sandbox::User=root
+    )
+    echo "$prog: fetching $suite's wireguard-go ($arch) into $dest" >&2
+    apt-get "${apt_opts[@]}" -qq update
+    # `download` fetches just this package (it is a static Go binary), verified
+    # against the signed Release file like any apt download.
+    (cd "$work/debs" && apt-get "${apt_opts[@]}" -qq download wireguard-go)
+    debs=("$work"/debs/wireguard-go_*.deb)
+    [ -e "${debs[0]}" ] || { echo "$prog: apt downloaded nothing" >&2; exit 1; }
+    dpkg -x "${debs[0]}" "$work/root"
+    [ -x "$work/root/usr/bin/wireguard-go" ] \
+        || { echo "$prog: no usr/bin/wireguard-go in ${debs[0]##*/}" >&2; exit 1; }
+    dpkg-deb -f "${debs[0]}" Package Version Architecture > "$work/root/.vpncrypt-package"
+    rm -rf "$dest"
+    mv "$work/root" "$dest"
+    # builds for other suites or script versions are stale now
+    find "$cache_root" -mindepth 1 -maxdepth 1 -type d ! -name "$key" ! -name 'build.*' \
+        -exec rm -rf {} +
+    echo "$prog: $(tr '\n' ' ' < "$dest/.vpncrypt-package")-> $bin" >&2
+fi
+"$bin" --version >/dev/null 2>&1 || { echo "$prog: $bin does not run" >&2; exit 1; }
+echo "$bin"
