@@ -8,6 +8,7 @@ the next receive on the same object.
 import errno as _errno
 import fcntl
 import os
+import socket
 import struct
 
 from vpncrypt._native import ffi, lib
@@ -22,8 +23,6 @@ from vpncrypt.transport.endpoints import EndpointCache, _cache, endpoint_from_ad
 def _oserror(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
-
-# ---------------------------------------------------------------- endpoints
 
 # ---------------------------------------------------------------- UDP
 
