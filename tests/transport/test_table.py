@@ -269,3 +269,27 @@ def test_bad_configuration_refused():
                 dict(rekey_after_messages=2 ** 64)):
         with pytest.raises(ValueError):
             TableConfig(**bad)
+
+
+def test_confirmation_is_checked_for_every_message_of_a_batch(backend):
+    """A batch whose first message arrives on `next` and whose last arrives on
+    the old current: `next` is confirmed (not only the last message counts)."""
+    t, pid = table_with_peer(backend)
+    install(t, pid, 1, 101, KEY_AB, KEY_BA, False)      # an older session, then confirmed
+    opened(t, message(KEY_BA, 1, 0, PKT), 0.5)
+    install(t, pid, 2, 102, KEY_AB, KEY_BA, False)      # a new responder keypair waits in next
+    res = t.open([(message(KEY_BA, 2, 0, PKT), A_ADDR), (message(KEY_BA, 1, 1, PKT), A_ADDR)], 1.0)
+    assert res.status == [S.OK, S.OK]
+    assert res.touched[0].flags & S.EV_CONFIRMED
+    st = t.stats(pid, 1.0)
+    assert (st.current.local_index, st.previous.local_index, st.next) == (2, 1, None)
+
+
+def test_rekey_on_receive_whatever_keypair_the_last_message_used(backend):
+    """From 165 s, an authenticated message on the previous keypair also
+    makes the initiator rekey: what counts is the age of current."""
+    t, pid = table_with_peer(backend)
+    install(t, pid, 1, 101, KEY_AB, KEY_BA, True, now=0.0)
+    install(t, pid, 2, 102, KEY_AB, KEY_BA, True, now=0.0)   # current (ours); 1 is previous
+    res = t.open([(message(KEY_BA, 2, 0, PKT), A_ADDR), (message(KEY_BA, 1, 0, PKT), A_ADDR)], 166.0)
+    assert res.status == [S.OK, S.OK] and res.touched[0].flags & S.EV_REKEY_RX

@@ -221,6 +221,15 @@ class Engine:
             pkts = [bytes(view[off[i]:off[i] + lens[i]]) for i in range(n)]
             self.emit(self.device.send_packets(pkts, now))
             return
+        cap = self.tx.capacity
+        if n > cap:                           # in pieces the batch arrays can hold
+            for first in range(0, n, cap):
+                m = min(cap, n - first)
+                self._seal_send(slab, view, off + first, lens + first, m, now)
+            return
+        self._seal_send(slab, view, off, lens, n, now)
+
+    def _seal_send(self, slab, view, off, lens, n: int, now: float) -> None:
         tx = self.tx
         k = tx.seal(slab, off, lens, n, self.table.clock(now))
         if k:

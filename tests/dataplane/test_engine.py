@@ -1,0 +1,186 @@
+"""The data plane engine on its own: two devices on real UDP sockets over
+127.0.0.1, an in-memory inner side, a real event loop.  On both backends
+(native: the session table's batch calls; pynacl: the Device's list form)."""
+import asyncio
+import random
+import socket
+
+import pytest
+
+from vpncrypt._native import ffi
+from vpncrypt.dataplane.engine import Engine
+from vpncrypt.dataplane.io import UdpBatchSocket
+from vpncrypt.protocol import Device, TimerConfig, keys
+from vpncrypt.protocol.events import HandshakeCompleted, KeepaliveSent
+
+from tests.protocol.helpers import ipv4
+
+A_IP, B_IP = "10.0.0.1", "10.0.0.2"
+
+
+class Inner:
+    """The inner side: keeps what the engine delivers."""
+    fd = None
+
+    def __init__(self):
+        self.packets = []
+        self.arrived = asyncio.Event()
+
+    def write(self, buf, off, lens, n):
+        self.packets.extend(ffi.buffer(buf + off[i], lens[i])[:] for i in range(n))
+        self.arrived.set()
+        return n, 0
+
+    def write_packets(self, packets):
+        self.packets.extend(packets)
+        self.arrived.set()
+
+
+def slab(packets, stride=2048):
+    n = len(packets)
+    buf = ffi.new("uint8_t[]", max(1, n) * stride)
+    off = ffi.new("uint32_t[]", [i * stride for i in range(n)])
+    lens = ffi.new("uint32_t[]", [len(p) for p in packets])
+    for i, p in enumerate(packets):
+        ffi.memmove(buf + i * stride, p, len(p))
+    return buf, memoryview(ffi.buffer(buf)), off, lens
+
+
+class Side:
+    def __init__(self, name, backend, loop, seed, batch, timers):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        self.addr = s.getsockname()
+        self.udp = UdpBatchSocket(s, batch=batch, mtu=2048)
+        self.dev = Device(keys.clamp(random.Random(seed).randbytes(32)), backend=backend,
+                          rng=random.Random(seed + 10).randbytes, timer_config=timers)
+        self.inner = Inner()
+        self.events = []
+        self.sent_at = []          # (loop time, event)
+        self.engine = Engine(self.dev, self.udp, self.inner, loop=loop, max_packet=2048,
+                             on_events=self._events)
+        self.loop = loop
+
+    def _events(self, events):
+        self.events.extend(events)
+        self.sent_at.extend((self.loop.time(), e) for e in events)
+
+    def send(self, packets):
+        buf, view, off, lens = slab(packets)
+        self.engine.send_inner(buf, view, off, lens, len(packets))
+
+
+async def world(backend, batch=64, timers=None):
+    loop = asyncio.get_running_loop()
+    a = Side("A", backend, loop, 1, batch, timers)
+    b = Side("B", backend, loop, 2, batch, timers)
+    a.dev.add_peer(b.dev.public_key, allowed_ips=[B_IP + "/32"], endpoint=b.addr)
+    b.dev.add_peer(a.dev.public_key, allowed_ips=[A_IP + "/32"])
+    a.engine.start()
+    b.engine.start()
+    return a, b
+
+
+async def until(cond, timeout=5.0):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.002)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture(params=["native", "pynacl"])
+def backend(request):
+    return request.param
+
+
+def test_handshake_then_data_both_ways(backend):
+    async def main():
+        a, b = await world(backend)
+        first = [ipv4(A_IP, B_IP, bytes([i]) * 100) for i in range(3)]
+        a.send(first)                               # staged until the handshake completes
+        await until(lambda: len(b.inner.packets) == 3)
+        assert b.inner.packets == first
+        back = [ipv4(B_IP, A_IP, bytes([i]) * 1400) for i in range(40)]
+        b.send(back)
+        await until(lambda: len(a.inner.packets) == 40)
+        assert a.inner.packets == back
+        assert any(isinstance(e, HandshakeCompleted) for e in a.events)
+        assert any(isinstance(e, HandshakeCompleted) for e in b.events)
+        assert a.dev.drops() == {} and b.dev.drops() == {}
+        for s in (a, b):
+            s.engine.stop()
+    run(main())
+
+
+def test_more_packets_than_a_batch_holds(backend):
+    """A batch larger than the engine's arrays is taken in pieces (a larger
+    one once overflowed the native arrays)."""
+    async def main():
+        a, b = await world(backend, batch=2)
+        a.send([ipv4(A_IP, B_IP, b"x")])
+        await until(lambda: len(b.inner.packets) == 1)
+        pkts = [ipv4(A_IP, B_IP, bytes([i]) * 50) for i in range(9)]
+        a.send(pkts)
+        await until(lambda: len(b.inner.packets) == 10)
+        assert b.inner.packets[1:] == pkts
+        for s in (a, b):
+            s.engine.stop()
+    run(main())
+
+
+def test_keepalive_deadline_armed_after_a_quick_second_batch(backend):
+    """B sends data (a new-handshake deadline 1 s + jitter later), then data
+    arrives 2 ms later: B owes a keepalive 0.5 s after it, and sends it then,
+    not at the next event (a deadline set shortly after another batch was
+    once armed only at the following event, 5 s late)."""
+    timers = TimerConfig(keepalive_timeout=0.5, rekey_timeout=0.5, rekey_timeout_jitter=0.0)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        a, b = await world(backend, timers=timers)
+        a.send([ipv4(A_IP, B_IP, b"hello")])
+        await until(lambda: len(b.inner.packets) == 1)
+        await until(lambda: any(isinstance(e, KeepaliveSent) for e in b.events))  # the first one
+        b.events.clear()
+        b.sent_at.clear()
+        b.send([ipv4(B_IP, A_IP, b"data")])
+        await asyncio.sleep(0.002)
+        t0 = loop.time()
+        a.send([ipv4(A_IP, B_IP, b"more")])
+        await until(lambda: len(b.inner.packets) == 2)
+        await until(lambda: any(isinstance(e, KeepaliveSent) for _, e in b.sent_at), timeout=3.0)
+        at = next(t for t, e in b.sent_at if isinstance(e, KeepaliveSent))
+        # due 0.5 s after the data arrived; the new-handshake timer would be 1.0 s
+        assert t0 + 0.45 <= at < t0 + 0.9, at - t0
+        for s in (a, b):
+            s.engine.stop()
+    run(main())
+
+
+def test_handshake_messages_in_a_data_batch_and_roaming(backend):
+    """A moves to another socket: its next data roams B's endpoint; B's
+    answer goes to the new address."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        a, b = await world(backend)
+        a.send([ipv4(A_IP, B_IP, b"1")])
+        await until(lambda: len(b.inner.packets) == 1)
+        s2 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s2.bind(("127.0.0.1", 0))
+        udp2 = UdpBatchSocket(s2, batch=64, mtu=2048)
+        a.engine.replace_udp(udp2)
+        a.udp.sock.close()
+        a.send([ipv4(A_IP, B_IP, b"2")])
+        await until(lambda: len(b.inner.packets) == 2)
+        assert b.dev.peers[a.dev.public_key].endpoint == s2.getsockname()
+        b.send([ipv4(B_IP, A_IP, b"back")])
+        await until(lambda: len(a.inner.packets) == 1)
+        for s in (a, b):
+            s.engine.stop()
+        del loop
+    run(main())
