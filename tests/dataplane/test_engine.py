@@ -47,7 +47,7 @@ def slab(packets, stride=2048):
 
 
 class Side:
-    def __init__(self, name, backend, loop, seed, batch, timers):
+    def __init__(self, name, backend, loop, seed, batch, timers, threads=1):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.bind(("127.0.0.1", 0))
         self.addr = s.getsockname()
@@ -58,7 +58,7 @@ class Side:
         self.events = []
         self.sent_at = []          # (loop time, event)
         self.engine = Engine(self.dev, self.udp, self.inner, loop=loop, max_packet=2048,
-                             on_events=self._events)
+                             threads=threads, on_events=self._events)
         self.loop = loop
 
     def _events(self, events):
@@ -71,9 +71,12 @@ class Side:
 
 
 async def world(backend, batch=64, timers=None):
+    """backend: "native", "pynacl", or "native-threads" (the receive side on a thread)."""
     loop = asyncio.get_running_loop()
-    a = Side("A", backend, loop, 1, batch, timers)
-    b = Side("B", backend, loop, 2, batch, timers)
+    threads = 2 if backend.endswith("-threads") else 1
+    backend = backend.split("-")[0]
+    a = Side("A", backend, loop, 1, batch, timers, threads)
+    b = Side("B", backend, loop, 2, batch, timers, threads)
     a.dev.add_peer(b.dev.public_key, allowed_ips=[B_IP + "/32"], endpoint=b.addr)
     b.dev.add_peer(a.dev.public_key, allowed_ips=[A_IP + "/32"])
     a.engine.start()
@@ -93,7 +96,7 @@ def run(coro):
     return asyncio.run(coro)
 
 
-@pytest.fixture(params=["native", "pynacl"])
+@pytest.fixture(params=["native", "native-threads", "pynacl"])
 def backend(request):
     return request.param
 

@@ -1,9 +1,10 @@
 """The data plane: moves bytes between the UDP socket, the inner side (a TUN
 device, or the in-memory port of the loopback bench) and the sans-I/O
-protocol Device, in batches, on an asyncio event loop.
+protocol Device, in batches.
 
-    engine = Engine(device, udp, inner, loop=loop, max_packet=65535, on_events=None)
-    engine.start()            # registers the UDP (and TUN) fds with the loop
+    engine = Engine(device, udp, inner, loop=loop, max_packet=65535, threads=1,
+                    on_events=None, on_fatal=None)
+    engine.start()            # the UDP (and TUN) fds to the loop, or to worker threads
     engine.send_inner(...)    # the inner side hands over a batch of IP packets
     engine.stop()
 
@@ -14,12 +15,26 @@ one call per wakeup (Device.on_transport).  Handshake messages go to the
 Device as a list.  On the pynacl backend every packet goes through the
 Device's list-form calls: that is what ``--crypto pynacl`` measures.
 
-The engine reads the clock (``loop.time()``), turns it into the device's
-clock for the batch calls (``table.clock``), and arms the Device's timer
-after every Device call.  It never interprets packets itself.
+Threads: with ``threads=1`` everything runs on the event loop.  With
+``threads=2`` (native backend) the two directions run on threads of their
+own: one receives UDP, opens and writes the TUN, the other reads the TUN,
+seals and sends UDP.  The table's batch calls release the GIL and the table
+is safe for that (a sending counter is taken atomically).  Each direction
+stays on one thread, so packets keep their order.  The Device stays on the
+event loop: the threads hand it their batch results and handshake messages
+through ``loop.call_soon_threadsafe``.
+
+The engine reads the clock (``loop.time()``: CLOCK_MONOTONIC, the same in
+every thread), turns it into the device's clock for batch calls
+(``table.clock``), and arms the Device's timer after every Device call.  It
+never interprets packets itself.
 """
 import errno
 import logging
+import os
+import select
+import threading
+import time
 
 from vpncrypt.transport import status as S
 
@@ -28,6 +43,7 @@ log = logging.getLogger("vpncrypt.dataplane")
 # How many batches one readiness callback may take before yielding.
 MAX_ROUNDS = 16
 _SEAL_ROOM = S.OVERHEAD + 16
+_IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
 class EngineCounters:
@@ -43,45 +59,103 @@ class EngineCounters:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
+class _Direction:
+    """What one direction needs for itself: its own UDP and inner objects
+    (arrays, receive state), its table batch and its counters."""
+
+    def __init__(self, engine, udp, inner, batch):
+        self.engine = engine
+        self.udp = udp
+        self.inner = inner
+        self.batch = batch
+        self.counters = EngineCounters()
+
+
 class Engine:
-    def __init__(self, device, udp, inner, *, loop, max_packet: int = 65535, on_fatal=None,
-                 on_events=None):
+    def __init__(self, device, udp, inner, *, loop, max_packet: int = 65535, threads: int = 1,
+                 on_fatal=None, on_events=None):
         self.device = device
         self.table = device.table
         self.udp = udp
         self.inner = inner
         self.loop = loop
         self.native = device.backend == "native"
-        if self.native:
-            self.rx = self.table.batch(udp.batch, S.OVERHEAD)
-            # inner batches are at most as large as UDP ones; max_packet: the
-            # largest inner packet (the TUN's read size, not its current MTU)
-            self.tx = self.table.batch(udp.batch, max_packet + _SEAL_ROOM)
-        self.counters = EngineCounters()
+        self.threads = max(1, int(threads)) if self.native else 1
         self.on_fatal = on_fatal
         self.on_events = on_events
+        self._counters = EngineCounters()
+        self._max_packet = max_packet
+        if self.native:
+            self.rx = _Direction(self, udp, inner, self.table.batch(udp.batch, S.OVERHEAD))
+            # inner batches are at most as large as UDP ones; max_packet: the
+            # largest inner packet (the TUN's read size, not its current MTU)
+            self.tx = _Direction(self, udp, inner, self.table.batch(udp.batch, max_packet + _SEAL_ROOM))
         self._timer = None
         self._timer_at = None
         self._running = False
+        self._threads = []
+        self._wake_r = self._wake_w = None
+        self._lock = threading.Lock()
+        self._pending = None          # (touches, waiting, control) from the threads
+        self._fatal_exc = None
+
+    @property
+    def counters(self) -> EngineCounters:
+        """Every direction's counters, summed."""
+        total = EngineCounters()
+        parts = [self._counters]
+        if self.native:
+            parts += [self.rx.counters, self.tx.counters]
+        for part in parts:
+            for name in EngineCounters.__slots__:
+                setattr(total, name, getattr(total, name) + getattr(part, name))
+        return total
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         self._running = True
-        self.loop.add_reader(self.udp.fd, self._on_udp_readable)
-        fd = getattr(self.inner, "fd", None)
-        if fd is not None:
-            self.loop.add_reader(fd, self._on_inner_readable)
+        inner_fd = getattr(self.inner, "fd", None)
+        if self.threads >= 2:
+            self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self.rx.udp = self.udp.twin()
+            self._spawn("vpncrypt-rx", self._rx_thread)
+            if inner_fd is not None:
+                self.tx.inner = self.inner.twin()
+                self.tx.udp = self.udp.twin()
+                self._spawn("vpncrypt-tx", self._tx_thread)
+        else:
+            self.loop.add_reader(self.udp.fd, self._on_udp_readable)
+            if inner_fd is not None:
+                self.loop.add_reader(inner_fd, self._on_inner_readable)
         self.run_timers()
+
+    def _spawn(self, name, target):
+        t = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
 
     def stop(self) -> None:
         self._running = False
-        for fd in (self.udp.fd, getattr(self.inner, "fd", None)):
-            if fd is not None:
-                try:
-                    self.loop.remove_reader(fd)
-                except (ValueError, OSError):
-                    pass
+        if self._threads:
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+            for t in self._threads:
+                if t is not threading.current_thread():
+                    t.join(5)
+            self._threads = []
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
+            self._wake_r = self._wake_w = None
+        else:
+            for fd in (self.udp.fd, getattr(self.inner, "fd", None)):
+                if fd is not None:
+                    try:
+                        self.loop.remove_reader(fd)
+                    except (ValueError, OSError):
+                        pass
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -91,14 +165,14 @@ class Engine:
         listen-port change; the caller closes the old one."""
         if udp.batch != self.udp.batch:
             raise ValueError("the new socket must have the same batch size")
-        if self._running:
-            try:
-                self.loop.remove_reader(self.udp.fd)
-            except (ValueError, OSError):
-                pass
+        running = self._running
+        if running:
+            self.stop()
         self.udp = udp
-        if self._running:
-            self.loop.add_reader(udp.fd, self._on_udp_readable)
+        if self.native:
+            self.rx.udp = self.tx.udp = udp
+        if running:
+            self.start()
 
     def changed(self) -> None:
         """After a configuration change made directly on the Device: its
@@ -113,9 +187,9 @@ class Engine:
             datagrams = [(d, a) for d, a in out.datagrams if a is not None]
             sent, err = self.udp.send_datagrams(datagrams)
             if sent < len(datagrams):
-                self.counters.tx_dropped += len(datagrams) - sent
-                self.counters.tx_send_errors += 1
-                self._check_gso(err)
+                self._counters.tx_dropped += len(datagrams) - sent
+                self._counters.tx_send_errors += 1
+                self._check_gso(self.udp, err)
         if out.packets:
             self.inner.write_packets(out.packets)
         if out.events and self.on_events is not None:
@@ -147,18 +221,52 @@ class Engine:
         self._timer_at = at
         self._timer = self.loop.call_at(max(at, self.loop.time()), self.run_timers)
 
+    # ------------------------------------------------------------ results to the Device
+
+    def _to_device(self, touches, waiting, control) -> None:
+        """Batch results and handshake messages (on the loop's thread)."""
+        now = self.loop.time()
+        if touches or waiting:
+            self.emit(self.device.on_transport(touches, now, waiting))
+        if control:
+            self.emit(self.device.receive_handshakes(control, now))
+
+    def _post(self, touches=(), waiting=(), control=()) -> None:
+        """From a data thread: hand results to the loop, one callback at a time."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = ([], [], [])
+                schedule = True
+            else:
+                schedule = False
+            p = self._pending
+            p[0].extend(touches)
+            p[1].extend(waiting)
+            p[2].extend(control)
+        if schedule:
+            try:
+                self.loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:        # the loop is closed: shutting down
+                pass
+
+    def _drain(self) -> None:
+        with self._lock:
+            p, self._pending = self._pending, None
+        if p is not None and self._running:
+            self._to_device(*p)
+
     # ------------------------------------------------------------ receive
 
     def _on_udp_readable(self) -> None:
         try:
             if self.native:
-                self._receive_native()
+                touches, control = self._receive_native(self.rx)
+                self._to_device(touches, (), control)
             else:
                 self._receive_python()
         except OSError as e:
-            if e.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
-                return   # an ICMP error for an earlier datagram: not fatal
-            self._fatal(e)
+            if e.errno not in _IGNORED_RECV_ERRORS:   # (an ICMP error for an earlier datagram)
+                self._fatal(e)
 
     def _receive_python(self) -> None:
         to_addr = self.udp.endpoints.to_addr
@@ -166,39 +274,35 @@ class Engine:
             n, view, off, lens, ep = self.udp.recv()
             if n == 0:
                 break
-            self.counters.rx_batches += 1
+            self._counters.rx_batches += 1
             datagrams = [(bytes(view[off[i]:off[i] + lens[i]]), to_addr(ep + i)) for i in range(n)]
             self.emit(self.device.receive_datagrams(datagrams, self.loop.time()))
 
-    def _receive_native(self) -> None:
+    def _receive_native(self, d):
         """Open every transport datagram of up to MAX_ROUNDS batches in the
-        table, deliver them, then give the Device the batch results and the
-        handshake messages, each in one call."""
-        now = self.loop.time()
-        tnow = self.table.clock(now)
-        udp, rx, inner, dev = self.udp, self.rx, self.inner, self.device
+        table and deliver them; returns the batch results and the handshake
+        messages for the Device."""
+        tnow = self.table.clock(time.monotonic())
+        udp, rx, inner, c = d.udp, d.batch, d.inner, d.counters
         to_addr = udp.endpoints.to_addr
         touches, control = [], []
         for _ in range(MAX_ROUNDS):
             n, view, off, lens, ep = udp.recv()
             if n == 0:
                 break
-            self.counters.rx_batches += 1
+            c.rx_batches += 1
             delivered, n_other = rx.open(udp.slab, off, lens, ep, n, tnow)
             if delivered:
                 w, _err = inner.write(udp.slab, rx.deliver_off, rx.deliver_len, delivered)
                 if w < delivered:
-                    self.counters.inner_dropped += delivered - w
-                    self.counters.inner_write_errors += 1
+                    c.inner_dropped += delivered - w
+                    c.inner_write_errors += 1
             if rx.n_touched:
                 touches.extend(rx.touches())
             for k in range(n_other):
                 j = rx.other[k]
                 control.append((bytes(view[off[j]:off[j] + lens[j]]), to_addr(ep + j)))
-        if touches:
-            self.emit(dev.on_transport(touches, now))
-        if control:
-            self.emit(dev.receive_handshakes(control, now))
+        return touches, control
 
     # ------------------------------------------------------------ send
 
@@ -215,44 +319,103 @@ class Engine:
     def send_inner(self, slab, view, off, lens, n: int) -> None:
         """Route, seal and send a batch of inner IP packets (slab is the cffi
         pointer, view a memoryview of the same memory)."""
-        now = self.loop.time()
-        self.counters.tx_batches += 1
         if not self.native:
+            self._counters.tx_batches += 1
             pkts = [bytes(view[off[i]:off[i] + lens[i]]) for i in range(n)]
-            self.emit(self.device.send_packets(pkts, now))
+            self.emit(self.device.send_packets(pkts, self.loop.time()))
             return
-        cap = self.tx.capacity
-        if n > cap:                           # in pieces the batch arrays can hold
-            for first in range(0, n, cap):
-                m = min(cap, n - first)
-                self._seal_send(slab, view, off + first, lens + first, m, now)
-            return
-        self._seal_send(slab, view, off, lens, n, now)
+        touches, waiting = self._seal(self.tx, slab, view, off, lens, n)
+        if touches:
+            self._to_device(touches, waiting, ())
 
-    def _seal_send(self, slab, view, off, lens, n: int, now: float) -> None:
-        tx = self.tx
-        k = tx.seal(slab, off, lens, n, self.table.clock(now))
+    def _seal(self, d, slab, view, off, lens, n: int):
+        """Seal and send; returns the batch results (and the packets that
+        found no key) for the Device."""
+        cap = d.batch.capacity
+        touches, waiting = [], []
+        for first in range(0, n, cap):            # in pieces the batch arrays can hold
+            m = min(cap, n - first)
+            self._seal_send(d, slab, view, off + first, lens + first, m, touches, waiting)
+        return touches, waiting
+
+    def _seal_send(self, d, slab, view, off, lens, n, touches, waiting) -> None:
+        tx, c = d.batch, d.counters
+        c.tx_batches += 1
+        k = tx.seal(slab, off, lens, n, self.table.clock(time.monotonic()))
         if k:
-            sent, err = self.udp.send(tx.tx_slab, tx.tx_off, tx.tx_len, tx.tx_ep, k)
+            sent, err = d.udp.send(tx.tx_slab, tx.tx_off, tx.tx_len, tx.tx_ep, k)
             if sent < k:
-                self.counters.tx_dropped += k - sent
-                self.counters.tx_send_errors += 1
-                self._check_gso(err)
+                c.tx_dropped += k - sent
+                c.tx_send_errors += 1
+                self._check_gso(d.udp, err)
         if tx.n_touched:
-            touches = tx.touches()
-            waiting = ()
-            if any(t.flags & S.EV_NEED_KEY for t in touches):
+            t = tx.touches()
+            touches.extend(t)
+            if any(x.flags & S.EV_NEED_KEY for x in t):
                 st, peer_of = tx.status, tx.peer_of
-                waiting = [(peer_of[i], bytes(view[off[i]:off[i] + lens[i]]))
-                           for i in range(n) if st[i] == S.NO_KEY]
-            self.emit(self.device.on_transport(touches, now, waiting))
+                waiting.extend((peer_of[i], bytes(view[off[i]:off[i] + lens[i]]))
+                               for i in range(n) if st[i] == S.NO_KEY)
 
-    def _check_gso(self, err: int) -> None:
+    # ------------------------------------------------------------ the data threads
+
+    def _wait(self, fd) -> bool:
+        """Block (without the GIL) until fd is readable; False: stop."""
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        p.register(self._wake_r, select.POLLIN)
+        while self._running:
+            for f, _ev in p.poll(1000):
+                if f == self._wake_r:
+                    return False
+                return True
+        return False
+
+    def _rx_thread(self) -> None:
+        d = self.rx
+        try:
+            while self._wait(d.udp.fd):
+                while self._running:
+                    try:
+                        touches, control = self._receive_native(d)
+                    except OSError as e:
+                        if e.errno not in _IGNORED_RECV_ERRORS:
+                            raise
+                        continue
+                    if touches or control:
+                        self._post(touches, (), control)
+                    if not (touches or control):
+                        break
+        except Exception as e:          # noqa: BLE001 - reported on the loop
+            self._thread_failed(e)
+
+    def _tx_thread(self) -> None:
+        d = self.tx
+        try:
+            while self._wait(d.inner.fd):
+                for _ in range(MAX_ROUNDS):
+                    n, view, off, lens = d.inner.read()
+                    if n == 0:
+                        break
+                    touches, waiting = self._seal(d, d.inner.slab, view, off, lens, n)
+                    if touches:
+                        self._post(touches, waiting)
+        except Exception as e:          # noqa: BLE001 - reported on the loop
+            self._thread_failed(e)
+
+    def _thread_failed(self, exc) -> None:
+        if not self._running:
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._fatal, exc)
+        except RuntimeError:
+            pass
+
+    def _check_gso(self, udp, err: int) -> None:
         """EMSGSIZE from a UDP_SEGMENT send: the segments are larger than the
         outer path MTU (the kernel fragments single datagrams, but never GSO
         segments).  Send without GSO from now on."""
-        if err == errno.EMSGSIZE and self.udp.gso:
-            self.udp.gso = False
+        if err == errno.EMSGSIZE and udp.gso:
+            udp.gso = False
             log.info("UDP GSO disabled: datagrams exceed the path MTU and need fragmentation")
 
     def _fatal(self, exc) -> None:

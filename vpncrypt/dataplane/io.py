@@ -68,6 +68,12 @@ class UdpBatchSocket:
         self._recv = lib.vc_udp_recv_batch_segs
         self._send = lib.vc_udp_send_batch
 
+    def twin(self) -> "UdpBatchSocket":
+        """Another object on the same socket with arrays and receive state of
+        its own, for another thread (the kernel hands each datagram to one
+        reader)."""
+        return UdpBatchSocket(self.sock, batch=self.batch, gro=self.gro, gso=self.gso, mtu=self.mtu)
+
     @property
     def dropped(self) -> int:
         return self.state.dropped
@@ -221,7 +227,8 @@ class TunBatch:
     into super-packets before writing; `written` counts input packets.
     Counters: rx_stats (vc_tun_rx_stats) and tx_stats (vc_gro_stats)."""
 
-    def __init__(self, fd: int, mtu: int = 1500, batch: int = 64, offloads: int = OFFLOAD_ALL):
+    def __init__(self, fd: int, mtu: int = 1500, batch: int = 64, offloads: int = OFFLOAD_ALL,
+                 _granted: int = None):
         self.fd = fd
         self.mtu = mtu
         self.batch = batch
@@ -240,7 +247,7 @@ class TunBatch:
         self.offloads = 0
         self.gro_flags = 0
         if self.vnet_hdr:
-            got = lib.vc_tun_set_offload(fd, offloads)
+            got = lib.vc_tun_set_offload(fd, offloads) if _granted is None else _granted
             if got < 0:
                 raise _oserror(-got)
             self.offloads = got
@@ -257,6 +264,11 @@ class TunBatch:
             self.gro_out = ffi.new("uint8_t[]", self.gro_size)
             self._read = self._read_offload
             self._write = self._write_offload
+
+    def twin(self) -> "TunBatch":
+        """Another object on the same fd with arrays of its own, for another
+        thread (one reads, one writes); the offloads stay as granted."""
+        return TunBatch(self.fd, mtu=self.mtu, batch=self.batch, _granted=self.offloads)
 
     @property
     def rx_stats(self):
