@@ -14,6 +14,7 @@ from tests.daemon.fakes import FakeControl
 from vpncrypt.config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
                                  SetFwmark, SetListenPort, SetPrivateKey)
 from vpncrypt.daemon.control import InterfaceSnapshot, PeerSnapshot
+from vpncrypt.daemon.uapiclient import read_answer
 from vpncrypt.daemon.uapi import (UAPIError, apply_operations, format_get,
                                   handle_request, parse_set, start_uapi_server)
 
@@ -147,14 +148,7 @@ def test_format_get_empty_device():
 
 # ---------------------------------------------------------------- the server, raw socket
 
-def _recv_reply(sock):
-    buf = b""
-    while not buf.endswith(b"\n\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
-    return buf
+_recv_reply = read_answer
 
 
 @pytest.fixture

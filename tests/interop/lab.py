@@ -15,6 +15,8 @@ import sys
 import tempfile
 import time
 
+from tests.installed import script
+from vpncrypt.daemon import uapiclient
 from vpncrypt.protocol import keys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -73,18 +75,9 @@ class Node:
             assert r.returncode == 0, f"wg {' '.join(args)}: {r.stderr}"
         return r
 
-    def uapi(self, request: str) -> str:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(5)
-            s.connect(self.sock)
-            s.sendall(request.encode())
-            buf = b""
-            while not buf.endswith(b"\n\n"):
-                b = s.recv(65536)
-                if not b:
-                    break
-                buf += b
-        return buf.decode()
+    def uapi(self, text: str) -> str:
+        """The answer to `text` (sent as it is) on this node's UAPI socket."""
+        return uapiclient.request(self.sock, text, terminate=False)
 
     def counters(self) -> dict:
         out = {}
@@ -259,7 +252,7 @@ class Lab:
         """Start `vpncrypt up` in a namespace with a NOTIFY_SOCKET; wait for READY=1."""
         ns_sock, ns_path = self.notify_socket()
         log = os.path.join(self.tmp, f"{iface}.log")
-        args = [sys.executable, "-m", "vpncrypt", "up", iface, "--log-level", "debug", *extra_args]
+        args = [script("vpncrypt"), "up", iface, "--log-level", "debug", *extra_args]
         if conf_path:
             args += ["-c", conf_path]
         with open(log, "wb") as f:

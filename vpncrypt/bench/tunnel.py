@@ -37,6 +37,7 @@ import tempfile
 import time
 
 from vpncrypt.bench.machine import cpu_model
+from vpncrypt.selfcmd import vpncrypt_command
 
 PAIRINGS = {
     # name: (label, implementation in A, implementation in B)
@@ -257,8 +258,8 @@ class Node:
 
     def _keys(self):
         if self.impl == "vpncrypt":
-            gen = [sys.executable, "-m", "vpncrypt", "genkey"]
-            pub = [sys.executable, "-m", "vpncrypt", "pubkey"]
+            gen = vpncrypt_command("genkey")
+            pub = vpncrypt_command("pubkey")
         else:
             gen, pub = ["wg", "genkey"], ["wg", "pubkey"]
         private = _run(gen).stdout.strip()
@@ -274,7 +275,7 @@ class Node:
         lab.ifaces.append(self.iface)
         if self.impl == "vpncrypt":
             # this very Python, so the daemon runs from the same install as the bench
-            cmd = [sys.executable, "-m", "vpncrypt", "up", self.iface, "--log-level", "warning"]
+            cmd = vpncrypt_command("up", self.iface, "--log-level", "warning")
             env = dict(os.environ)
         else:
             cmd = ["wireguard-go", "-f", self.iface]
