@@ -147,6 +147,21 @@ def test_key_commands_match_wg():
     assert bad.returncode == 1 and "correct length or format" in bad.stderr
 
 
+def test_pubkey_refuses_noncanonical_keys_like_wg():
+    """A key whose unused base64 bits are set names the same bytes as the
+    canonical one: wg refuses it, and so does vpncrypt, in wg's words."""
+    from tests.daemon.test_config import noncanonical
+    priv = keys.genkey()
+    bad = noncanonical(priv)
+    assert keys.decode(bad) == keys.decode(priv)
+    wg = subprocess.run(["wg", "pubkey"], input=bad + "\n", capture_output=True, text=True)
+    assert wg.returncode == 1 and "Key is not the correct length or format" in wg.stderr
+    ours = _cli("pubkey", input=bad + "\n")
+    assert ours.returncode == 1 and ours.stdout == ""
+    assert ours.stderr == "vpncrypt pubkey: Key is not the correct length or format\n"
+    assert _cli("pubkey", input=priv + "\n").stdout.strip() == keys.pubkey(priv)
+
+
 @pytest.mark.parametrize("cmd", [[], ["up"], ["genkey"], ["pubkey"], ["genpsk"], ["show"],
                                  ["bench"], ["loopback-bench"]])
 def test_help_everywhere(cmd):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.interop.lab import Lab, need, pair
+from tests.interop.lab import Lab, need
 
 
 @pytest.fixture

@@ -177,8 +177,8 @@ class Daemon:
         self.v6 = sock.family == socket.AF_INET6
         self.listen_port = sock.getsockname()[1]
         self.dataplane.set_listen_port(self.listen_port)
-        log.info("listening on UDP port %d (%s)", self.listen_port,
-                 "IPv4+IPv6" if self.v6 else "IPv4 only")
+        log.debug("listening on UDP port %d (%s)", self.listen_port,
+                  "IPv4+IPv6" if self.v6 else "IPv4 only")
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()

@@ -107,9 +107,10 @@ class TunDevice:
                 ifr = fcntl.ioctl(fd, TUNSETIFF, _ifreq(name, "H", IFF_TUN | IFF_NO_PI))
             except OSError as e:
                 if existed:
-                    why = ("it exists and is not a persistent TUN device vpncrypt can attach "
-                           "to (create one with `ip tuntap add NAME mode tun`)"
-                           if e.errno in (errno.EINVAL, errno.EBUSY) else e.strerror)
+                    why = {errno.EBUSY: "another process is using it",
+                           errno.EINVAL: "it exists and is not a TUN device vpncrypt can "
+                                         "attach to (make one with `ip tuntap add NAME mode tun`)",
+                           }.get(e.errno, e.strerror)
                     raise TunError(e.errno, f"cannot use interface {name}: {why}") from None
                 raise TunError(e.errno, f"cannot create TUN device {name}: {e.strerror}") from None
             actual = ifr[:IFNAMSIZ].split(b"\0", 1)[0].decode()

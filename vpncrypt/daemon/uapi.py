@@ -504,8 +504,9 @@ async def _read_request(reader: asyncio.StreamReader):
     Framing as wireguard-go's: the operation is the first line and is
     judged as soon as it is read, so a client that sends something else
     (``get=1\\r\\n``) is answered at once instead of waiting for a blank
-    line that will never come.  ``get`` must be followed by the blank line
-    at once.  A ``set=1`` body ends at the blank line or at EOF: a client
+    line that will never come: it is answered errno=-22 and the connection
+    is closed (wireguard-go closes it without an answer).  ``get`` must be
+    followed by the blank line at once.  A ``set=1`` body ends at the blank line or at EOF: a client
     that half-closes without the blank line still gets its request applied
     (and answered).  Blank lines (also "\\r\\n") between requests are
     skipped."""
@@ -529,8 +530,9 @@ async def _read_request(reader: asyncio.StreamReader):
         await _read_body(reader)              # get takes no arguments: skip them, refuse it
         return op[:-1].decode(), "\x00"
     if op != b"set=1\n":
-        # an unknown operation is refused at once (the connection stays usable)
-        return op.rstrip(b"\r\n").decode("ascii", "replace"), ""
+        # An unknown operation (`get=1\r\n` too) is refused at once, and the
+        # connection ends there, as wireguard-go ends it.
+        return None, errno.EINVAL
     body = await _read_body(reader)
     if isinstance(body, int):
         return None, body
