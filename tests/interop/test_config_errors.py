@@ -7,20 +7,9 @@ import re
 import subprocess
 import time
 
-import pytest
 
-from tests.interop.lab import Lab, need
+from tests.interop.lab import need
 from vpncrypt.protocol import keys
-
-
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "the interop tests run as root"
-    lab = Lab()
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def _fails(lab, node, text, **kw):

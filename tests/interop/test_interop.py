@@ -10,23 +10,11 @@ import time
 import pytest
 
 from tests.installed import script
-from tests.interop.lab import PORT, Lab, need, pair
+from tests.interop.lab import PORT, need, pair
 from vpncrypt.protocol import keys
 
 REKEY_TIMERS = "rekey_after_time=2,rekey_timeout=1"
 MB20 = 20 * 1024 * 1024
-
-
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "the interop tests run as root"
-    need("ping")
-    need("wireguard-go")
-    lab = Lab()
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def _handshakes(node):

@@ -6,21 +6,7 @@ import json
 import os
 import signal
 
-import pytest
-
-from tests.interop.lab import PORT, Lab, need
-
-
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "the interop tests run as root"
-    need("ping")
-    need("wireguard-go")
-    lab = Lab()
-    try:
-        yield lab
-    finally:
-        lab.close()
+from tests.interop.lab import PORT
 
 
 def _link(lab, side, name):

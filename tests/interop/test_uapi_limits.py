@@ -5,20 +5,7 @@ import os
 import socket
 import time
 
-import pytest
-
-from tests.interop.lab import Lab, need
-
-
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "the interop tests run as root"
-    need("prlimit")
-    lab = Lab()
-    try:
-        yield lab
-    finally:
-        lab.close()
+from tests.interop.lab import need
 
 
 def _closed_by_server(s, wait):
@@ -32,6 +19,7 @@ def _closed_by_server(s, wait):
 
 
 def test_idle_clients_under_a_small_file_limit(lab):
+    need("prlimit")
     a = lab.node("A", "vpncrypt")
     b = lab.node("B", "wggo")
     b.start(b.conf([{"public": a.public, "inner": a.inner}]))

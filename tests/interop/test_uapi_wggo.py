@@ -6,22 +6,10 @@ import tempfile
 import threading
 import time
 
-import pytest
 
 from tests.installed import script
-from tests.interop.lab import Lab, need, pair
+from tests.interop.lab import pair
 from vpncrypt.protocol import keys
-
-
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "the interop tests run as root"
-    need("wireguard-go")
-    lab = Lab()
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def _exchange(path, data, half_close=False, timeout=3.0):
