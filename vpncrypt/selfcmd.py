@@ -21,6 +21,11 @@ def python_command(code: str) -> list:
 
 
 def vpncrypt_command(*args: str) -> list:
-    """The `vpncrypt ARGS...` command line."""
+    """The `vpncrypt ARGS...` command line: this interpreter running the
+    `vpncrypt` script installed next to it (a venv's bin/, which is then the
+    first entry of sys.path), else running vpncrypt.cli."""
+    installed = os.path.join(os.path.dirname(sys.executable), "vpncrypt")
+    if os.path.isfile(installed):
+        return [sys.executable, installed, *args]
     return python_command(f"sys.argv[0] = 'vpncrypt'; from vpncrypt.cli import main; "
                           f"sys.exit(main({list(args)!r}))")
