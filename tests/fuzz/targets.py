@@ -384,7 +384,7 @@ _loop = None
 
 
 def _control():
-    from vpncrypt.daemon.service import DeviceControl
+    from vpncrypt.daemon.adapter import DeviceControl
     dev = Device(B_PRIV, rng=random.Random(5).randbytes, wallclock=lambda: 1_700_000_000.0,
                  crypto=get_backend("native"), timer_config=TIMERS)
     dev.strict = True
