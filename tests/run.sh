@@ -24,7 +24,7 @@ deb_packages=(
     gcc libc6-dev libsodium-dev libssl-dev pkg-config clang llvm libclang-rt-14-dev
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
     wireguard-go wireguard-tools iproute2 iperf3 iputils-ping procps
-    systemd dpkg-dev
+    systemd systemd-container dpkg-dev
 )
 if [ "$(id -u)" = 0 ]; then
     missing=()

@@ -2,9 +2,10 @@
 packet arrives intact, and the JSON has all of its fields.  No speed is asserted."""
 import json
 import subprocess
-import sys
 
 import pytest
+
+from tests.installed import script
 
 ROW_FIELDS = {"mode", "crypto", "handshake", "sent", "delivered", "delivered_pct", "elapsed_s",
               "pps", "gbit_s", "latency_p50_us", "latency_p99_us", "corrupted", "duplicated",
@@ -12,7 +13,7 @@ ROW_FIELDS = {"mode", "crypto", "handshake", "sent", "delivered", "delivered_pct
 
 
 def _bench(*args):
-    proc = subprocess.run([sys.executable, "-m", "vpncrypt", "loopback-bench", "--json", *args],
+    proc = subprocess.run([script("vpncrypt"), "loopback-bench", "--json", *args],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return json.loads(proc.stdout)

@@ -6,10 +6,10 @@ import textwrap
 
 import pytest
 
-from vpncrypt.config import (Config, ConfigError, Endpoint, PeerUpdate, RemovePeer,
-                             SetAddresses, SetFwmark, SetListenPort, SetMTU,
-                             SetPrivateKey, diff_configs, load_config, parse_config)
-from vpncrypt.config.keys import PresharedKey, ZERO_KEY
+from vpncrypt.config import (ConfigError, Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
+                             SetAddresses, SetListenPort, SetMTU, SetPrivateKey,
+                             extras_operations, load_config, parse_config, syncconf_operations)
+from vpncrypt.config.keys import ZERO_KEY
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K = [bytes([i + 1]) * 32 for i in range(6)]
@@ -82,11 +82,13 @@ def test_defaults():
     ("[Interface]\nFwMark = lots\n", f"{P}:2: [Interface] FwMark: 'lots' is not a 32-bit number"),
     ("[Interface]\nMTU = 20\n", f"{P}:2: [Interface] MTU: '20' is not an MTU"),
     ("[Interface]\nAddress = 10.0.0.1/33\n", f"{P}:2: [Interface] Address: '10.0.0.1/33'"),
-    ("[Interface]\nPrivateKey = abc\n", f"{P}:2: [Interface] PrivateKey: not a valid key"),
+    ("[Interface]\nPrivateKey = abc\n",
+     f"{P}:2: [Interface] PrivateKey: Key is not the correct length or format (44 characters "
+     "of base64, as printed by `wg genkey`)"),
     ("[Interface]\nPrivateKey =\n", f"{P}:2: [Interface] PrivateKey: empty value"),
     ("[Interface]\nPostUp = iptables -A FORWARD\n", f"{P}:2: [Interface] PostUp: running commands"),
     ("[Interface]\nPreDown = x\n", f"{P}:2: [Interface] PreDown: running commands"),
-    ("[Interface]\nTable = off\n", f"{P}:2: [Interface] Table: routing table selection is not supported"),
+    ("[Interface]\nTable = 0x10\n", f"{P}:2: [Interface] Table: '0x10' is not 'off', 'auto' or a routing table"),
     ("[Interface]\nSaveConfig = true\n", f"{P}:2: [Interface] SaveConfig: not supported"),
     ("[Interface]\nFoo = 1\n", f"{P}:2: [Interface] Foo: unknown key"),
     ("[Interface]\nEndpoint = 1.2.3.4:5\n", f"{P}:2: [Interface] Endpoint: unknown key (it belongs in [Peer])"),
@@ -107,7 +109,9 @@ def test_defaults():
     (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = bad_host!:5\n", f"{P}:3: [Peer] Endpoint"),
     (f"[Peer]\nPublicKey = {B[1]}\nPersistentKeepalive = never\n",
      f"{P}:3: [Peer] PersistentKeepalive: 'never'"),
-    (f"[Peer]\nPublicKey = {B[1]}\nPresharedKey = {B[1][:-2]}\n", f"{P}:3: [Peer] PresharedKey: not a valid key"),
+    (f"[Peer]\nPublicKey = {B[1]}\nPresharedKey = {B[1][:-2]}\n",
+     f"{P}:3: [Peer] PresharedKey: Key is not the correct length or format (44 characters "
+     "of base64, as printed by `wg genpsk`)"),
     (f"[Peer]\nPublicKey = {B[1]}\nListenPort = 1\n",
      f"{P}:3: [Peer] ListenPort: unknown key (it belongs in [Interface])"),
 ])
@@ -123,6 +127,33 @@ def test_key_errors_never_echo_the_value():
     with pytest.raises(ConfigError) as ei:
         parse_config(f"[Interface]\nPrivateKey = {bad}\n", P)
     assert bad not in str(ei.value) and B[0][:20] not in str(ei.value)
+
+
+def noncanonical(b64key):
+    """The same 32 bytes with the two unused bits of the last base64 digit set."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    last = alphabet.index(b64key[42])
+    assert last % 4 == 0
+    return b64key[:42] + alphabet[last + 3] + "="
+
+
+@pytest.mark.parametrize("key", ["PrivateKey", "PublicKey", "PresharedKey"])
+def test_noncanonical_base64_keys_are_refused(key):
+    """wg refuses a key whose padding bits are set (two strings would name one
+    key); so does the config parser, with wg's words."""
+    bad = noncanonical(B[1])
+    assert base64.b64decode(bad) == K[1]          # decodes to the same bytes
+    section = "Interface" if key == "PrivateKey" else "Peer"
+    text = (f"[Interface]\nPrivateKey = {bad}\n" if key == "PrivateKey" else
+            f"[Peer]\nPublicKey = {B[2] if key != 'PublicKey' else bad}\n"
+            + (f"PresharedKey = {bad}\n" if key == "PresharedKey" else ""))
+    line = len(text.splitlines())
+    with pytest.raises(ConfigError) as ei:
+        parse_config(text, P)
+    assert str(ei.value).startswith(
+        f"{P}:{line}: [{section}] {key}: Key is not the correct length or format"), str(ei.value)
+    assert bad not in str(ei.value)
+    assert parse_config(text.replace(bad, B[1]), P)     # the canonical spelling is fine
 
 
 def test_own_public_key_as_peer_is_ignored():
@@ -213,68 +244,71 @@ AllowedIPs = 10.0.0.4/32
 """
 
 
-def test_diff_identical_is_empty():
-    assert diff_configs(parse_config(BASE), parse_config(BASE)) == []
+def _running(cfg, **changes):
+    """The InterfaceSnapshot a device configured from `cfg` reports (what
+    `get=1` says), with `changes` applied as `wg set` would have."""
+    from vpncrypt.daemon.control import InterfaceSnapshot, PeerSnapshot
+    peers = [PeerSnapshot(public_key=bytes(p.public_key), preshared_key=p.preshared_key,
+                          persistent_keepalive=p.persistent_keepalive,
+                          allowed_ips=list(p.allowed_ips)) for p in cfg.peers]
+    return InterfaceSnapshot(private_key=cfg.interface.private_key,
+                             listen_port=changes.get("listen_port", cfg.interface.listen_port),
+                             peers=changes.get("peers", peers))
 
 
-def test_diff_operations():
-    new = f"""\
-[Interface]
-PrivateKey = {B[0]}
-ListenPort = 51821
-FwMark = 7
-Address = 10.0.0.1/24, fd00::1/64
-MTU = 1380
-[Peer]
-PublicKey = {B[1]}
-AllowedIPs = 10.0.0.2/32
-Endpoint = 192.0.2.1:51820
-[Peer]
-PublicKey = {B[2]}
-AllowedIPs = 10.0.0.3/32, 10.0.1.0/24
-PersistentKeepalive = off
-[Peer]
-PublicKey = {B[4]}
-AllowedIPs = 10.0.0.5/32
-Endpoint = 192.0.2.9:1
-"""
-    ops = diff_configs(parse_config(BASE), parse_config(new))
+def test_syncconf_sets_every_file_peer_and_nothing_else():
+    """As `wg syncconf`: every peer of the file is sent (AllowedIPs replaced),
+    nothing is removed when nothing else runs."""
+    cfg = parse_config(BASE)
+    ops = syncconf_operations(_running(cfg), cfg)
     assert ops == [
-        RemovePeer(K[3]),
-        SetListenPort(51821),
-        SetFwmark(7),
-        PeerUpdate(public_key=K[2], update_only=True, preshared_key=PresharedKey(ZERO_KEY),
-                   persistent_keepalive=0, replace_allowed_ips=True,
-                   allowed_ips=(net("10.0.0.3/32"), net("10.0.1.0/24"))),
-        PeerUpdate(public_key=K[4], endpoint=Endpoint("192.0.2.9", 1, "192.0.2.9:1"),
-                   persistent_keepalive=0, replace_allowed_ips=True,
-                   allowed_ips=(net("10.0.0.5/32"),)),
-        SetMTU(1380),
-        SetAddresses(add=(ipaddress.ip_interface("fd00::1/64"),), remove=()),
+        SetPrivateKey(K[0]), SetListenPort(51820),
+        PeerUpdate(public_key=K[1], endpoint=Endpoint("192.0.2.1", 51820, "192.0.2.1:51820"),
+                   replace_allowed_ips=True, allowed_ips=(net("10.0.0.2/32"),)),
+        PeerUpdate(public_key=K[2], preshared_key=K[5], persistent_keepalive=25,
+                   replace_allowed_ips=True, allowed_ips=(net("10.0.0.3/32"),)),
+        PeerUpdate(public_key=K[3], replace_allowed_ips=True, allowed_ips=(net("10.0.0.4/32"),)),
     ]
-    # K[1] is unchanged: not touched, so its session survives
 
 
-def test_diff_private_key_and_endpoint():
-    new = BASE.replace(B[0], B[4]).replace("192.0.2.1:51820", "[2001:db8::1]:51820")
-    ops = diff_configs(parse_config(BASE), parse_config(new))
-    assert ops == [SetPrivateKey(K[4]),
-                   PeerUpdate(public_key=K[1], update_only=True,
-                              endpoint=Endpoint("2001:db8::1", 51820, "[2001:db8::1]:51820"))]
-    # dropping Endpoint/ListenPort from the file leaves them alone
-    new = BASE.replace("Endpoint = 192.0.2.1:51820\n", "").replace("ListenPort = 51820\n", "")
-    assert diff_configs(parse_config(BASE), parse_config(new)) == []
+def test_syncconf_is_against_the_running_state():
+    """What `wg set` changed goes back to what the file says: a stranger peer
+    goes, a removed peer comes back, a moved port moves back; a PSK or a
+    keepalive the file does not have is cleared."""
+    cfg = parse_config(BASE)
+    running = _running(cfg)
+    stranger = type(running.peers[0])(public_key=K[4], allowed_ips=[net("10.9.0.0/16")])
+    with_psk = type(running.peers[0])(public_key=K[3], preshared_key=K[5],
+                                      persistent_keepalive=5)
+    running = _running(cfg, listen_port=40000,
+                       peers=[running.peers[1], with_psk, stranger])   # K[1] was removed
+    ops = syncconf_operations(running, cfg)
+    assert ops[0] == RemovePeer(K[4])
+    assert SetListenPort(51820) in ops
+    by_key = {bytes(o.public_key): o for o in ops if isinstance(o, PeerUpdate)}
+    assert set(by_key) == {K[1], K[2], K[3]}
+    assert by_key[K[1]].endpoint.host == "192.0.2.1"
+    assert by_key[K[3]].preshared_key == ZERO_KEY and by_key[K[3]].persistent_keepalive == 0
+    # a file without peers replaces them all
+    assert syncconf_operations(running, parse_config(f"[Interface]\nPrivateKey = {B[0]}\n"))[0] \
+        == ReplacePeers()
 
 
-def test_diff_applies_through_control():
+def test_extras_operations():
+    new = BASE.replace("Address = 10.0.0.1/24", "Address = 10.0.0.1/24, fd00::1/64\nMTU = 1380")
+    assert extras_operations(parse_config(BASE), parse_config(BASE)) == []
+    assert extras_operations(parse_config(BASE), parse_config(new)) == [
+        SetMTU(1380), SetAddresses(add=(ipaddress.ip_interface("fd00::1/64"),), remove=())]
+
+
+def test_syncconf_applies_through_control():
     from tests.daemon.fakes import FakeControl
     from vpncrypt.daemon.uapi import apply_operations
     old, new = parse_config(BASE), parse_config(BASE.replace(B[3], B[4]))
     c = FakeControl()
-    apply_operations(diff_configs(Config(), old), c)
+    apply_operations(syncconf_operations(c.snapshot(), old), c)
     assert set(c.peers) == {K[1], K[2], K[3]} and c.private_key == K[0]
-    assert c.calls[-1] == ("set_addresses", (ipaddress.ip_interface("10.0.0.1/24"),), ())
     c.calls.clear()
-    apply_operations(diff_configs(old, new), c)
-    assert c.calls[0] == ("remove_peer", K[3]) and c.call_names() == ["remove_peer", "upsert_peer"]
+    apply_operations(syncconf_operations(c.snapshot(), new), c)
+    assert c.calls[0] == ("remove_peer", K[3])
     assert set(c.peers) == {K[1], K[2], K[4]}

@@ -11,11 +11,13 @@ import sys
 
 import pytest
 
-from vpncrypt.config.ops import Endpoint
-from vpncrypt.daemon import service
-from vpncrypt.daemon.commands import format_show, parse_get
-from vpncrypt.daemon.control import ControlError
+from tests.installed import script
+from vpncrypt.daemon import udpsocket
+from vpncrypt.daemon.commands import format_show
+from vpncrypt.daemon.uapiclient import parse_get
+from vpncrypt.daemon.testtimers import timer_config_from_env
 from vpncrypt.dataplane.io import UdpBatchSocket
+from vpncrypt.endpoints import Endpoint, format_endpoint, resolve_endpoint
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.timers import TimerConfig
 
@@ -23,19 +25,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_test_timers_from_env():
-    assert service.timer_config_from_env({}) is None
-    tc = service.timer_config_from_env(
+    assert timer_config_from_env({}) is None
+    tc = timer_config_from_env(
         {"VPNCRYPT_TEST_TIMERS": "rekey_after_time=3, rekey_timeout=0.5,max_staged_packets=7"})
     assert tc == TimerConfig(rekey_after_time=3.0, rekey_timeout=0.5, max_staged_packets=7)
     assert isinstance(tc.max_staged_packets, int)
-    with pytest.raises(service.DaemonError, match="unknown timer"):
-        service.timer_config_from_env({"VPNCRYPT_TEST_TIMERS": "bogus=1"})
-    with pytest.raises(service.DaemonError, match="not a number"):
-        service.timer_config_from_env({"VPNCRYPT_TEST_TIMERS": "rekey_timeout=x"})
+    with pytest.raises(ValueError, match="unknown timer"):
+        timer_config_from_env({"VPNCRYPT_TEST_TIMERS": "bogus=1"})
+    with pytest.raises(ValueError, match="not a number"):
+        timer_config_from_env({"VPNCRYPT_TEST_TIMERS": "rekey_timeout=x"})
 
 
 def test_dual_stack_socket_talks_to_ipv4_peers():
-    sock = service.open_udp_socket(0)
+    sock = udpsocket.open_udp_socket(0)
     assert sock.family == socket.AF_INET6
     assert sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0
     udp = UdpBatchSocket(sock, batch=8)
@@ -71,8 +73,8 @@ def test_ipv4_fallback_without_ipv6(monkeypatch):
         if family == socket.AF_INET6:
             raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
         return real(family, *a, **kw)
-    monkeypatch.setattr(service.socket, "socket", fake)
-    sock = service.open_udp_socket(0)
+    monkeypatch.setattr(udpsocket.socket, "socket", fake)
+    sock = udpsocket.open_udp_socket(0)
     try:
         assert sock.family == socket.AF_INET
     finally:
@@ -80,26 +82,29 @@ def test_ipv4_fallback_without_ipv6(monkeypatch):
 
 
 def test_port_in_use_is_an_error():
-    a = service.open_udp_socket(0)
+    a = udpsocket.open_udp_socket(0)
     try:
         with pytest.raises(OSError) as e:
-            service.open_udp_socket(a.getsockname()[1])
+            udpsocket.open_udp_socket(a.getsockname()[1])
         assert e.value.errno == errno.EADDRINUSE
     finally:
         a.close()
 
 
 def test_resolve_endpoint():
-    assert service.resolve_endpoint(Endpoint("192.0.2.1", 51820)) == ("192.0.2.1", 51820)
-    assert service.resolve_endpoint(Endpoint("2001:db8::1", 5)) == ("2001:db8::1", 5)
-    assert service.resolve_endpoint(Endpoint("::ffff:192.0.2.7", 5)) == ("192.0.2.7", 5)
-    assert service.resolve_endpoint(Endpoint("localhost", 7), v6=False) == ("127.0.0.1", 7)
-    with pytest.raises(ControlError):
-        service.resolve_endpoint(Endpoint("2001:db8::1", 5), v6=False)
-    with pytest.raises(ControlError):
-        service.resolve_endpoint(Endpoint("no-such-host.invalid", 5))
-    assert service.format_addr(("192.0.2.1", 1)) == "192.0.2.1:1"
-    assert service.format_addr(("fe80::1", 1, 0, 3)) == "[fe80::1%3]:1"
+    assert resolve_endpoint(Endpoint("192.0.2.1", 51820)) == ("192.0.2.1", 51820)
+    assert resolve_endpoint(Endpoint("2001:db8::1", 5)) == ("2001:db8::1", 5)
+    assert resolve_endpoint(Endpoint("::ffff:192.0.2.7", 5)) == ("192.0.2.7", 5)
+    assert resolve_endpoint(Endpoint("localhost", 7), v6=False) == ("127.0.0.1", 7)
+    with pytest.raises(OSError) as e:
+        resolve_endpoint(Endpoint("2001:db8::1", 5), v6=False)
+    assert e.value.errno == errno.EAFNOSUPPORT
+    with pytest.raises(OSError) as e:
+        resolve_endpoint(Endpoint("no-such-host.invalid", 5))
+    assert e.value.errno == errno.EADDRNOTAVAIL
+    assert format_endpoint(("192.0.2.1", 1)) == "192.0.2.1:1"
+    assert format_endpoint(("fe80::1", 1, 0, 3)) == "[fe80::1%3]:1"
+    assert format_endpoint(Endpoint("2001:db8::1", 5)) == "[2001:db8::1]:5"
 
 
 def test_show_format():
@@ -126,7 +131,7 @@ def test_show_format():
 
 
 def _cli(*args, input=None):
-    return subprocess.run([sys.executable, "-m", "vpncrypt", *args], input=input,
+    return subprocess.run([script("vpncrypt"), *args], input=input,
                           capture_output=True, text=True, cwd=REPO, timeout=60)
 
 
@@ -142,6 +147,21 @@ def test_key_commands_match_wg():
     assert bad.returncode == 1 and "correct length or format" in bad.stderr
 
 
+def test_pubkey_refuses_noncanonical_keys_like_wg():
+    """A key whose unused base64 bits are set names the same bytes as the
+    canonical one: wg refuses it, and so does vpncrypt, in wg's words."""
+    from tests.daemon.test_config import noncanonical
+    priv = keys.genkey()
+    bad = noncanonical(priv)
+    assert keys.decode(bad) == keys.decode(priv)
+    wg = subprocess.run(["wg", "pubkey"], input=bad + "\n", capture_output=True, text=True)
+    assert wg.returncode == 1 and "Key is not the correct length or format" in wg.stderr
+    ours = _cli("pubkey", input=bad + "\n")
+    assert ours.returncode == 1 and ours.stdout == ""
+    assert ours.stderr == "vpncrypt pubkey: Key is not the correct length or format\n"
+    assert _cli("pubkey", input=priv + "\n").stdout.strip() == keys.pubkey(priv)
+
+
 @pytest.mark.parametrize("cmd", [[], ["up"], ["genkey"], ["pubkey"], ["genpsk"], ["show"],
                                  ["bench"], ["loopback-bench"]])
 def test_help_everywhere(cmd):
@@ -150,8 +170,7 @@ def test_help_everywhere(cmd):
 
 
 def test_vpncrypt_go_help():
-    r = subprocess.run([sys.executable, "-c", "import sys; from vpncrypt.cli import go_main; "
-                        "sys.exit(go_main(['--help']))"], capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run([script("vpncrypt-go"), "--help"], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0 and "-f, --foreground" in r.stdout
 
 
@@ -167,7 +186,7 @@ def test_housekeeping_keeps_one_pending_timer_each(tmp_path):
     ns = "vctk" + secrets.token_hex(3)
     script = """
 import asyncio, json, os
-import vpncrypt.daemon.service as s
+import vpncrypt.daemon.daemon as s
 s.TICK = 0.002
 os.environ["NOTIFY_SOCKET"] = "@vpncrypt-test-none"
 os.environ["WATCHDOG_USEC"] = "4000"

@@ -31,6 +31,11 @@ def test_unit_has_the_required_settings():
     assert get("ExecStart") == "/usr/local/bin/vpncrypt up %i -c /etc/vpncrypt/%i.conf"
     assert get("WatchdogSec") in ("30", "30s")
     assert get("Restart") == "on-failure"
+    # a config that never loads: 5 starts within a minute, then failed for good
+    assert get("StartLimitIntervalSec", "Unit") in ("60", "60s")
+    assert get("StartLimitBurst", "Unit") == "5"
+    assert get("RestartSec") in ("2", "2s")
+    assert get("LimitNOFILE") == "1024"
     for k in ("CapabilityBoundingSet", "AmbientCapabilities"):
         assert set(get(k).split()) == {"CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE"}
     assert get("NoNewPrivileges") == "yes"

@@ -39,7 +39,7 @@ def netns():
 def run_in(ns, code):
     r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", textwrap.dedent(code)],
                        capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": REPO})
+                       env=os.environ)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
@@ -69,13 +69,10 @@ def test_tun_lifecycle(netns):
         mtu2 = dev.get_mtu()
         dev.set_addresses(add=["10.98.0.1/32"], remove=["10.99.0.1/24"])
         info2 = link("wgt0")
-        dev.add_routes(["10.97.0.0/16"])
-        route = subprocess.run(["ip", "-j", "route", "show", "10.97.0.0/16"],
-                               capture_output=True, text=True).stdout
         dev.close()
         dev.close()  # idempotent
         print(json.dumps(dict(info=info, info2=info2, nonblocking=nonblocking, mtu=mtu,
-                              mtu2=mtu2, read_empty=read_empty, route=json.loads(route),
+                              mtu2=mtu2, read_empty=read_empty,
                               after=link("wgt0"))))
     """)
     res = json.loads(out)
@@ -90,7 +87,6 @@ def test_tun_lifecycle(netns):
     assert res["mtu2"] == 1420
     addrs2 = {(a["local"], a["prefixlen"]) for a in res["info2"]["addr_info"]}
     assert ("10.98.0.1", 32) in addrs2 and ("10.99.0.1", 24) not in addrs2
-    assert res["route"] and res["route"][0]["dev"] == "wgt0"
     assert res["after"] is None, "the interface must be gone after close()"
 
 

@@ -14,6 +14,7 @@ from tests.daemon.fakes import FakeControl
 from vpncrypt.config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
                                  SetFwmark, SetListenPort, SetPrivateKey)
 from vpncrypt.daemon.control import InterfaceSnapshot, PeerSnapshot
+from vpncrypt.daemon.uapiclient import read_answer
 from vpncrypt.daemon.uapi import (UAPIError, apply_operations, format_get,
                                   handle_request, parse_set, start_uapi_server)
 
@@ -147,14 +148,7 @@ def test_format_get_empty_device():
 
 # ---------------------------------------------------------------- the server, raw socket
 
-def _recv_reply(sock):
-    buf = b""
-    while not buf.endswith(b"\n\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
-    return buf
+_recv_reply = read_answer
 
 
 @pytest.fixture
@@ -182,8 +176,6 @@ def test_socket_mode_and_many_requests_per_connection(raw_server):
         assert _recv_reply(s) == b"errno=0\n\n"
         s.sendall(b"set=1\nlisten_port=99999\n\n")           # malformed
         assert _recv_reply(s) == b"errno=-22\n\n"
-        s.sendall(b"frobnicate=1\n\n")                       # unknown operation
-        assert _recv_reply(s) == b"errno=-22\n\n"
         s.sendall(b"get=1\nextra=1\n\n")                     # get with arguments
         assert _recv_reply(s) == b"errno=-22\n\n"
         s.sendall(b"set=1\n\xff\xfe\n\n")                    # not text
@@ -196,6 +188,34 @@ def test_socket_mode_and_many_requests_per_connection(raw_server):
         assert "vpncrypt_drop_bad_mac=3\n" in reply and "vpncrypt_drop_no_route=7\n" in reply
         assert reply.endswith("errno=0\n\n")
     assert control.listen_port == 4242
+
+
+@pytest.mark.parametrize("request_", [b"frobnicate=1\n\n", b"get=1\r\n\r\n", b"set=1\r\n\r\n"])
+def test_unknown_operation_is_refused_at_once_and_ends_the_connection(raw_server, request_):
+    """As wireguard-go: the operation line is judged as soon as it arrives, so
+    `get=1\\r\\n` never waits for a blank line; the connection then ends."""
+    path, control, _ = raw_server
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(2)
+        s.connect(path)
+        s.sendall(request_)
+        assert _recv_reply(s) == b"errno=-22\n\n"
+        assert s.recv(100) == b""                  # closed by the server, not by a timeout
+    assert control.calls == []
+
+
+def test_set_ending_at_eof_is_applied(raw_server):
+    """A set=1 request cut by EOF (no blank line) is applied and answered,
+    as wireguard-go does."""
+    path, control, _ = raw_server
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(2)
+        s.connect(path)
+        s.sendall(f"set=1\nlisten_port=4243\npublic_key={K2.hex()}\nallowed_ip=10.1.0.0/16".encode())
+        s.shutdown(socket.SHUT_WR)
+        assert _recv_reply(s) == b"errno=0\n\n"
+    assert control.listen_port == 4243
+    assert control.peers[K2].allowed_ips == [net("10.1.0.0/16")]
 
 
 def test_pipelined_requests(raw_server):

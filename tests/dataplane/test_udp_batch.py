@@ -7,6 +7,7 @@ import pytest
 
 from vpncrypt._native import ffi, lib
 from vpncrypt.dataplane import UdpBatchSocket, endpoint_from_addr, endpoint_to_addr
+from vpncrypt.dataplane.sockopts import force_buffers
 
 HAVE_V6 = socket.has_ipv6
 try:
@@ -18,19 +19,11 @@ except OSError:
 
 
 
-def big_buffers(s, size=16 << 20):
-    """Socket buffers beyond net.core.[rw]mem_max when root (the *FORCE options)."""
-    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
-        try:
-            s.setsockopt(socket.SOL_SOCKET, force, size)
-        except OSError:
-            s.setsockopt(socket.SOL_SOCKET, plain, size)
-
 def udp(family=socket.AF_INET, host="127.0.0.1", dual=False):
     s = socket.socket(family, socket.SOCK_DGRAM)
     if dual:
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    big_buffers(s)
+    force_buffers(s, 16 << 20)
     s.bind((host, 0))
     s.setblocking(False)
     return s

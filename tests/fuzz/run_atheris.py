@@ -11,7 +11,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["vpncrypt", "tests.fuzz.targets"]):
-    import vpncrypt.daemon.service  # noqa: F401  (DeviceControl, used by the uapi target)
+    import vpncrypt.daemon.adapter  # noqa: F401  (DeviceControl, used by the uapi target)
     from tests.fuzz import targets
 
 

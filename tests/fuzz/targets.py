@@ -387,7 +387,7 @@ _loop = None
 
 
 def _control():
-    from vpncrypt.daemon.service import DeviceControl
+    from vpncrypt.daemon.adapter import DeviceControl
     dev = Device(B_PRIV, rng=random.Random(5).randbytes, wallclock=lambda: 1_700_000_000.0,
                  backend="native", timer_config=TIMERS)
     dev.add_peer(keys.public_from_private(A_PRIV), preshared_key=PSK, allowed_ips=A_NETS,

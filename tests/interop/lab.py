@@ -15,6 +15,8 @@ import sys
 import tempfile
 import time
 
+from tests.installed import script
+from vpncrypt.daemon import uapiclient
 from vpncrypt.protocol import keys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -73,18 +75,9 @@ class Node:
             assert r.returncode == 0, f"wg {' '.join(args)}: {r.stderr}"
         return r
 
-    def uapi(self, request: str) -> str:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(5)
-            s.connect(self.sock)
-            s.sendall(request.encode())
-            buf = b""
-            while not buf.endswith(b"\n\n"):
-                b = s.recv(65536)
-                if not b:
-                    break
-                buf += b
-        return buf.decode()
+    def uapi(self, text: str) -> str:
+        """The answer to `text` (sent as it is) on this node's UAPI socket."""
+        return uapiclient.request(self.sock, text, terminate=False)
 
     def counters(self) -> dict:
         out = {}
@@ -140,15 +133,15 @@ class Node:
         self.conf_path = path
         return path
 
-    def start(self, conf_text, *, mtu=None, env=None):
+    def start(self, conf_text, *, mtu=None, env=None, **kw):
         if self.kind == "vpncrypt":
-            self.start_vpncrypt(conf_text, env=env)
+            self.start_vpncrypt(conf_text, env=env, **kw)
         else:
             self.start_wggo(conf_text, mtu=mtu)
 
-    def start_vpncrypt(self, conf_text, env=None):
+    def start_vpncrypt(self, conf_text, env=None, **kw):
         path = self.write_conf(conf_text)
-        self.proc = self.lab.spawn_vpncrypt(self.side, self.iface, path, env=env)
+        self.proc = self.lab.spawn_vpncrypt(self.side, self.iface, path, env=env, **kw)
 
     def start_wggo(self, conf_text, mtu=None):
         need("wireguard-go")
@@ -255,11 +248,12 @@ class Lab:
         return s, path
 
     def spawn_vpncrypt(self, side, iface, conf_path, *, env=None, wait_ready=True,
-                       extra_args=()):
-        """Start `vpncrypt up` in a namespace with a NOTIFY_SOCKET; wait for READY=1."""
+                       extra_args=(), prefix=(), log_level="debug"):
+        """Start `vpncrypt up` in a namespace with a NOTIFY_SOCKET; wait for
+        READY=1.  `prefix`: a command to run it under (e.g. prlimit)."""
         ns_sock, ns_path = self.notify_socket()
         log = os.path.join(self.tmp, f"{iface}.log")
-        args = [sys.executable, "-m", "vpncrypt", "up", iface, "--log-level", "debug", *extra_args]
+        args = [*prefix, script("vpncrypt"), "up", iface, "--log-level", log_level, *extra_args]
         if conf_path:
             args += ["-c", conf_path]
         with open(log, "wb") as f:

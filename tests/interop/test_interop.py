@@ -5,28 +5,16 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.interop.lab import PORT, Lab, need, pair
+from tests.installed import script
+from tests.interop.lab import PORT, need, pair
 from vpncrypt.protocol import keys
 
 REKEY_TIMERS = "rekey_after_time=2,rekey_timeout=1"
 MB20 = 20 * 1024 * 1024
-
-
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "the interop tests run as root"
-    need("ping")
-    need("wireguard-go")
-    lab = Lab()
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def _handshakes(node):
@@ -187,7 +175,7 @@ def test_uapi_live_changes(lab):
     assert a.uapi("get=1\n\n").endswith("errno=0\n\n")
     a.ping(b)
     # show prints like wg show, plus drops
-    r = a.run(sys.executable, "-m", "vpncrypt", "show", a.iface)
+    r = a.run(script("vpncrypt"), "show", a.iface)
     assert f"interface: {a.iface}" in r.stdout and f"peer: {b.public}" in r.stdout
     assert "latest handshake:" in r.stdout and "drops:" in r.stdout
 
@@ -319,14 +307,14 @@ def test_config_error_names_file_and_line(lab):
 
 def test_wg_quick_with_vpncrypt_go(lab):
     need("wg-quick")
-    need("vpncrypt-go")
+    go = script("vpncrypt-go")
     b = lab.node("B", "wggo")
     a = lab.node("A", "vpncrypt")
     b.start(b.conf([{"public": a.public, "inner": a.inner}]))
     conf = a.conf([{"public": b.public, "inner": b.inner, "endpoint": f"{b.outer}:{PORT}"}])
     path = a.write_conf(conf)          # named IFACE.conf, as wg-quick wants
     log = os.path.join(lab.tmp, "wg-quick.log")
-    env = {**os.environ, "WG_QUICK_USERSPACE_IMPLEMENTATION": "vpncrypt-go",
+    env = {**os.environ, "WG_QUICK_USERSPACE_IMPLEMENTATION": go,
            "LOG_LEVEL": "debug"}
     try:
         with open(log, "wb") as f:

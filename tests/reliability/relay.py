@@ -22,6 +22,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+from vpncrypt.dataplane.sockopts import force_buffers, socket_drops
+
 
 @dataclass
 class Impairments:
@@ -93,8 +95,7 @@ def _relay_main():
 
     def sock():
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 << 20)
+        force_buffers(s, 16 << 20)
         s.bind(("127.0.0.1", 0))
         s.setblocking(False)
         return s
@@ -184,7 +185,7 @@ def _relay_main():
         by_name[name].out.append(data)
     for d in (to_a, to_b):
         _flush(d)
-        d.c["kernel_dropped"] = _udp_drops(d.rx)      # lost at the relay's own socket
+        d.c["kernel_dropped"] = socket_drops(d.rx)      # lost at the relay's own socket
     print(json.dumps({"to_a": to_a.c, "to_b": to_b.c}), flush=True)
 
 
@@ -203,16 +204,6 @@ def _flush(d):
         except OSError:
             d.c["send_errors"] += 1
     d.out = []
-
-
-def _udp_drops(sock) -> int:
-    port = sock.getsockname()[1]
-    with open("/proc/net/udp") as f:
-        for line in f.readlines()[1:]:
-            parts = line.split()
-            if int(parts[1].split(":")[1], 16) == port:
-                return int(parts[-1])
-    return 0
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from tests.installed import script
 from tests.interop.lab import pair
 from vpncrypt.protocol import keys
 
@@ -91,7 +92,7 @@ def test_no_key_in_logs_or_show_and_uapi_refuses_others(lab, tmp_path):
     lab.wait_notify(a.proc, "READY=1")
     a.ping(b)
     # show hides them; showconf (like `wg showconf`) is the one place they appear
-    show = a.run(sys.executable, "-m", "vpncrypt", "show", a.iface).stdout
+    show = a.run(script("vpncrypt"), "show", a.iface).stdout
     assert "private key: (hidden)" in show and "preshared key: (hidden)" in show, show
     showconf = a.wg("showconf", a.iface).stdout
     assert a.private in showconf and psk2 in showconf

@@ -29,6 +29,8 @@ import threading
 import time
 
 from vpncrypt.bench.machine import cpu_model
+from vpncrypt.dataplane.sockopts import force_buffers, socket_drops
+from vpncrypt.selfcmd import python_command
 
 IMIX = [(40, 7), (576, 4), (1500, 1)]      # (IP packet size, weight): the classic simple IMIX
 HEADER = 28                                  # IPv4 + UDP
@@ -105,8 +107,11 @@ class Worker:
         self.cfg = cfg
         self.inbox = inbox if inbox is not None else queue.Queue()
         self.mine = queue.Queue()
-        self.proc = subprocess.Popen([sys.executable, "-m", "vpncrypt.bench.loopback", "--worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        # the installed vpncrypt, whatever the working directory is
+        self.proc = subprocess.Popen(python_command("from vpncrypt.bench.loopback import _worker; "
+                                                    "_worker()"),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     bufsize=1)
         threading.Thread(target=self._read, daemon=True).start()
         self.send(cfg)
 
@@ -443,11 +448,7 @@ async def _worker_main(cfg, inp, outp):
     socks, engines, devices = [], [], []
     for dcfg in cfg["devices"]:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for opt, force in ((socket.SO_RCVBUF, 33), (socket.SO_SNDBUF, 32)):
-            try:
-                s.setsockopt(socket.SOL_SOCKET, force, 16 << 20)    # SO_*BUFFORCE, as root
-            except OSError:
-                s.setsockopt(socket.SOL_SOCKET, opt, 16 << 20)
+        force_buffers(s, 16 << 20)
         s.bind(("127.0.0.1", 0))
         socks.append(UdpBatchSocket(s, batch=cfg["batch"], mtu=2048))
     write({"ports": [s.sock.getsockname()[1] for s in socks]})
@@ -579,7 +580,7 @@ async def _worker_main(cfg, inp, outp):
             if k.endswith("dropped") and v:
                 drops[k] = drops.get(k, 0) + v
         eng.stop()
-    rx_overflow = sum(_udp_drops(s.sock) for s in socks)
+    rx_overflow = sum(socket_drops(s.sock) for s in socks)
     if rx_overflow:
         drops["socket_receive_buffer"] = rx_overflow
     handshakes = sum(p.counters.handshakes_completed for d in devices for p in d.peers.values())
@@ -591,20 +592,6 @@ async def _worker_main(cfg, inp, outp):
            "tasks": {"after_warmup": _after_warmup(task_samples),
                      "max": max(task_samples, default=None),
                      "last": task_samples[-1] if task_samples else None}})
-
-
-def _udp_drops(sock) -> int:
-    """Datagrams the kernel dropped for this socket (receive buffer full)."""
-    port = sock.getsockname()[1]
-    try:
-        with open("/proc/net/udp") as f:
-            for line in f.readlines()[1:]:
-                parts = line.split()
-                if int(parts[1].split(":")[1], 16) == port:
-                    return int(parts[-1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def _worker():

@@ -50,6 +50,7 @@ import tempfile
 import time
 
 from vpncrypt.bench.machine import cpu_model
+from vpncrypt.selfcmd import vpncrypt_command
 
 PAIRINGS = {
     # name: (label, implementation in A, implementation in B)
@@ -285,8 +286,8 @@ class Node:
 
     def _keys(self):
         if self.impl == "vpncrypt":
-            gen = [sys.executable, "-m", "vpncrypt", "genkey"]
-            pub = [sys.executable, "-m", "vpncrypt", "pubkey"]
+            gen = vpncrypt_command("genkey")
+            pub = vpncrypt_command("pubkey")
         else:
             gen, pub = ["wg", "genkey"], ["wg", "pubkey"]
         private = _run(gen).stdout.strip()
@@ -302,7 +303,7 @@ class Node:
         lab.ifaces.append(self.iface)
         if self.impl == "vpncrypt":
             # this very Python, so the daemon runs from the same install as the bench
-            cmd = [sys.executable, "-m", "vpncrypt", "up", self.iface, "--log-level", "warning"]
+            cmd = vpncrypt_command("up", self.iface, "--log-level", "warning")
             env = dict(os.environ)
         else:
             cmd = [self.wg_path or "wireguard-go", "-f", self.iface]

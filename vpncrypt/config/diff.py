@@ -1,68 +1,70 @@
-"""The difference between two configs as operations, for a SIGHUP reload in
-the manner of `wg syncconf`: peers that did not change are not touched, so
-their sessions survive."""
+"""What a SIGHUP reload applies: the file against the running device,
+exactly as `wg syncconf` does it, plus the wg-quick extras (MTU, Address)
+against the file last applied.
+
+`wg syncconf IFACE FILE` (wireguard-tools, setconf.c) reads the running
+configuration over the UAPI and sends the file as a `set`:
+
+* a file without peers replaces every peer (replace_peers);
+* otherwise every running peer the file does not name is removed, and every
+  peer of the file is set: its AllowedIPs replace the running ones, its
+  Endpoint, PresharedKey and PersistentKeepalive are set when the file has
+  them; a PresharedKey or PersistentKeepalive that is running but missing
+  from the file is cleared;
+* PrivateKey, ListenPort and FwMark are set when the file has them.
+
+Setting a peer to what it already has does not touch its sessions, so
+unchanged peers keep their handshakes.  What `wg set` changed is put back to
+what the file says (a removed peer comes back, a peer the file does not name
+goes, a moved port moves back); what the file does not say stays as it is.
+"""
 from __future__ import annotations
 
 from .keys import PresharedKey, ZERO_KEY
 from .model import Config, DEFAULT_MTU
-from .ops import (Operation, PeerUpdate, RemovePeer, SetAddresses, SetFwmark,
-                  SetListenPort, SetMTU, SetPrivateKey)
+from .ops import (Operation, PeerUpdate, RemovePeer, ReplacePeers, SetAddresses,
+                  SetFwmark, SetListenPort, SetMTU, SetPrivateKey)
 
 
-def _same_endpoint(a, b) -> bool:
-    if a is None or b is None:
-        return a is b
-    return (a.host, a.port) == (b.host, b.port)
-
-
-def diff_configs(old: Config, new: Config) -> list[Operation]:
-    """Operations that turn a device configured from ``old`` into one
-    configured from ``new``.
-
-    Order: removed peers, interface settings, added peers (full), changed
-    peers (``update_only=True`` and only the changed fields; a change to
-    AllowedIPs sends the full new list with ``replace_allowed_ips``), then
-    MTU and Address changes for the TUN device.
-
-    A ListenPort missing from ``new`` leaves the port as it is; an Endpoint
-    missing from ``new`` leaves the (possibly roamed) endpoint as it is.
-    """
+def syncconf_operations(running, new: Config) -> list[Operation]:
+    """Operations that `wg syncconf` would send to turn `running` (an
+    InterfaceSnapshot: what `get=1` reports) into what `new` says."""
     ops: list[Operation] = []
-    new_keys = {p.public_key for p in new.peers}
-    for p in old.peers:
-        if p.public_key not in new_keys:
-            ops.append(RemovePeer(p.public_key))
-
-    oi, ni = old.interface, new.interface
-    if oi.private_key != ni.private_key:
-        ops.append(SetPrivateKey(ni.private_key))
-    if ni.listen_port is not None and ni.listen_port != oi.listen_port:
+    ni = new.interface
+    running_peers = {bytes(p.public_key): p for p in running.peers}
+    file_keys = {bytes(p.public_key) for p in new.peers}
+    if not new.peers:
+        ops.append(ReplacePeers())
+    else:
+        for pk in running_peers:
+            if pk not in file_keys:
+                ops.append(RemovePeer(pk))
+    if ni.private_key is not None:
+        ops.append(SetPrivateKey(None if ni.private_key.is_zero() else ni.private_key))
+    if ni.listen_port is not None:
         ops.append(SetListenPort(ni.listen_port))
-    if ni.fwmark != oi.fwmark:
+    if "FwMark" in ni.lines:
         ops.append(SetFwmark(ni.fwmark))
-
     for p in new.peers:
-        o = old.peer(p.public_key)
-        if o is None:
-            ops.append(PeerUpdate(
-                public_key=p.public_key, preshared_key=p.preshared_key,
-                endpoint=p.endpoint, persistent_keepalive=p.persistent_keepalive,
-                replace_allowed_ips=True, allowed_ips=tuple(p.allowed_ips)))
-            continue
-        changes: dict = {}
-        if o.preshared_key != p.preshared_key:
-            changes["preshared_key"] = (p.preshared_key if p.preshared_key is not None
-                                        else PresharedKey(ZERO_KEY))
-        if p.endpoint is not None and not _same_endpoint(o.endpoint, p.endpoint):
-            changes["endpoint"] = p.endpoint
-        if o.persistent_keepalive != p.persistent_keepalive:
-            changes["persistent_keepalive"] = p.persistent_keepalive
-        if set(o.allowed_ips) != set(p.allowed_ips):
-            changes["replace_allowed_ips"] = True
-            changes["allowed_ips"] = tuple(p.allowed_ips)
-        if changes:
-            ops.append(PeerUpdate(public_key=p.public_key, update_only=True, **changes))
+        r = running_peers.get(bytes(p.public_key))
+        psk = p.preshared_key
+        if psk is None and r is not None and r.preshared_key is not None and any(r.preshared_key):
+            psk = PresharedKey(ZERO_KEY)
+        keepalive = p.persistent_keepalive if "PersistentKeepalive" in p.lines else None
+        if keepalive is None and r is not None and r.persistent_keepalive:
+            keepalive = 0
+        ops.append(PeerUpdate(public_key=p.public_key, preshared_key=psk, endpoint=p.endpoint,
+                              persistent_keepalive=keepalive, replace_allowed_ips=True,
+                              allowed_ips=tuple(p.allowed_ips)))
+    return ops
 
+
+def extras_operations(old: Config, new: Config) -> list[Operation]:
+    """The wg-quick extras that changed between the file last applied and
+    `new`: MTU, and Address lines added or removed (addresses someone else
+    put on the interface are never touched)."""
+    ops: list[Operation] = []
+    oi, ni = old.interface, new.interface
     if (oi.mtu or DEFAULT_MTU) != (ni.mtu or DEFAULT_MTU):
         ops.append(SetMTU(ni.mtu or DEFAULT_MTU))
     old_addr, new_addr = list(oi.addresses), list(ni.addresses)

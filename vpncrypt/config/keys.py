@@ -15,8 +15,31 @@ KEY_LEN = 32
 ZERO_KEY = bytes(KEY_LEN)
 
 
+# `wg`'s words for any key it cannot take; the message never contains the key text
+KEY_FORMAT_MESSAGE = "Key is not the correct length or format"
+
+
 class KeyFormatError(ValueError):
     """A key string is malformed. The message never contains the key text."""
+
+    def __init__(self, message: str = KEY_FORMAT_MESSAGE):
+        super().__init__(message)
+
+
+def decode_base64_key(text: str) -> bytes:
+    """The 32 bytes of a base64 key in its one canonical form (44 characters,
+    '=' padding, the two unused low bits of the last character zero), as `wg`
+    accepts it.  A key whose padding bits are set decodes to the same bytes as
+    the canonical one, so two different strings would name one key: refused.
+    Surrounding whitespace is ignored."""
+    text = text.strip()
+    try:
+        raw = wgkeys.decode(text)
+    except wgkeys.KeyError_:
+        raise KeyFormatError() from None
+    if wgkeys.encode(raw) != text:
+        raise KeyFormatError()
+    return raw
 
 
 class _Key(bytes):
@@ -25,24 +48,21 @@ class _Key(bytes):
     def __new__(cls, raw: bytes | bytearray | memoryview):
         raw = bytes(raw)
         if len(raw) != KEY_LEN:
-            raise KeyFormatError("a key is 32 bytes")
+            raise KeyFormatError()
         return super().__new__(cls, raw)
 
     @classmethod
     def from_base64(cls, text: str) -> "_Key":
-        try:
-            return cls(wgkeys.decode(text))
-        except wgkeys.KeyError_ as e:
-            raise KeyFormatError(str(e)) from None
+        return cls(decode_base64_key(text))
 
     @classmethod
     def from_hex(cls, text: str) -> "_Key":
         if len(text) != 2 * KEY_LEN:
-            raise KeyFormatError("a key is 64 hex digits")
+            raise KeyFormatError()
         try:
             raw = bytes.fromhex(text)
         except ValueError:
-            raise KeyFormatError("a key must be hex digits") from None
+            raise KeyFormatError() from None
         return cls(raw)
 
     def to_base64(self) -> str:

@@ -31,6 +31,10 @@ class PeerConfig:
     endpoint: Optional[Endpoint] = None
     persistent_keepalive: int = 0    # seconds, 0 = off
     line: int = 0                    # line of the [Peer] header (0 if built in code)
+    lines: dict = field(default_factory=dict, compare=False, hash=False)  # key -> line
+
+    def line_of(self, key: str) -> int:
+        return self.lines.get(key, self.line)
 
     def __repr__(self) -> str:
         return (f"PeerConfig(public_key={self.public_key!r}, "
@@ -48,11 +52,16 @@ class InterfaceConfig:
     addresses: tuple = ()               # IPv4Interface/IPv6Interface (wg-quick Address)
     mtu: Optional[int] = None           # wg-quick MTU; None: default (1420)
     dns: tuple = ()                     # wg-quick DNS: recorded but ignored
+    table: object = None                # wg-quick Table: None (auto), "off", a number or name
+    lines: dict = field(default_factory=dict, compare=False, hash=False)  # key -> line
+
+    def line_of(self, key: str) -> int:
+        return self.lines.get(key, 0)
 
     def __repr__(self) -> str:
         return (f"InterfaceConfig(private_key={'<set>' if self.private_key else None}, "
                 f"listen_port={self.listen_port}, fwmark={self.fwmark}, "
-                f"addresses={[str(a) for a in self.addresses]}, mtu={self.mtu})")
+                f"addresses={[str(a) for a in self.addresses]}, mtu={self.mtu}, table={self.table})")
 
 
 @dataclass(frozen=True)

@@ -10,36 +10,11 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from ..endpoints import Endpoint  # noqa: F401  (re-exported: operations carry it)
 from .keys import PresharedKey, PrivateKey, PublicKey
 
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 IPInterface = Union[ipaddress.IPv4Interface, ipaddress.IPv6Interface]
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A peer endpoint: the text as written plus its host and port.
-
-    ``host`` has no brackets; it may be a hostname (config files only), which
-    the daemon resolves later. ``is_numeric`` tells whether it is an IP.
-    """
-
-    host: str
-    port: int
-    text: str = ""
-
-    @property
-    def is_numeric(self) -> bool:
-        try:
-            ipaddress.ip_address(self.host)
-        except ValueError:
-            return False
-        return True
-
-    def __str__(self) -> str:
-        if ":" in self.host:
-            return f"[{self.host}]:{self.port}"
-        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,16 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import re
 import stat
 
+from ..endpoints import parse_config_endpoint
 from .keys import KeyFormatError, PresharedKey, PrivateKey, PublicKey
 from .model import Config, ConfigError, InterfaceConfig, PeerConfig
-from .ops import Endpoint
 
 log = logging.getLogger("vpncrypt.config")
 
 _INTERFACE_KEYS = {k.lower(): k for k in
-                   ("PrivateKey", "ListenPort", "FwMark", "Address", "MTU", "DNS")}
+                   ("PrivateKey", "ListenPort", "FwMark", "Address", "MTU", "DNS", "Table")}
 _PEER_KEYS = {k.lower(): k for k in
               ("PublicKey", "PresharedKey", "AllowedIPs", "Endpoint", "PersistentKeepalive")}
 _MULTI_KEYS = {"AllowedIPs", "Address", "DNS"}
@@ -35,11 +34,9 @@ _REFUSED = {
               "use ExecStartPre= in a systemd drop-in instead"),
     "predown": ("PreDown", "running commands from the config file is not supported; "
                 "use ExecStop= in a systemd drop-in instead"),
-    "table": ("Table", "routing table selection is not supported; remove the line"),
     "saveconfig": ("SaveConfig", "not supported (vpncrypt never rewrites its config "
                    "file); remove the line"),
 }
-_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
 MIN_MTU, MAX_MTU = 68, 65535
 
 
@@ -77,35 +74,7 @@ def _parse_int(value: str, lo: int, hi: int, *, allow_off: bool = False,
     return n
 
 
-def parse_endpoint(value: str) -> Endpoint:
-    """``host:port``, ``[v6]:port``. Hostnames are kept for later resolution.
-    Raises ValueError with a short reason."""
-    v = value.strip()
-    if v.startswith("["):
-        close = v.find("]")
-        if close < 0 or not v[close + 1:].startswith(":"):
-            raise ValueError("expected [IPv6]:port")
-        host, port_s = v[1:close], v[close + 2:]
-        try:
-            if not isinstance(ipaddress.ip_address(host.split("%", 1)[0]),
-                              ipaddress.IPv6Address):
-                raise ValueError
-        except ValueError:
-            raise ValueError("brackets must hold an IPv6 address") from None
-    else:
-        host, sep, port_s = v.rpartition(":")
-        if not sep or not host:
-            raise ValueError("expected host:port")
-        if ":" in host:
-            raise ValueError("an IPv6 endpoint needs brackets: [address]:port")
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            if not _HOSTNAME_RE.match(host):
-                raise ValueError("not a valid host name or IP address") from None
-    if not port_s.isdigit() or not 1 <= int(port_s) <= 65535:
-        raise ValueError("port must be 1-65535")
-    return Endpoint(host=host, port=int(port_s), text=v)
+parse_endpoint = parse_config_endpoint
 
 
 def _split_list(value: str) -> list[str]:
@@ -191,6 +160,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         addresses=tuple(iface.get("Address", ())),
         mtu=iface.get("MTU"),
         dns=tuple(iface.get("DNS", ())),
+        table=iface.get("Table"),
+        lines=dict(iface_lines),
     )
     own_public = None
     if interface.private_key is not None and not interface.private_key.is_zero():
@@ -225,6 +196,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             endpoint=vals.get("Endpoint"),
             persistent_keepalive=vals.get("PersistentKeepalive", 0),
             line=header,
+            lines=dict(lines),
         ))
     cfg = Config(interface=interface, peers=tuple(out_peers), path=path,
                  warnings=tuple(warnings))
@@ -240,10 +212,11 @@ def _parse_value(key: str, value: str):
                "PresharedKey": PresharedKey}[key]
         try:
             return cls.from_base64(value)
-        except KeyFormatError:
+        except KeyFormatError as e:
             # never echo the value: it may be (a mangled) secret
-            raise ValueError("not a valid key (expected 44 characters of base64 "
-                             "encoding 32 bytes, as printed by `wg genkey`)") from None
+            tool = {"PrivateKey": "wg genkey", "PublicKey": "wg pubkey",
+                    "PresharedKey": "wg genpsk"}[key]
+            raise ValueError(f"{e} (44 characters of base64, as printed by `{tool}`)") from None
     if key == "ListenPort":
         try:
             return _parse_int(value, 0, 65535)
@@ -266,7 +239,7 @@ def _parse_value(key: str, value: str):
             raise ValueError(f"'{value}' is not an MTU ({MIN_MTU}-{MAX_MTU})") from None
     if key == "Endpoint":
         try:
-            return parse_endpoint(value)
+            return parse_config_endpoint(value)
         except ValueError as e:
             raise ValueError(f"'{value}': {e}") from None
     if key == "AllowedIPs":
@@ -293,6 +266,17 @@ def _parse_value(key: str, value: str):
         return out
     if key == "DNS":
         return [item for item in _split_list(value) if item]
+    if key == "Table":
+        v = value.lower()
+        if v == "auto":
+            return None
+        if v == "off":
+            return "off"
+        if value.isascii() and value.isdigit() and 0 < int(value) < 1 << 32:
+            return int(value)
+        if value.isascii() and value[0].isalpha() and value.replace("_", "").replace("-", "").isalnum():
+            return value          # a name from /etc/iproute2/rt_tables
+        raise ValueError(f"'{value}' is not 'off', 'auto' or a routing table")
     raise AssertionError(key)  # pragma: no cover
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import socket
 import sys
 import time
 
 from .logsetup import add_logging_arguments, setup_logging
-from .uapi import DEFAULT_SOCKET_DIR, socket_path
+from .uapi import DEFAULT_SOCKET_DIR
+from .uapiclient import get_device
 
 UP_DESCRIPTION = """\
 Run the vpncrypt daemon for interface IFACE in the foreground: create the TUN
@@ -36,21 +36,21 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _build_daemon(interface, config, on_ready=None):
-    from .service import Daemon, DaemonError, timer_config_from_env
+    from .daemon import Daemon
+    from .logsetup import report_failure
+    from .testtimers import timer_config_from_env
     from .tun import validate_interface_name
-    import logging
-    log = logging.getLogger("vpncrypt.daemon")
     try:
         validate_interface_name(interface)
         timers = timer_config_from_env()
-    except (ValueError, DaemonError) as e:
-        log.error("%s", e)
+    except ValueError as e:
+        report_failure(str(e))
         return None
     return Daemon(interface, config, timer_config=timers, on_ready=on_ready)
 
 
 def cmd_up(args) -> int:
-    from .service import run_daemon
+    from .daemon import run_daemon
     setup_logging(args.log_level)
     daemon = _build_daemon(args.interface, args.config)
     if daemon is None:
@@ -78,60 +78,20 @@ def cmd_genpsk(args) -> int:
 
 
 def cmd_pubkey(args) -> int:
+    from ..config.keys import KeyFormatError, PrivateKey
     from ..protocol import keys
     data = sys.stdin.read(1024)
     try:
-        print(keys.pubkey(data.strip()))
-    except ValueError:
-        print("vpncrypt pubkey: Key is not the correct length or format", file=sys.stderr)
+        private = PrivateKey.from_base64(data)      # canonical base64 only, as `wg pubkey`
+    except KeyFormatError as e:
+        print(f"vpncrypt pubkey: {e}", file=sys.stderr)
         return 1
+    print(keys.pubkey(private.to_base64()))
     return 0
 
 
 # --------------------------------------------------------------------------
 # show
-
-def uapi_request(interface: str, request: str, socket_dir: str = DEFAULT_SOCKET_DIR,
-                 timeout: float = 5.0) -> str:
-    """Send one UAPI request (e.g. "get=1") and return the answer text."""
-    path = socket_path(interface, socket_dir)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        s.sendall(request.rstrip("\n").encode() + b"\n\n")
-        buf = b""
-        while not buf.endswith(b"\n\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return buf.decode()
-
-
-def parse_get(text: str) -> dict:
-    """A get=1 / get=vpncrypt answer as {interface fields..., "peers": [...],
-    "counters": {...}}.  Raises OSError for errno != 0."""
-    dev = {"peers": [], "counters": {}}
-    cur = dev
-    for line in text.split("\n"):
-        if not line:
-            continue
-        k, _, v = line.partition("=")
-        if k == "errno":
-            if v != "0":
-                raise OSError(-int(v), os.strerror(-int(v)))
-            continue
-        if k == "public_key":
-            cur = {"public_key": v, "allowed_ips": []}
-            dev["peers"].append(cur)
-        elif k == "allowed_ip":
-            cur["allowed_ips"].append(v)
-        elif k.startswith("vpncrypt_"):
-            dev["counters"][k[len("vpncrypt_"):]] = int(v)
-        else:
-            cur[k] = v
-    return dev
-
 
 def _b64(hexkey: str) -> str:
     import base64
@@ -188,6 +148,8 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
         ka = int(p.get("persistent_keepalive_interval", 0))
         if ka:
             out.append(f"  persistent keepalive: every {_ago(ka)[:-4]}")
+    if not dev["counters"]:
+        return "\n".join(out)      # another implementation (wireguard-go): no drop counters
     drops = {k[5:]: v for k, v in dev["counters"].items() if k.startswith("drop_")}
     other = {k: v for k, v in dev["counters"].items() if not k.startswith("drop_")}
     out.append("")
@@ -215,7 +177,7 @@ def cmd_show(args) -> int:
     blocks = []
     for name in names:
         try:
-            dev = parse_get(uapi_request(name, "get=vpncrypt", args.socket_dir))
+            dev, _ours = get_device(name, args.socket_dir)
         except OSError as e:
             print(f"vpncrypt show: {name}: {e.strerror or e}", file=sys.stderr)
             status = 1
@@ -286,7 +248,7 @@ def go_main(argv=None) -> int:
     foreground = args.foreground or os.environ.get("WG_PROCESS_FOREGROUND") == "1"
     if foreground:
         setup_logging(level)
-        from .service import run_daemon
+        from .daemon import run_daemon
         daemon = _build_daemon(args.interface, None)
         return 1 if daemon is None else run_daemon(daemon)
     return _fork_daemon(args.interface, level, keep_output=bool(env_level))
@@ -321,7 +283,7 @@ def _fork_daemon(interface: str, level: str, keep_output: bool) -> int:
                 os.dup2(null, 2)
         daemon = _build_daemon(interface, None, on_ready=ready)
         if daemon is not None:
-            from .service import run_daemon
+            from .daemon import run_daemon
             code = run_daemon(daemon)
     except BaseException:
         import traceback

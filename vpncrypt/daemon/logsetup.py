@@ -107,8 +107,86 @@ def setup_logging(level="info", *, stream: Optional[TextIO] = None,
     root.addHandler(handler)
     root.setLevel(lvl)
     logging.getLogger("vpncrypt").setLevel(lvl)
+    trace = logging.getLogger("vpncrypt.trace")
+    for f in [f for f in trace.filters if isinstance(f, TokenBucketFilter)]:
+        trace.removeFilter(f)
+    trace.addFilter(TokenBucketFilter())
     logging.captureWarnings(True)
     return handler
+
+
+def report_failure(message: str, stream: Optional[TextIO] = None, env=None) -> None:
+    """A failure that ends the program, as one bare line on stderr: no
+    timestamp or logger name (under journald, only the error priority)."""
+    stream = sys.stderr if stream is None else stream
+    line = redact(" ".join(str(message).split()))
+    if stderr_is_journal(stream, env):
+        line = "<3>" + line
+    stream.write(line + "\n")
+    stream.flush()
+
+
+class RateLimitedLog:
+    """Log through `logger` at most once per `interval` seconds; the next
+    line that gets through says how many were left out.  For events that an
+    outsider can repeat at will (refused connections), so they cannot fill
+    the disk."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0, clock=None):
+        import time
+        self.logger = logger
+        self.interval = interval
+        self.clock = clock or time.monotonic
+        self._next = float("-inf")
+        self.suppressed = 0
+
+    def log(self, level: int, msg: str, *args) -> bool:
+        now = self.clock()
+        if now < self._next:
+            self.suppressed += 1
+            return False
+        self._next = now + self.interval
+        if self.suppressed:
+            msg += " (%d similar message%s suppressed)"
+            args = (*args, self.suppressed, "" if self.suppressed == 1 else "s")
+            self.suppressed = 0
+        self.logger.log(level, msg, *args)
+        return True
+
+    def warning(self, msg: str, *args) -> bool:
+        return self.log(logging.WARNING, msg, *args)
+
+
+class TokenBucketFilter(logging.Filter):
+    """Lets through `burst` records at once and `rate` a second after that;
+    when records were dropped, the next one that passes says how many.  The
+    debug trace of protocol events goes through it: a flood of handshakes
+    must not become a flood of log lines."""
+
+    def __init__(self, rate: float = 20.0, burst: int = 100, clock=None):
+        super().__init__()
+        import time
+        self.rate = rate
+        self.burst = burst
+        self.clock = clock or time.monotonic
+        self.tokens = float(burst)
+        self.last = self.clock()
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens < 1:
+            self.dropped += 1
+            return False
+        self.tokens -= 1
+        if self.dropped:
+            record.msg = f"{record.getMessage()} ({self.dropped} trace message" \
+                         f"{'' if self.dropped == 1 else 's'} dropped by the rate limit)"
+            record.args = None
+            self.dropped = 0
+        return True
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:

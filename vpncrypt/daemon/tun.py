@@ -1,12 +1,21 @@
-"""Linux TUN device: create (TUNSETIFF, IFF_TUN | IFF_NO_PI), set the MTU,
-bring it up, add addresses. The device is not persistent, so the kernel
-deletes it when the file descriptor is closed (close() also deletes it
-explicitly in case the fd was inherited elsewhere)."""
+"""Linux TUN device: create one (TUNSETIFF, IFF_TUN | IFF_NO_PI), or attach
+to a persistent one that the administrator made (`ip tuntap add NAME mode
+tun`), as wireguard-go does; set the MTU, bring it up, add addresses.
+
+What vpncrypt created it deletes on close, by ifindex (a newer interface
+that took the same name is never touched).  A device it attached to stays,
+with its own addresses; only the addresses vpncrypt added are removed.
+
+The interface is identified by its ifindex, through a socket held open for
+the device's lifetime: gone() says True only when the kernel says the index
+does not exist (ENODEV/ENXIO), never because the process ran out of file
+descriptors."""
 from __future__ import annotations
 
 import errno
 import fcntl
 import ipaddress
+import json
 import logging
 import os
 import re
@@ -26,8 +35,16 @@ SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 SIOCGIFMTU = 0x8921
 SIOCSIFMTU = 0x8922
+SIOCGIFNAME = 0x8910
+SIOCGIFINDEX = 0x8933
+TUNGETIFF = 0x800454D2
+IFF_PERSIST = 0x0800
 IFNAMSIZ = 16
 DEFAULT_MTU = 1420
+RTM_DELLINK = 17
+NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
+NLMSG_ERROR = 2
+_GONE = (errno.ENODEV, errno.ENXIO)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_=+.-]{1,15}$")
 
@@ -56,32 +73,57 @@ def _ip(*args: str) -> None:
 
 class TunDevice:
     """An open TUN interface. ``fileno()`` is non-blocking; use
-    loop.add_reader() or read()/write() directly."""
+    loop.add_reader() or read()/write() directly.  ``created`` tells whether
+    vpncrypt made the interface (else it attached to a persistent one)."""
 
-    def __init__(self, name: str, fd: int):
+    def __init__(self, name: str, fd: int, *, created: bool = True, ctl=None):
         self.name = name
         self._fd = fd
+        self.created = created
+        self._ctl = ctl if ctl is not None else socket.socket(socket.AF_INET, socket.SOCK_DGRAM
+                                                              | socket.SOCK_CLOEXEC)
+        self.ifindex = self._index_of(name)
+        self._added: list = []      # addresses this process added (removed again on close)
 
     @classmethod
-    def create(cls, name: str, *, mtu: int = DEFAULT_MTU, up: bool = True,
+    def create(cls, name: str, *, mtu: Optional[int] = DEFAULT_MTU, up: bool = True,
                addresses: Iterable = ()) -> "TunDevice":
+        """Create interface `name`, or attach to the persistent TUN device of
+        that name.  `mtu` None: leave an attached device's MTU as it is
+        (a created one gets 1420)."""
         validate_interface_name(name)
+        ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         try:
-            fd = os.open(TUN_PATH, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as e:
-            raise TunError(e.errno, f"cannot open {TUN_PATH}: {e.strerror}") from None
+            existed = _exists(ctl, name)
+            try:
+                fd = os.open(TUN_PATH, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as e:
+                raise TunError(e.errno, f"cannot open {TUN_PATH}: {e.strerror}") from None
+        except BaseException:
+            ctl.close()
+            raise
         try:
             try:
                 ifr = fcntl.ioctl(fd, TUNSETIFF, _ifreq(name, "H", IFF_TUN | IFF_NO_PI))
             except OSError as e:
+                if existed:
+                    why = {errno.EBUSY: "another process is using it",
+                           errno.EINVAL: "it exists and is not a TUN device vpncrypt can "
+                                         "attach to (make one with `ip tuntap add NAME mode tun`)",
+                           }.get(e.errno, e.strerror)
+                    raise TunError(e.errno, f"cannot use interface {name}: {why}") from None
                 raise TunError(e.errno, f"cannot create TUN device {name}: {e.strerror}") from None
             actual = ifr[:IFNAMSIZ].split(b"\0", 1)[0].decode()
-            dev = cls(actual, fd)
+            flags = struct.unpack_from("H", fcntl.ioctl(fd, TUNGETIFF, bytes(40)), IFNAMSIZ)[0]
+            created = not (existed and flags & IFF_PERSIST)
+            dev = cls(actual, fd, created=created, ctl=ctl)
         except BaseException:
             os.close(fd)
+            ctl.close()
             raise
         try:
-            dev.set_mtu(mtu)
+            if mtu is not None or created:
+                dev.set_mtu(mtu or DEFAULT_MTU)
             if addresses:
                 dev.add_addresses(addresses)
             if up:
@@ -89,7 +131,11 @@ class TunDevice:
         except BaseException:
             dev.close()
             raise
-        log.info("created TUN device %s (mtu %d)", actual, mtu)
+        if created:
+            log.info("created TUN device %s (mtu %d)", actual, dev.get_mtu())
+        else:
+            log.info("attached to the persistent TUN device %s (mtu %d); it stays when "
+                     "vpncrypt stops", actual, dev.get_mtu())
         return dev
 
     def fileno(self) -> int:
@@ -100,6 +146,30 @@ class TunDevice:
     @property
     def closed(self) -> bool:
         return self._fd < 0
+
+    # -- identity
+    def _index_of(self, name: str) -> int:
+        res = fcntl.ioctl(self._ctl.fileno(), SIOCGIFINDEX, _ifreq(name, "i", 0))
+        return struct.unpack_from("i", res, IFNAMSIZ)[0]
+
+    def current_name(self) -> Optional[str]:
+        """The interface's name now (it may have been renamed), or None if the
+        interface is gone.  Other errors (no memory, ...) raise OSError."""
+        try:
+            res = fcntl.ioctl(self._ctl.fileno(), SIOCGIFNAME,
+                              struct.pack(f"{IFNAMSIZ}si", b"", self.ifindex).ljust(40, b"\0"))
+        except OSError as e:
+            if e.errno in _GONE:
+                return None
+            raise
+        return res[:IFNAMSIZ].split(b"\0", 1)[0].decode()
+
+    def gone(self) -> bool:
+        """True only when the kernel says the interface no longer exists."""
+        try:
+            return self.current_name() is None
+        except OSError:
+            return False          # cannot tell (e.g. ENOMEM): not evidence that it is gone
 
     # -- packets
     def read(self, size: int = 65535) -> Optional[bytes]:
@@ -112,10 +182,9 @@ class TunDevice:
     def write(self, packet: bytes) -> int:
         return os.write(self.fileno(), packet)
 
-    # -- interface settings (ioctls on a throwaway socket)
+    # -- interface settings (ioctls on the held socket)
     def _sock_ioctl(self, request: int, arg: bytes) -> bytes:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            return fcntl.ioctl(s.fileno(), request, arg)
+        return fcntl.ioctl(self._ctl.fileno(), request, arg)
 
     def set_mtu(self, mtu: int) -> None:
         if not 68 <= mtu <= 65535:
@@ -138,36 +207,68 @@ class TunDevice:
         except OSError as e:
             raise TunError(e.errno, f"cannot bring {self.name} up: {e.strerror}") from None
 
+    def addresses(self) -> list:
+        """The addresses on the interface now (ip_interface values)."""
+        r = subprocess.run(["ip", "-j", "address", "show", "dev", self.name],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise TunError(errno.EIO, f"`ip address show dev {self.name}` failed: {r.stderr.strip()}")
+        out = []
+        for link in json.loads(r.stdout or "[]"):
+            for a in link.get("addr_info", []):
+                out.append(ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}"))
+        return out
+
     def add_addresses(self, addresses: Iterable) -> None:
+        """Add the addresses the interface does not have yet; remember them."""
+        present = set(self.addresses())
         for a in addresses:
             iface = ipaddress.ip_interface(a)
+            if iface in present:
+                continue
             _ip(f"-{iface.version}", "address", "add", str(iface), "dev", self.name)
+            self._added.append(iface)
+            present.add(iface)
 
     def remove_addresses(self, addresses: Iterable) -> None:
         for a in addresses:
             iface = ipaddress.ip_interface(a)
             _ip(f"-{iface.version}", "address", "del", str(iface), "dev", self.name)
+            if iface in self._added:
+                self._added.remove(iface)
 
     def set_addresses(self, add: Iterable = (), remove: Iterable = ()) -> None:
         self.remove_addresses(remove)
         self.add_addresses(add)
 
-    def add_routes(self, networks: Iterable) -> None:
-        """Route ``networks`` (e.g. the peers' AllowedIPs) to this device."""
-        for n in networks:
-            net = ipaddress.ip_network(n, strict=False)
-            _ip(f"-{net.version}", "route", "replace", str(net), "dev", self.name)
-
     def close(self) -> None:
         if self._fd < 0:
             return
         fd, self._fd = self._fd, -1
-        # Explicit delete in case a child process inherited the fd; the
-        # kernel removes the non-persistent device when the last fd closes.
-        subprocess.run(["ip", "link", "delete", "dev", self.name],
-                       capture_output=True)
-        os.close(fd)
-        log.info("removed TUN device %s", self.name)
+        try:
+            if self.created:
+                # Explicitly, in case a child process inherited the fd; by
+                # index, so that a newer interface with our name is safe.  (The
+                # kernel also removes a non-persistent device with its last fd.)
+                try:
+                    delete_link(self.ifindex)
+                except OSError as e:
+                    if e.errno not in _GONE:
+                        log.warning("cannot delete interface %s: %s", self.name, e.strerror)
+                log.info("removed TUN device %s", self.name)
+            else:
+                name = self.current_name() if not self.gone() else None
+                for iface in list(self._added) if name else ():
+                    r = subprocess.run(["ip", f"-{iface.version}", "address", "del", str(iface),
+                                        "dev", name], capture_output=True, text=True)
+                    if r.returncode != 0:
+                        log.warning("cannot remove address %s from %s: %s", iface, name,
+                                    r.stderr.strip())
+                self._added.clear()
+                log.info("left the persistent TUN device %s in place", self.name)
+        finally:
+            os.close(fd)
+            self._ctl.close()
 
     def __enter__(self):
         return self
@@ -183,6 +284,38 @@ class TunDevice:
                 pass
 
 
-def create_tun(name: str, *, mtu: int = DEFAULT_MTU, addresses: Iterable = (),
+def _exists(ctl: socket.socket, name: str) -> bool:
+    try:
+        fcntl.ioctl(ctl.fileno(), SIOCGIFINDEX, _ifreq(name, "i", 0))
+    except OSError as e:
+        if e.errno in _GONE:
+            return False
+        raise TunError(e.errno, f"cannot look up interface {name}: {e.strerror}") from None
+    return True
+
+
+def delete_link(ifindex: int) -> None:
+    """Delete the interface with index `ifindex` (rtnetlink RTM_DELLINK).
+    Raises OSError with the kernel's errno."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                       socket.NETLINK_ROUTE) as nl:
+        nl.bind((0, 0))
+        body = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, ifindex, 0, 0)   # struct ifinfomsg
+        hdr = struct.pack("=IHHII", 16 + len(body), RTM_DELLINK, NLM_F_REQUEST | NLM_F_ACK, 1, 0)
+        nl.sendto(hdr + body, (0, 0))
+        while True:
+            data = nl.recv(65536)
+            off = 0
+            while off + 16 <= len(data):
+                length, kind, _flags, seq, _pid = struct.unpack_from("=IHHII", data, off)
+                if kind == NLMSG_ERROR and seq == 1:
+                    (code,) = struct.unpack_from("=i", data, off + 16)
+                    if code:
+                        raise OSError(-code, os.strerror(-code))
+                    return
+                off += (length + 3) & ~3
+
+
+def create_tun(name: str, *, mtu: Optional[int] = DEFAULT_MTU, addresses: Iterable = (),
                up: bool = True) -> TunDevice:
     return TunDevice.create(name, mtu=mtu, addresses=addresses, up=up)

@@ -31,12 +31,14 @@ import stat
 import struct
 from typing import Iterable, Optional
 
+from ..endpoints import format_endpoint, parse_uapi_endpoint
 from ..config.keys import KeyFormatError, PresharedKey, PrivateKey, PublicKey
 from ..config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
                           SetAddresses, SetFwmark, SetListenPort, SetMTU,
                           SetPrivateKey)
 from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
 from .keyfile import ensure_private_dir
+from .logsetup import RateLimitedLog
 
 __all__ = [
     "UAPIError", "parse_set", "format_get", "apply_operations", "handle_request",
@@ -45,6 +47,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("vpncrypt.uapi")
+trace = logging.getLogger("vpncrypt.trace")     # rate-limited (logsetup)
 
 DEFAULT_SOCKET_DIR = "/var/run/wireguard"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
@@ -85,25 +88,10 @@ def _parse_true(key: str, value: str) -> None:
 
 
 def _parse_uapi_endpoint(value: str) -> Endpoint:
-    if value.startswith("["):
-        host, sep, port = value[1:].partition("]:")
-        if not sep:
-            raise _invalid("endpoint: expected [IPv6]:port")
-        want = ipaddress.IPv6Address
-    else:
-        host, sep, port = value.rpartition(":")
-        if not sep:
-            raise _invalid("endpoint: expected IP:port")
-        want = ipaddress.IPv4Address
     try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        raise _invalid("endpoint: not a numeric IP address") from None
-    if not isinstance(addr, want):
-        raise _invalid("endpoint: IPv6 addresses need brackets")
-    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-        raise _invalid("endpoint: bad port")
-    return Endpoint(host=host, port=int(port), text=value)
+        return parse_uapi_endpoint(value)
+    except ValueError as e:
+        raise _invalid(f"endpoint: {e}") from None
 
 
 def _parse_key(cls, key: str, value: str):
@@ -195,19 +183,6 @@ def parse_set(text: str) -> list:
 # --------------------------------------------------------------------------
 # (b) get=1 formatter
 
-def _format_endpoint(ep) -> Optional[str]:
-    if ep is None:
-        return None
-    if isinstance(ep, str):
-        return ep
-    if isinstance(ep, Endpoint):
-        host, port = ep.host, ep.port
-    else:
-        host, port = ep[0], ep[1]
-    host = str(host)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def format_get(snapshot: InterfaceSnapshot, *, extensions: bool = False) -> str:
     """The full answer to ``get=1`` (ending in ``errno=0\\n\\n``)."""
     out = []
@@ -222,7 +197,7 @@ def format_get(snapshot: InterfaceSnapshot, *, extensions: bool = False) -> str:
         if p.preshared_key is not None and any(p.preshared_key):
             out.append(f"preshared_key={bytes(p.preshared_key).hex()}")
         out.append(f"protocol_version={int(p.protocol_version)}")
-        ep = _format_endpoint(p.endpoint)
+        ep = format_endpoint(p.endpoint)
         if ep:
             out.append(f"endpoint={ep}")
         out.append(f"last_handshake_time_sec={int(p.last_handshake_time_sec)}")
@@ -297,7 +272,7 @@ def handle_request(op_line: str, body: str, control: Control, *,
             return _errno_reply(0)
         raise _invalid("unknown operation")
     except UAPIError as e:
-        log.info("UAPI request refused (errno %d): %s", e.errno, e)
+        trace.debug("UAPI request refused (errno %d): %s", e.errno, e)
         return _errno_reply(e.errno)
     except (ControlError, OSError) as e:
         log.warning("UAPI %s failed: %s", op_line[:16], e)
@@ -319,24 +294,46 @@ def peer_uid(sock: socket.socket) -> int:
     return uid
 
 
+# Concurrent clients: `wg` opens one connection per command, so a handful is
+# plenty; past the cap a connection is closed at once, so that idle clients
+# cannot use up the daemon's file descriptors.  A client has this long to
+# complete each request (from connecting, or from the previous answer).
+MAX_CLIENTS = 32
+REQUEST_TIMEOUT = 5.0
+# accept() failing for lack of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM):
+# stop accepting for a moment instead of spinning on a readable socket.
+ACCEPT_PAUSE = 0.5
+_ACCEPT_RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
 class UAPIServer:
     def __init__(self, path: str, control: Control, *,
                  allowed_uids: Optional[Iterable[int]] = None,
-                 extensions_in_get: bool = False):
+                 extensions_in_get: bool = False,
+                 max_clients: int = MAX_CLIENTS,
+                 request_timeout: float = REQUEST_TIMEOUT):
         self.path = path
         self.control = control
         self.allowed_uids = (frozenset(allowed_uids) if allowed_uids is not None
                              else frozenset({0, os.geteuid()}))
         self.extensions_in_get = extensions_in_get
-        self._server: Optional[asyncio.AbstractServer] = None
+        self.max_clients = max_clients
+        self.request_timeout = request_timeout
+        self._sock: Optional[socket.socket] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._accepting = False
+        self._resume: Optional[asyncio.TimerHandle] = None
         self._ident: Optional[tuple] = None
         self._tasks: set = set()
+        self._warn = RateLimitedLog(log, interval=10.0)
+        self.refused = 0          # connections closed at once: too many clients
+        self.timed_out = 0        # clients closed for not completing a request in time
 
     async def start(self) -> "UAPIServer":
         directory = os.path.dirname(self.path) or "."
         ensure_private_dir(directory)
         _clear_stale_socket(self.path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             old = os.umask(0o077)
             try:
@@ -348,13 +345,56 @@ class UAPIServer:
             self._ident = (st.st_dev, st.st_ino)
             sock.listen(16)
             sock.setblocking(False)
-            self._server = await asyncio.start_unix_server(self._on_connect, sock=sock)
         except BaseException:
             sock.close()
             self._unlink()
             raise
+        self._sock = sock
+        self._loop = asyncio.get_running_loop()
+        self._accept_on()
         log.info("UAPI listening on %s", self.path)
         return self
+
+    # ------------------------------------------------------------ accepting
+
+    def _accept_on(self) -> None:
+        self._resume = None
+        if self._sock is not None and not self._accepting:
+            self._loop.add_reader(self._sock.fileno(), self._on_accept)
+            self._accepting = True
+
+    def _accept_off(self) -> None:
+        if self._accepting:
+            self._loop.remove_reader(self._sock.fileno())
+            self._accepting = False
+
+    def _on_accept(self) -> None:
+        for _ in range(16):
+            try:
+                conn, _addr = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                # Never fatal: the daemon keeps running and serving the tunnel.
+                if e.errno in _ACCEPT_RESOURCE_ERRORS:
+                    self._warn.warning("UAPI: cannot accept a connection: %s; pausing for %.1f s",
+                                       e.strerror, ACCEPT_PAUSE)
+                    self._accept_off()
+                    self._resume = self._loop.call_later(ACCEPT_PAUSE, self._accept_on)
+                else:   # ECONNABORTED, EPROTO, EPERM (a security module): that one client only
+                    self._warn.warning("UAPI: a connection failed in accept(): %s", e.strerror)
+                return
+            if len(self._tasks) >= self.max_clients:
+                conn.close()
+                self.refused += 1
+                self._warn.warning("UAPI: connection refused: already serving %d clients "
+                                   "(%d refused so far)", len(self._tasks), self.refused)
+                continue
+            task = self._loop.create_task(self._client(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------ closing
 
     def _unlink(self) -> None:
         try:
@@ -368,8 +408,13 @@ class UAPIServer:
                 pass
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._sock is not None:
+            self._accept_off()
+            if self._resume is not None:
+                self._resume.cancel()
+                self._resume = None
+            self._sock.close()
+            self._sock = None
         for t in list(self._tasks):
             t.cancel()
         self._unlink()
@@ -378,8 +423,6 @@ class UAPIServer:
     async def wait_closed(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
 
     async def __aenter__(self):
         return self
@@ -388,21 +431,27 @@ class UAPIServer:
         self.close()
         await self.wait_closed()
 
-    async def _on_connect(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self._tasks.add(task)
+    # ------------------------------------------------------------ one client
+
+    async def _client(self, conn: socket.socket) -> None:
+        writer = None
         try:
+            conn.setblocking(False)
+            reader, writer = await asyncio.open_unix_connection(sock=conn)
             await self._serve(reader, writer)
         except (asyncio.CancelledError, ConnectionError):
             pass
+        except OSError as e:
+            log.debug("UAPI: client connection failed: %s", e.strerror or e)
         finally:
-            self._tasks.discard(task)
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except Exception:
-                pass
+            if writer is not None:
+                writer.close()
+                try:
+                    await writer.wait_closed()
+                except Exception:
+                    pass
+            else:
+                conn.close()
 
     async def _serve(self, reader, writer) -> None:
         sock = writer.get_extra_info("socket")
@@ -416,45 +465,102 @@ class UAPIServer:
             await writer.drain()
             return
         while True:
-            req = await _read_request(reader)
+            try:
+                req = await asyncio.wait_for(_read_request(reader), self.request_timeout)
+            except asyncio.TimeoutError:
+                self.timed_out += 1
+                log.debug("UAPI: closed a client that sent no complete request in %.0f s",
+                          self.request_timeout)
+                return
             if req is None:
                 return
             op_line, body = req
-            if op_line is None:  # too large / not text: answered, then hang up
+            if op_line is None:  # too large / unreadable: answered, then hang up
                 writer.write(_errno_reply(body))
                 await writer.drain()
                 return
+            trace.debug("UAPI: %s request from uid %d", op_line[:16], uid)
             writer.write(handle_request(op_line, body, self.control,
                                         extensions_in_get=self.extensions_in_get))
-            await writer.drain()
+            await asyncio.wait_for(writer.drain(), self.request_timeout)
+
+
+_GET_OPS = (b"get=1\n", b"get=vpncrypt\n")
+
+
+async def _read_line(reader: asyncio.StreamReader):
+    """One line with its newline; b"" at EOF; the partial line at EOF
+    without a newline; None if a line exceeds the stream's limit."""
+    try:
+        return await reader.readline()
+    except (asyncio.LimitOverrunError, ValueError):
+        return None
 
 
 async def _read_request(reader: asyncio.StreamReader):
     """(op_line, body) for one request; None at EOF; (None, errno) if the
-    request cannot be read (the connection is then closed)."""
+    request cannot be read (the connection is then closed).
+
+    Framing as wireguard-go's: the operation is the first line and is
+    judged as soon as it is read, so a client that sends something else
+    (``get=1\\r\\n``) is answered at once instead of waiting for a blank
+    line that will never come: it is answered errno=-22 and the connection
+    is closed (wireguard-go closes it without an answer).  ``get`` must be
+    followed by the blank line at once.  A ``set=1`` body ends at the blank line or at EOF: a client
+    that half-closes without the blank line still gets its request applied
+    (and answered).  Blank lines (also "\\r\\n") between requests are
+    skipped."""
+    while True:
+        op = await _read_line(reader)
+        if op is None:
+            return None, errno.EINVAL
+        if not op:
+            return None                       # EOF between requests
+        if op.strip(b"\r\n"):
+            break
+    if not op.endswith(b"\n"):
+        return None                           # EOF in the middle of the operation line
+    if op in _GET_OPS:
+        try:
+            nxt = await reader.readexactly(1)
+        except asyncio.IncompleteReadError:
+            return None
+        if nxt == b"\n":
+            return op[:-1].decode(), ""
+        await _read_body(reader)              # get takes no arguments: skip them, refuse it
+        return op[:-1].decode(), "\x00"
+    if op != b"set=1\n":
+        # An unknown operation (`get=1\r\n` too) is refused at once, and the
+        # connection ends there, as wireguard-go ends it.
+        return None, errno.EINVAL
+    body = await _read_body(reader)
+    if isinstance(body, int):
+        return None, body
+    try:
+        text = body.decode("ascii")
+    except UnicodeDecodeError:
+        return "set=1", "\x00"              # forces EINVAL
+    return "set=1", text
+
+
+async def _read_body(reader: asyncio.StreamReader):
+    """The lines after the operation up to the blank line or EOF (bytes), or
+    an errno if they cannot be read."""
     total = 0
     lines: list[bytes] = []
     while True:
-        try:
-            line = await reader.readline()
-        except (asyncio.LimitOverrunError, ValueError):
-            return None, errno.EINVAL
-        if not line or not line.endswith(b"\n"):
-            return None  # EOF (possibly mid-request): nothing to answer
-        if line == b"\n":
-            if not lines:
-                continue  # stray blank line between requests
-            break
+        line = await _read_line(reader)
+        if line is None:
+            return errno.EINVAL
+        if not line or line == b"\n":
+            break                             # EOF or the blank line: the request is complete
         total += len(line)
         if total > MAX_REQUEST_BYTES:
-            return None, errno.ENOMEM
+            return errno.ENOMEM
+        if not line.endswith(b"\n"):
+            line += b"\n"                     # the last line, cut by EOF
         lines.append(line)
-    try:
-        text = b"".join(lines).decode("ascii")
-    except UnicodeDecodeError:
-        return lines[0].decode("ascii", "replace").rstrip("\n"), "\x00"  # forces EINVAL
-    op_line, _, body = text.partition("\n")
-    return op_line, body
+    return b"".join(lines)
 
 
 def _clear_stale_socket(path: str) -> None:
@@ -477,10 +583,10 @@ def _clear_stale_socket(path: str) -> None:
 
 async def start_uapi_server(path: str, control: Control, *,
                             allowed_uids: Optional[Iterable[int]] = None,
-                            extensions_in_get: bool = False) -> UAPIServer:
+                            extensions_in_get: bool = False, **limits) -> UAPIServer:
     """Serve the UAPI on ``path`` (mode 0600, parent created 0700 if
     missing). Close with ``server.close(); await server.wait_closed()`` or
     ``async with``; the socket file is removed on close."""
     server = UAPIServer(path, control, allowed_uids=allowed_uids,
-                        extensions_in_get=extensions_in_get)
+                        extensions_in_get=extensions_in_get, **limits)
     return await server.start()

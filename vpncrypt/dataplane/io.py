@@ -8,10 +8,10 @@ the next receive on the same object.
 import errno as _errno
 import fcntl
 import os
-import socket
 import struct
 
 from vpncrypt._native import ffi, lib
+import socket
 
 __all__ = ["EndpointCache", "UdpBatchSocket", "TunBatch", "endpoint_to_addr",
            "endpoint_from_addr", "open_tun", "set_txqueuelen", "get_txqueuelen", "vnet_split",

@@ -13,22 +13,14 @@ import time
 
 from vpncrypt._native import ffi
 from vpncrypt.dataplane.io import UdpBatchSocket, endpoint_from_addr
+from vpncrypt.dataplane.sockopts import force_buffers
 
-
-
-def big_buffers(s, size=16 << 20):
-    """Socket buffers beyond net.core.[rw]mem_max when root (the *FORCE options)."""
-    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
-        try:
-            s.setsockopt(socket.SOL_SOCKET, force, size)
-        except OSError:
-            s.setsockopt(socket.SOL_SOCKET, plain, size)
 
 def _pair():
     a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     for s in (a, b):
-        big_buffers(s)
+        force_buffers(s, 16 << 20)
         s.bind(("127.0.0.1", 0))
         s.setblocking(False)
     return a, b

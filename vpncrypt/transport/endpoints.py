@@ -1,44 +1,13 @@
 """vc_endpoint (native/vc_io.h) <-> the (host, port[, flowinfo, scope_id])
-tuples Python's socket module uses, with bounded caches: the session table
-and the batch sockets speak vc_endpoint, the protocol core tuples."""
-import socket
-import struct
-
+tuples of the socket layer, with bounded caches: the session table and the
+batch sockets speak vc_endpoint, the protocol core tuples.  The 24-byte
+layout itself is packed and unpacked in vpncrypt.endpoints."""
 from vpncrypt._native import ffi
+from vpncrypt.endpoints import pack_endpoint, unpack_endpoint
 
 __all__ = ["EndpointCache", "endpoint_to_addr", "endpoint_from_addr"]
 
 _EP_SIZE = ffi.sizeof("vc_endpoint")
-_V4MAPPED = b"\0" * 10 + b"\xff\xff"
-
-
-def _addr_from_key(key: bytes):
-    family, _pad, port, scope = struct.unpack_from("=BBHI", key)
-    if family == 4:
-        return (socket.inet_ntop(socket.AF_INET, key[8:12]), port)
-    if family == 6:
-        host = socket.inet_ntop(socket.AF_INET6, key[8:24])
-        return (host, port, 0, scope) if scope else (host, port)
-    raise ValueError(f"vc_endpoint has no address (family {family})")
-
-
-def _key_from_addr(addr) -> bytes:
-    host, port = addr[0], addr[1]
-    scope = addr[3] if len(addr) >= 4 else 0
-    if not 0 <= port <= 0xFFFF:
-        raise ValueError(f"port out of range: {port}")
-    try:
-        raw = socket.inet_pton(socket.AF_INET, host)
-        return struct.pack("=BBHI", 4, 0, port, 0) + raw + b"\0" * 12
-    except OSError:
-        pass
-    if "%" in host:
-        host, _, ifname = host.partition("%")
-        scope = int(ifname) if ifname.isdigit() else socket.if_nametoindex(ifname)
-    raw = socket.inet_pton(socket.AF_INET6, host)       # ValueError/OSError if not an IP literal
-    if raw[:12] == _V4MAPPED:
-        return struct.pack("=BBHI", 4, 0, port, 0) + raw[12:] + b"\0" * 12
-    return struct.pack("=BBHI", 6, 0, port, scope) + raw
 
 
 class EndpointCache:
@@ -62,7 +31,7 @@ class EndpointCache:
         if a is None:
             if len(self._addr) >= self._limit:
                 self._addr.clear()
-            a = self._addr[k] = _addr_from_key(k)
+            a = self._addr[k] = unpack_endpoint(k)
         return a
 
     def fill(self, ep, addr) -> None:
@@ -71,7 +40,7 @@ class EndpointCache:
         if k is None:
             if len(self._key) >= self._limit:
                 self._key.clear()
-            k = self._key[addr] = _key_from_addr(addr)
+            k = self._key[addr] = pack_endpoint(addr)
         ffi.memmove(ep, k, _EP_SIZE)
 
 

@@ -1,0 +1,152 @@
+"""systemd/vpncrypt@.service under a real systemd (252, PID 1 of a container
+booted from this machine's /usr): notify readiness and STATUS=, reload, the
+watchdog (pings, and a hung daemon killed and restarted), stop, and a config
+that can never load (the start limit trips; no endless restart loop)."""
+import os
+import sys
+import time
+
+import pytest
+
+import vpncrypt
+from tests.daemon.container import Container
+from tests.installed import script
+from vpncrypt.protocol import keys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+UNIT = os.path.join(REPO, "systemd", "vpncrypt@.service")
+
+
+def _visible_dirs():
+    """What the service needs to see of this machine: the venv, the
+    interpreter it points at (when outside /usr) and the vpncrypt package."""
+    dirs = {sys.prefix, os.path.dirname(os.path.dirname(os.path.abspath(vpncrypt.__file__)))}
+    base = os.path.realpath(sys.base_prefix)
+    if not base.startswith("/usr"):
+        dirs.add(base)
+    return sorted(dirs)
+
+
+def _conf(peers, private):
+    lines = ["[Interface]", f"PrivateKey = {private}", "ListenPort = 51820",
+             "Address = 10.211.0.1/24"]
+    for i, pub in enumerate(peers):
+        lines += ["[Peer]", f"PublicKey = {pub}", f"AllowedIPs = 10.211.0.{i + 2}/32"]
+    return "\n".join(lines) + "\n"
+
+
+def _wait(what, fn, timeout=20, every=0.2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"{what}: not reached within {timeout} s (last: {last!r})")
+
+
+@pytest.fixture
+def container():
+    assert os.geteuid() == 0, "the systemd test boots a container: it needs root"
+    c = Container(binds_ro=_visible_dirs())
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _install(c, dirs):
+    c.run("tee", "/etc/systemd/system/vpncrypt@.service", input=open(UNIT).read())
+    # As an administrator with a venv does (see the unit's comment): point
+    # ExecStart at it and let the sandbox see it.  WatchdogSec is shortened so
+    # that the watchdog can be watched within seconds.
+    c.run("mkdir", "-p", "/etc/systemd/system/vpncrypt@.service.d")
+    # A venv in a home directory needs ProtectHome=tmpfs (an empty /root and
+    # /home into which BindReadOnlyPaths= can make it visible).
+    home = any(d.split("/")[1] in ("root", "home") for d in dirs)
+    c.run("tee", "/etc/systemd/system/vpncrypt@.service.d/test.conf", input=(
+        "[Service]\nExecStart=\n"
+        f"ExecStart={script('vpncrypt')} up %i -c /etc/vpncrypt/%i.conf\n"
+        f"BindReadOnlyPaths={' '.join(dirs)}\nWatchdogSec=2s\n"
+        + ("ProtectHome=tmpfs\n" if home else "")))
+    c.run("install", "-d", "-m", "700", "/etc/vpncrypt")
+    # the container has no network to wait for: network-online.target is
+    # reached at once instead of after wait-online's two-minute timeout
+    c.run("systemctl", "mask", "systemd-networkd-wait-online.service")
+    c.run("systemctl", "daemon-reload")
+
+
+def _write(c, name, text):
+    c.run("tee", f"/etc/vpncrypt/{name}.conf", input=text)
+    c.run("chmod", "600", f"/etc/vpncrypt/{name}.conf")
+
+
+def test_unit_under_real_systemd(container):
+    c = container
+    _install(c, _visible_dirs())
+    peers = [keys.pubkey(keys.genkey()) for _ in range(2)]
+    private = keys.genkey()
+    _write(c, "vct0", _conf(peers[:1], private))
+
+    # notify readiness: `systemctl start` of a Type=notify unit returns once READY=1 came
+    c.run("systemctl", "start", "vpncrypt@vct0")
+    s = c.show("vpncrypt@vct0", "ActiveState", "SubState", "StatusText", "MainPID", "NRestarts")
+    assert (s["ActiveState"], s["SubState"]) == ("active", "running"), s
+    assert s["StatusText"] == "1 peer, no handshake yet", s
+    assert c.run("wg", "show", "vct0", "peers").stdout.split() == peers[:1]
+    pid = s["MainPID"]
+
+    # the watchdog is pinged (its timestamp moves) and the service stays up
+    t1 = int(c.show("vpncrypt@vct0", "WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"])
+    _wait("a newer watchdog ping", lambda: int(c.show(
+        "vpncrypt@vct0", "WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"]) > t1)
+
+    # reload: the new peer is applied, same process
+    _write(c, "vct0", _conf(peers, private))
+    c.run("systemctl", "reload", "vpncrypt@vct0")
+    assert sorted(c.run("wg", "show", "vct0", "peers").stdout.split()) == sorted(peers)
+    s = c.show("vpncrypt@vct0", "ActiveState", "MainPID", "StatusText")
+    assert s["ActiveState"] == "active" and s["MainPID"] == pid, s
+    assert s["StatusText"] == "2 peers, no handshake yet", s
+
+    # a hung daemon stops pinging: systemd kills it (Result=watchdog) and restarts it
+    c.run("kill", "-STOP", pid)
+    _wait("a restart after the watchdog fired", lambda: c.show(
+        "vpncrypt@vct0", "NRestarts")["NRestarts"] == "1", timeout=30)
+    s = _wait("the restarted service", lambda: (lambda s: s if s["ActiveState"] == "active" and
+                                                 s["MainPID"] not in ("0", pid) else None)(
+        c.show("vpncrypt@vct0", "ActiveState", "MainPID")), timeout=20)
+    log = c.run("journalctl", "-u", "vpncrypt@vct0", "-o", "cat", "--no-pager").stdout
+    assert "Watchdog timeout" in log or "watchdog" in log.lower(), log[-2000:]
+
+    # stop: interface and UAPI socket gone, exit status 0
+    c.run("systemctl", "stop", "vpncrypt@vct0")
+    s = c.show("vpncrypt@vct0", "ActiveState", "Result")
+    assert s == {"ActiveState": "inactive", "Result": "success"}, s
+    assert c.run("ip", "link", "show", "vct0", check=False).returncode != 0
+    assert c.run("test", "-e", "/run/wireguard/vct0.sock", check=False).returncode != 0
+
+
+def test_config_that_never_loads_stops_restarting(container):
+    """A broken file: a few tries, then the unit stays failed (start limit),
+    each try logging the one-line error without a logger prefix."""
+    c = container
+    _install(c, _visible_dirs())
+    _write(c, "vct1", "[Interface]\nBogus = 1\n")
+    assert c.run("systemctl", "start", "vpncrypt@vct1", check=False).returncode != 0
+    journal = ("journalctl", "-u", "vpncrypt@vct1", "-o", "cat", "--no-pager")
+    _wait("the start limit", lambda: "Start request repeated too quickly" in c.run(*journal).stdout,
+          timeout=40)
+    s = c.show("vpncrypt@vct1", "ActiveState", "Result", "NRestarts")
+    assert s["ActiveState"] == "failed", s
+    time.sleep(5)            # and it stays that way: no more restarts
+    s2 = c.show("vpncrypt@vct1", "ActiveState", "Result", "NRestarts")
+    assert s2 == s, (s, s2)
+    assert int(s["NRestarts"]) <= 5, s
+    log = c.run(*journal).stdout
+    errors = [line for line in log.splitlines() if "Bogus" in line]
+    assert errors and all(line == "/etc/vpncrypt/vct1.conf:2: [Interface] Bogus: unknown key"
+                          for line in errors), log
+    assert len(errors) <= int(s["NRestarts"]) + 1, log    # one line per try, no more
+    assert " down" not in log, log

@@ -1,0 +1,68 @@
+"""`--log-level debug` traces a session: handshake messages sent and
+received, handshakes completed and new keypairs, keepalives, endpoint
+changes (roaming), UAPI changes and reloads; rate-limited, and never any
+key material (issue 10 h)."""
+import re
+import signal
+import time
+
+from tests.interop.lab import PORT, pair
+from vpncrypt.protocol import keys
+
+
+def _trace(log):
+    return [line for line in log.splitlines() if "vpncrypt.trace:" in line]
+
+
+def test_debug_log_traces_a_session(lab):
+    env = {"VPNCRYPT_TEST_TIMERS": "rekey_after_time=2,rekey_timeout=1"}
+    a, b = pair(lab, "vpncrypt", "wggo", initiator="A", psk=True, keepalive=1, env_a=env)
+    a.ping(b)
+    time.sleep(3)                                     # a rekey and some keepalives
+    # roaming: B's packets now come from another port
+    b.wg("set", b.iface, "listen-port", str(PORT + 1))
+    b.ping(a)
+    # a UAPI change, then a reload
+    a.wg("set", a.iface, "peer", b.public, "persistent-keepalive", "7")
+    a.proc.popen.send_signal(signal.SIGHUP)
+    lab.wait_notify(a.proc, "READY=1")
+    time.sleep(0.5)
+    log = a.proc.log()
+    trace = "\n".join(_trace(log))
+    outer_b = f"{b.outer}:{PORT}"
+    assert f"sent handshake initiation to {outer_b}" in trace, trace
+    assert f"received handshake response from {outer_b}" in trace, trace
+    assert re.search(r"peer \S+: handshake completed as initiator \(\d+ so far\); new keypair",
+                     trace), trace
+    assert len(re.findall(r"handshake completed", trace)) >= 2, trace      # the rekey
+    assert f"sent keepalive to {b.outer}:" in trace, trace
+    assert f"endpoint changed from {outer_b} to {b.outer}:{PORT + 1}" in trace, trace
+    assert "UAPI: set=1 request from uid 0" in trace, trace
+    assert "persistent keepalive every 7 s" in log, log
+    assert "reloaded" in log
+    # peers are named by a short fingerprint; no key material anywhere
+    for secret in (a.private, a.peer_conf["psk"]):
+        assert secret not in log and keys.decode(secret).hex() not in log
+    assert b.public not in log and keys.decode(b.public).hex() not in log
+    assert b.public[:8] in trace
+
+
+def test_debug_trace_is_rate_limited(lab):
+    a, b = pair(lab, "vpncrypt", "wggo", initiator="A")
+    a.ping(b)
+    n = 5000
+    lab.run_in("B", "python3", "-c",
+               "import os, socket\n"
+               "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+               f"for _ in range({n}):\n"
+               f"    s.sendto(b'\\x01\\0\\0\\0' + os.urandom(144), ('{a.outer}', {PORT}))\n")
+    time.sleep(1)
+    trace = _trace(a.proc.log())
+    floods = [line for line in trace if "received handshake initiation from" in line]
+    assert floods, trace[-20:]
+    assert len(trace) < 400, len(trace)              # not one line per datagram
+    time.sleep(1)                                    # the bucket refills
+    a.wg("show", a.iface)                            # a traced UAPI request after the flood
+    time.sleep(0.5)                                  # says how many lines were dropped
+    assert any("dropped by the rate limit" in line for line in _trace(a.proc.log()))
+    assert a.counters().get("drop_bad_mac1", 0) >= n * 0.9

@@ -1,0 +1,359 @@
+"""The daemon's one contact with the protocol core and the data plane.
+
+Everything the daemon does with the sans-I/O Device, the Engine and the
+native fast path happens here, and only here:
+
+* DataPlane builds the Device and the Engine, hands them the UDP socket and
+  the TUN device, tells the Engine when the configuration changed (its
+  timers may move), and reads what the daemon reports (counters, STATUS=,
+  the peers' AllowedIPs for routes).
+* DeviceControl is the Control interface (vpncrypt.daemon.control) that the
+  UAPI server and the SIGHUP reload drive.
+* TracedUdpSocket and EventTrace produce the debug trace (`--log-level
+  debug`): handshake messages and keepalives as they cross the socket, and
+  the Device's events (handshakes started, answered, completed and given
+  up, keys confirmed and zeroed, roaming, cookies, load).  No key material
+  is ever logged: peers are named by a public-key fingerprint.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import ipaddress
+import logging
+import time
+from typing import Optional
+
+from ..config.keys import PublicKey
+from ..config.ops import PeerUpdate
+from ..dataplane.io import UdpBatchSocket
+from ..dataplane.sockopts import socket_drops
+from ..endpoints import format_endpoint, resolve_endpoint
+from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
+
+log = logging.getLogger("vpncrypt.daemon")
+trace = logging.getLogger("vpncrypt.trace")
+
+# The TUN read buffers and the fast path's seal buffers are sized for this, so
+# that the interface MTU can be changed at run time (`ip link set mtu`, as
+# wg-quick does) without reallocating anything.
+MAX_PACKET = 65535
+BATCH = 64
+
+# WireGuard message types and sizes (whitepaper section 5.4)
+MSG_INITIATION, MSG_RESPONSE, MSG_COOKIE, MSG_DATA = 1, 2, 3, 4
+KEEPALIVE_LEN = 32          # a data message with an empty payload: header 16 + tag 16
+_SENT = {MSG_INITIATION: "sent handshake initiation to %s",
+         MSG_RESPONSE: "sent handshake response to %s",
+         MSG_COOKIE: "sent cookie reply to %s (under load)"}
+_RECEIVED = {MSG_INITIATION: "received handshake initiation from %s",
+             MSG_RESPONSE: "received handshake response from %s",
+             MSG_COOKIE: "received cookie reply from %s"}
+
+
+def fingerprint(public_key) -> str:
+    return PublicKey(bytes(public_key)).fingerprint()
+
+
+# --------------------------------------------------------------------------
+# the data plane
+
+class DataPlane:
+    """The Device and the Engine of one interface."""
+
+    def __init__(self, private_key: Optional[bytes], timer_config=None, mtu: int = 1420,
+                 threads: int = 1):
+        from ..protocol.device import Device
+        self.device = Device(private_key, timer_config=timer_config, mtu=mtu)
+        self.engine = None
+        self.threads = threads
+        self.trace = EventTrace()
+
+    def udp_socket(self, sock):
+        """The batch socket the Engine gets: traced when debug logging is on."""
+        cls = TracedUdpSocket if trace.isEnabledFor(logging.DEBUG) else UdpBatchSocket
+        udp = cls(sock, batch=BATCH, mtu=MAX_PACKET)
+        if isinstance(udp, TracedUdpSocket):
+            udp.device = self.device
+        return udp
+
+    def set_listen_port(self, port: int) -> None:
+        """(The protocol core does not need the port.)"""
+
+    def start(self, udp, tun_fd: int, *, loop, mtu: int, on_fatal) -> None:
+        from ..dataplane.engine import Engine
+        from ..dataplane.io import TunBatch
+        inner = TunBatch(tun_fd, mtu=MAX_PACKET, batch=BATCH)
+        self.device.set_mtu(mtu)
+        self.engine = Engine(self.device, udp, inner, loop=loop, max_packet=MAX_PACKET,
+                             threads=self.threads, on_fatal=on_fatal, on_events=self.trace.events)
+        self.engine.start()
+
+    def replace_udp(self, udp) -> None:
+        if self.engine is not None:
+            self.engine.replace_udp(udp)
+
+    def set_mtu(self, mtu: int) -> None:
+        """The interface MTU changed: the padding stops at it (the buffers
+        hold MAX_PACKET either way)."""
+        self.device.set_mtu(mtu)
+
+    def changed(self) -> None:
+        """After any change made to the Device from outside the engine."""
+        if self.engine is not None:
+            self.engine.changed()
+
+    def stop(self) -> None:
+        """Stop moving packets and wipe the keys."""
+        if self.engine is not None:
+            self.engine.stop()
+        self.device.clear_peers()
+        self.device.set_private_key(None)
+
+    # ------------------------------------------------------------ reading
+
+    def peer_count(self) -> int:
+        return len(self.device.peers)
+
+    def last_handshake(self) -> float:
+        return max((p.counters.last_handshake for p in self.device.peers.values()), default=0.0)
+
+    def allowed_ips(self) -> list:
+        out = []
+        for peer in self.device.peers.values():
+            out += [ipaddress.ip_network(n, strict=False) for n in peer.allowed_ips]
+        return out
+
+    def counters(self, udp, *, loop=None, pending_timers: int = 0) -> dict:
+        dev = self.device
+        out = {"drop_" + k: v for k, v in dev.drops().items()}
+        eng = self.engine
+        if eng is not None:
+            for k, v in eng.counters.as_dict().items():
+                out["engine_" + k] = v
+        if udp is not None:
+            # the kernel's count for our socket (receive buffer full), and
+            # datagrams too large for a receive slot
+            out["drop_socket_overflow"] = socket_drops(udp.sock)
+            if udp.dropped:
+                out["drop_truncated"] = int(udp.dropped)
+        out["handshakes_sent"] = dev.counters.handshakes_sent
+        out["handshakes_completed"] = dev.counters.handshakes_completed
+        # resource gauges, for the long-run tests: nothing here may grow
+        if loop is not None:
+            out["asyncio_tasks"] = len(asyncio.all_tasks(loop))
+        out["pending_timers"] = pending_timers
+        return out
+
+
+# --------------------------------------------------------------------------
+# the Control adapter the UAPI server (and the SIGHUP reload) drive
+
+class DeviceControl(Control):
+    """Control on top of a host (the Daemon) that has: device, listen_port,
+    fwmark, v6, changed(), counters(), rebind(port), set_fwmark(mark), and
+    for the wg-quick extras tun and check_mtu()."""
+
+    def __init__(self, daemon):
+        self.d = daemon
+
+    @property
+    def device(self):
+        return self.d.device
+
+    def _changed(self) -> None:
+        self.d.changed()
+
+    def snapshot(self) -> InterfaceSnapshot:
+        dev = self.device
+        now = dev.table.clock(time.monotonic())      # the loop's clock (asyncio and uvloop)
+        peers = []
+        for peer in dev.peers.values():
+            c = peer.counters
+            st = peer.stats(now)          # transport counters: the session table's
+            rx, tx = c.rx_bytes + st.rx_wire_bytes, c.tx_bytes + st.tx_wire_bytes
+            lh = c.last_handshake or 0.0
+            sec = int(lh)
+            peers.append(PeerSnapshot(
+                public_key=peer.public_key, preshared_key=peer.preshared_key,
+                endpoint=format_endpoint(st.endpoint),
+                persistent_keepalive=peer.persistent_keepalive,
+                allowed_ips=peer.allowed_ips,
+                last_handshake_time_sec=sec,
+                last_handshake_time_nsec=int((lh - sec) * 1e9) if lh else 0,
+                rx_bytes=rx, tx_bytes=tx))
+        return InterfaceSnapshot(private_key=dev.private_key, listen_port=self.d.listen_port,
+                                 fwmark=self.d.fwmark, peers=peers, counters=self.d.counters())
+
+    def set_private_key(self, key) -> None:
+        new = bytes(key) if key is not None else None
+        if new == self.device.private_key:
+            return  # unchanged (wg setconf always sends it): keep the sessions
+        self.device.set_private_key(new)
+        log.info("private key %s", "set" if new else "removed")
+        self._changed()
+
+    def set_listen_port(self, port: int) -> None:
+        self.d.rebind(port)
+
+    def set_fwmark(self, fwmark: int) -> None:
+        if fwmark != self.d.fwmark:
+            log.debug("fwmark set to 0x%x", fwmark)
+        self.d.set_fwmark(fwmark)
+
+    def replace_peers(self) -> None:
+        if self.device.peers:
+            log.info("all %d peer(s) removed", len(self.device.peers))
+        self.device.clear_peers()
+        self._changed()
+
+    def has_peer(self, public_key) -> bool:
+        return bytes(public_key) in self.device.peers
+
+    def remove_peer(self, public_key) -> None:
+        if bytes(public_key) in self.device.peers:
+            self.device.remove_peer(bytes(public_key))
+            log.info("peer %s removed", fingerprint(public_key))
+            self._changed()
+
+    def upsert_peer(self, update: PeerUpdate) -> None:
+        dev = self.device
+        pk = bytes(update.public_key)
+        if dev.public_key is not None and pk == dev.public_key:
+            return  # as wireguard-go: a peer with our own key is ignored
+        endpoint = None
+        if update.endpoint is not None:
+            try:
+                endpoint = resolve_endpoint(update.endpoint, self.d.v6)
+            except OSError as e:
+                raise ControlError(e.errno or errno.EADDRNOTAVAIL, e.strerror or str(e)) from None
+        allowed = [ipaddress.ip_network(n, strict=False) for n in update.allowed_ips]
+        psk = bytes(update.preshared_key) if update.preshared_key is not None else None
+        name = fingerprint(pk)
+        if pk not in dev.peers:
+            try:
+                dev.add_peer(pk, preshared_key=psk, allowed_ips=allowed, endpoint=endpoint,
+                             persistent_keepalive=update.persistent_keepalive or 0)
+            except ValueError as e:
+                raise ControlError(errno.EINVAL, str(e)) from None
+            log.info("peer %s added", name)
+        else:
+            peer = dev.peers[pk]
+            kw = {}
+            if psk is not None:
+                if (peer.preshared_key or None) != (psk if any(psk) else None):
+                    log.debug("peer %s: preshared key %s", name, "set" if any(psk) else "removed")
+                kw["preshared_key"] = psk
+            if endpoint is not None:
+                if endpoint != peer.endpoint:
+                    log.debug("peer %s: endpoint set to %s", name, format_endpoint(endpoint))
+                kw["endpoint"] = endpoint
+            if update.persistent_keepalive is not None:
+                if update.persistent_keepalive != peer.persistent_keepalive:
+                    log.debug("peer %s: persistent keepalive %s", name,
+                              f"every {update.persistent_keepalive} s"
+                              if update.persistent_keepalive else "off")
+                kw["persistent_keepalive"] = update.persistent_keepalive
+            before = set(peer.allowed_ips)
+            dev.update_peer(pk, allowed_ips=allowed,
+                            replace_allowed_ips=update.replace_allowed_ips, **kw)
+            after = set(peer.allowed_ips)
+            if after != before:
+                log.debug("peer %s: allowed IPs %s", name, ", ".join(sorted(after)) or "(none)")
+        self._changed()
+
+    def set_mtu(self, mtu: int) -> None:
+        self.d.tun.set_mtu(mtu)
+        self.d.check_mtu()
+
+    def set_addresses(self, add, remove) -> None:
+        self.d.tun.set_addresses(add=add, remove=remove)
+
+
+# --------------------------------------------------------------------------
+# the debug trace
+
+class TracedUdpSocket(UdpBatchSocket):
+    """A UdpBatchSocket that traces the protocol's control messages and
+    keepalives (by type and size: nothing is decrypted here).  Used only at
+    debug level; transport data of any other size passes unlogged."""
+
+    device = None
+
+    def recv(self):
+        res = super().recv()
+        n, view, off, lens, ep = res
+        for i in range(n):
+            kind, size = view[off[i]], lens[i]
+            if kind == MSG_DATA and size != KEEPALIVE_LEN:
+                continue
+            where = format_endpoint(self.endpoints.to_addr(ep + i))
+            if kind in _RECEIVED:
+                trace.debug(_RECEIVED[kind], where)
+            elif kind == MSG_DATA:
+                index = int.from_bytes(view[off[i] + 4:off[i] + 8], "little")
+                trace.debug("received keepalive from %s%s", where, self._peer_of(index))
+        return res
+
+    def send_datagrams(self, datagrams, connected: bool = False):
+        for data, addr in datagrams:
+            if not data:
+                continue
+            kind = data[0]
+            where = format_endpoint(addr)
+            if kind in _SENT:
+                trace.debug(_SENT[kind], where)
+            elif kind == MSG_DATA and len(data) == KEEPALIVE_LEN:
+                trace.debug("sent keepalive to %s", where)
+        return super().send_datagrams(datagrams, connected)
+
+    def _peer_of(self, receiver_index: int) -> str:
+        dev = self.device
+        pid = dev.table.index_peer(receiver_index) if dev is not None else None
+        peer = dev.by_pid.get(pid) if pid is not None else None
+        return f" (peer {fingerprint(peer.public_key)})" if peer is not None else ""
+
+
+class EventTrace:
+    """The Device's events as debug lines."""
+
+    def __init__(self):
+        self._endpoints = {}      # public key -> the last endpoint traced
+
+    def events(self, events) -> None:
+        if not trace.isEnabledFor(logging.DEBUG):
+            return
+        for ev in events:
+            line = self._line(ev)
+            if line:
+                trace.debug("%s", line)
+
+    def _line(self, ev):
+        from ..protocol import events as E
+        peer = getattr(ev, "peer", None)
+        name = fingerprint(peer.public_key) if peer is not None else ""
+        if isinstance(ev, E.HandshakeInitiated):
+            return None if ev.attempt == 1 else f"peer {name}: handshake retry (try {ev.attempt})"
+        if isinstance(ev, E.HandshakeResponded):
+            return (f"peer {name}: handshake initiation accepted; responder keypair waits "
+                    "for confirmation")
+        if isinstance(ev, E.HandshakeCompleted):
+            if ev.initiator:
+                return (f"peer {name}: handshake completed as initiator "
+                        f"({peer.counters.handshakes_completed} so far); new keypair in use")
+            return (f"peer {name}: handshake completed: keypair confirmed by the initiator's "
+                    "first message; it is now current")
+        if isinstance(ev, E.EndpointChanged):
+            old = self._endpoints.get(peer.public_key)
+            self._endpoints[peer.public_key] = ev.endpoint
+            return (f"peer {name}: endpoint changed from {format_endpoint(old) or '(none)'} "
+                    f"to {format_endpoint(ev.endpoint)}")
+        if isinstance(ev, E.HandshakeGaveUp):
+            return f"peer {name}: handshake did not complete after {ev.initiations} attempts, giving up"
+        if isinstance(ev, E.KeysZeroed):
+            return f"peer {name}: all keys zeroed (no new session for 3 x REJECT_AFTER_TIME)"
+        if isinstance(ev, E.CookieReceived):
+            return f"peer {name}: cookie reply accepted (the peer is under load)"
+        if isinstance(ev, E.LoadChanged):
+            return "under load: handshake messages need a cookie" if ev.under_load else "no longer under load"
+        return None

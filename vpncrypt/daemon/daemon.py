@@ -1,0 +1,349 @@
+"""The vpncrypt daemon: config + UDP socket + TUN + data plane + UAPI server +
+routes + sd_notify, on one asyncio (uvloop) event loop.
+
+    daemon = Daemon("wg0", config_path="/etc/vpncrypt/wg0.conf")
+    exit_code = run_daemon(daemon)          # blocks until SIGTERM/SIGINT
+
+Startup, in an order that leaves nothing behind when a step fails: read the
+config and resolve its endpoints (a config error touches nothing), open the
+UDP socket (dual-stack IPv6, or IPv4), create the TUN device or attach to a
+persistent one, add its Address lines, build the data plane (adapter.py),
+serve the UAPI on /var/run/wireguard/IFACE.sock, add the routes, then send
+READY=1.  SIGHUP re-reads the config and applies it as `wg syncconf` would
+(sessions of unchanged peers survive); SIGTERM/SIGINT undo what startup did
+and exit 0.  If the interface disappears (`ip link del`, `wg-quick down`) or
+the data plane fails, the daemon cleans up and exits 1.
+
+A startup failure is one line on stderr (``FILE:LINE: [Section] Key:
+reason`` for config errors) and exit status 1.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from typing import Callable, Optional
+
+from ..config import Config, ConfigError, extras_operations, load_config, syncconf_operations
+from ..endpoints import resolve_endpoint
+from ..protocol.timers import TimerConfig
+from . import notify
+from .adapter import DataPlane, DeviceControl
+from .control import ControlError
+from .logsetup import report_failure
+from .routes import Routes
+from .testtimers import TEST_TIMERS_ENV
+from .tun import TunDevice
+from .udpsocket import open_udp_socket, set_fwmark
+from .uapi import DEFAULT_SOCKET_DIR, apply_operations, socket_path, start_uapi_server
+
+log = logging.getLogger("vpncrypt.daemon")
+
+TICK = 1.0          # seconds between housekeeping rounds (interface check, MTU, STATUS=)
+
+
+class StartupError(Exception):
+    """Startup failed; the message is one line meant for the user."""
+
+
+def describe(e: BaseException) -> str:
+    """An exception as words for the user: an OSError's text without its
+    `[Errno N]` prefix."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return str(e)
+
+
+class Daemon:
+    def __init__(self, interface: str, config_path: Optional[str] = None, *,
+                 socket_dir: str = DEFAULT_SOCKET_DIR,
+                 timer_config: Optional[TimerConfig] = None,
+                 on_ready: Optional[Callable[[], None]] = None):
+        self.interface = interface
+        self.config_path = config_path
+        self.socket_dir = socket_dir
+        self.timer_config = timer_config
+        self.on_ready = on_ready
+        self.config: Config = Config()
+        self.tun: Optional[TunDevice] = None
+        self.udp = None
+        self.dataplane: Optional[DataPlane] = None
+        self.uapi = None
+        self.routes: Optional[Routes] = None
+        self.control = DeviceControl(self)
+        self.listen_port = 0
+        self.fwmark = 0
+        self.v6 = True
+        self.mtu = 0
+        self.exit_code = 0
+        self.up = False
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self._stop: Optional[asyncio.Event] = None
+        self._status = None
+        self._timers = {}      # purpose -> the one pending TimerHandle
+
+    # ------------------------------------------------------------ helpers
+
+    @property
+    def device(self):
+        return self.dataplane.device if self.dataplane is not None else None
+
+    @property
+    def engine(self):
+        return self.dataplane.engine if self.dataplane is not None else None
+
+    def changed(self) -> None:
+        if self.dataplane is not None:
+            self.dataplane.changed()
+
+    def counters(self) -> dict:
+        return self.dataplane.counters(self.udp, loop=self.loop, pending_timers=len(self._timers))
+
+    def rebind(self, port: int) -> None:
+        if port and port == self.listen_port:
+            return
+        sock = open_udp_socket(port, self.fwmark)
+        old = self.udp
+        self.udp = self.dataplane.udp_socket(sock)
+        self.v6 = sock.family == socket.AF_INET6
+        self.listen_port = sock.getsockname()[1]
+        self.dataplane.set_listen_port(self.listen_port)
+        self.dataplane.replace_udp(self.udp)
+        if old is not None:
+            old.sock.close()
+        log.info("listening on UDP port %d (%s)", self.listen_port,
+                 "IPv4+IPv6" if self.v6 else "IPv4 only")
+
+    def set_fwmark(self, fwmark: int) -> None:
+        set_fwmark(self.udp.sock, fwmark)
+        self.fwmark = fwmark
+
+    def check_mtu(self) -> None:
+        try:
+            mtu = self.tun.get_mtu()
+        except OSError:
+            return
+        if mtu != self.mtu:
+            if self.mtu:
+                log.info("interface %s: MTU %d -> %d", self.interface, self.mtu, mtu)
+            self.mtu = mtu
+            self.dataplane.set_mtu(mtu)
+
+    def _status_text(self) -> str:
+        n = self.dataplane.peer_count()
+        last = self.dataplane.last_handshake()
+        text = f"{n} peer{'s' if n != 1 else ''}"
+        if last:
+            text += ", last handshake " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last))
+        else:
+            text += ", no handshake yet"
+        return text
+
+    # ------------------------------------------------------------ startup
+
+    def _load_config(self) -> Config:
+        """The config file, with every endpoint name resolvable (ConfigError
+        naming the Endpoint line otherwise).  No side effects."""
+        if self.config_path is None:
+            return Config()
+        cfg = load_config(self.config_path)
+        for p in cfg.peers:
+            if p.endpoint is not None:
+                try:
+                    resolve_endpoint(p.endpoint, v6=True)
+                except OSError as e:
+                    line = p.line_of("Endpoint")
+                    raise ConfigError(f"{cfg.path}:{line}: [Peer] Endpoint: {describe(e)}",
+                                      path=cfg.path, line=line) from None
+        for w in cfg.warnings:
+            log.warning("%s", w)
+        return cfg
+
+    def _open_socket(self, cfg: Config) -> None:
+        port = cfg.interface.listen_port or 0
+        try:
+            sock = open_udp_socket(port, self.fwmark)
+        except OSError as e:
+            line = cfg.interface.line_of("ListenPort")
+            if line:
+                raise ConfigError(f"{cfg.path}:{line}: [Interface] ListenPort: {describe(e)}",
+                                  path=cfg.path, line=line) from None
+            raise StartupError(describe(e)) from None
+        self.udp = self.dataplane.udp_socket(sock)
+        self.v6 = sock.family == socket.AF_INET6
+        self.listen_port = sock.getsockname()[1]
+        self.dataplane.set_listen_port(self.listen_port)
+        log.debug("listening on UDP port %d (%s)", self.listen_port,
+                  "IPv4+IPv6" if self.v6 else "IPv4 only")
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        cfg = self.config = self._load_config()
+        iface = cfg.interface
+        self.fwmark = iface.fwmark or 0
+        self.dataplane = DataPlane(bytes(iface.private_key) if iface.private_key is not None
+                                   else None, timer_config=self.timer_config)
+        if self.timer_config is not None:
+            log.warning("test-only protocol timers in use (%s): %s", TEST_TIMERS_ENV,
+                        os.environ.get(TEST_TIMERS_ENV, ""))
+        self._open_socket(cfg)
+        self.tun = TunDevice.create(self.interface, mtu=iface.mtu if iface.mtu else None,
+                                    addresses=iface.addresses, up=True)
+        self.mtu = self.tun.get_mtu()
+        if iface.addresses:
+            log.info("interface %s: addresses %s", self.tun.name,
+                     ", ".join(str(a) for a in iface.addresses))
+        apply_operations(syncconf_operations(self.control.snapshot(), cfg), self.control)
+        self.dataplane.start(self.udp, self.tun.fileno(), loop=self.loop, mtu=self.mtu,
+                             on_fatal=self._on_fatal)
+        self.uapi = await start_uapi_server(socket_path(self.tun.name, self.socket_dir),
+                                            self.control, extensions_in_get=False)
+        self.routes = Routes(self.tun.name, iface.table, get_fwmark=lambda: self.fwmark,
+                             set_fwmark=self.set_fwmark)
+        self.routes.sync(self.dataplane.allowed_ips())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.stop, 0, signal.Signals(sig).name)
+        self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+        self._schedule_tick()
+        wd = notify.watchdog_interval()
+        if wd:
+            self._schedule_watchdog(wd)
+        self._status = self._status_text()
+        self.up = True
+        log.info("%s up: %s, UDP port %d, MTU %d", self.tun.name, self._status,
+                 self.listen_port, self.mtu)
+        notify.ready(self._status)
+        if self.on_ready is not None:
+            self.on_ready()
+
+    # ------------------------------------------------------------ running
+
+    def _schedule_tick(self) -> None:
+        self._timers["tick"] = self.loop.call_later(TICK, self._tick)
+
+    def _tick(self) -> None:
+        if self._stop.is_set():
+            return
+        if self.tun.gone():
+            log.error("interface %s was deleted; shutting down", self.tun.name)
+            self.stop(1)
+            return
+        self.check_mtu()
+        text = self._status_text()
+        if text != self._status:
+            self._status = text
+            notify.status(text)
+        self._schedule_tick()
+
+    def _schedule_watchdog(self, interval: float) -> None:
+        def ping():
+            if self._stop.is_set():
+                return
+            notify.watchdog()
+            self._timers["watchdog"] = self.loop.call_later(interval, ping)
+        ping()
+
+    def _on_fatal(self, exc) -> None:
+        if self.tun.gone():
+            log.error("interface %s was deleted; shutting down", self.tun.name)
+        else:
+            log.error("data plane failed (%s); shutting down", describe(exc))
+        self.stop(1)
+
+    def stop(self, code: int = 0, why: str = "") -> None:
+        if why:
+            log.info("received %s; shutting down", why)
+        if not self._stop.is_set():
+            self.exit_code = code
+            self._stop.set()
+
+    def reload(self) -> None:
+        """SIGHUP: the file against the running state, as `wg syncconf`, plus
+        the wg-quick extras and routes."""
+        if self.config_path is None:
+            log.warning("SIGHUP: no config file to reload (configure through the UAPI)")
+            return
+        notify.reloading()
+        try:
+            new = self._load_config()
+            ops = syncconf_operations(self.control.snapshot(), new)
+            ops += extras_operations(self.config, new)
+            apply_operations(ops, self.control)
+            self.config = new
+            if new.interface.table != self.routes.table:
+                log.warning("reload: a changed Table takes effect at the next start")
+            self.routes.sync(self.dataplane.allowed_ips())
+            log.info("reloaded %s like `wg syncconf`: %d peer(s)", self.config_path,
+                     self.dataplane.peer_count())
+        except (ConfigError, ControlError, OSError, ValueError) as e:
+            log.error("reload failed, keeping the running configuration: %s", describe(e))
+        finally:
+            self.changed()
+            self._status = self._status_text()
+            notify.ready(self._status)
+
+    async def wait(self) -> int:
+        await self._stop.wait()
+        return self.exit_code
+
+    async def close(self) -> None:
+        """Undo what start() did, in reverse; only what was done."""
+        if self.up:
+            notify.stopping("shutting down")
+        for t in self._timers.values():
+            t.cancel()
+        self._timers.clear()
+        if self.loop is not None:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                try:
+                    self.loop.remove_signal_handler(sig)
+                except (ValueError, RuntimeError):
+                    pass
+        if self.routes is not None:
+            self.routes.clear()
+            self.routes = None
+        if self.uapi is not None:
+            self.uapi.close()
+            try:
+                await asyncio.wait_for(self.uapi.wait_closed(), 2)
+            except (asyncio.TimeoutError, Exception):
+                pass
+            self.uapi = None
+        if self.dataplane is not None:
+            self.dataplane.stop()
+        if self.udp is not None:
+            self.udp.sock.close()
+            self.udp = None
+        if self.tun is not None:
+            self.tun.close()
+            self.tun = None
+        if self.up:
+            log.info("%s down", self.interface)
+            self.up = False
+
+    async def run(self) -> int:
+        try:
+            await self.start()
+            code = await self.wait()
+        except (ConfigError, StartupError) as e:
+            report_failure(str(e))
+            code = 1
+        except (OSError, ControlError) as e:
+            report_failure(f"cannot start {self.interface}: {describe(e)}")
+            code = 1
+        finally:
+            await self.close()
+        return code
+
+
+def run_daemon(daemon: Daemon) -> int:
+    """Run on uvloop when it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(daemon.run())
+    return uvloop.run(daemon.run())

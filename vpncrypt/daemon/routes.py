@@ -1,0 +1,148 @@
+"""Routes for the peers' AllowedIPs, added the way wg-quick adds them, and
+removed again when the daemon stops.
+
+* ``Table = off``: no routes at all.
+* ``Table = N`` (a number, or a name from /etc/iproute2/rt_tables): every
+  AllowedIPs network is routed to the interface in table N; nothing else.
+* ``Table = auto`` (the default):
+  - a network that a route through the interface already covers (the
+    Address prefix, say) gets nothing more;
+  - any other network gets a route in the main table;
+  - a default route (``/0``) goes into its own table: the fwmark's number
+    if the interface has one, else the first free number from 51820 (which
+    then also becomes the interface's fwmark), with two policy rules:
+    ``not fwmark T lookup T`` sends everything but the tunnel's own UDP
+    (which carries the mark) into the tunnel, and ``lookup main
+    suppress_prefixlength 0`` keeps the main table's more specific routes.
+    As wg-quick does, net.ipv4.conf.all.src_valid_mark is set to 1.
+
+Routes are applied at startup and after each reload; changes made with
+`wg set` do not touch routes (as with wg-quick).  Only what this object
+added is removed.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import subprocess
+from typing import Callable, Iterable, Optional, Union
+
+log = logging.getLogger("vpncrypt.routes")
+
+FIRST_AUTO_TABLE = 51820
+SRC_VALID_MARK = "/proc/sys/net/ipv4/conf/all/src_valid_mark"
+
+
+class RouteError(OSError):
+    pass
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RouteError(f"`ip {' '.join(args)}` failed: {r.stderr.strip()}")
+    return r
+
+
+class Routes:
+    def __init__(self, interface: str, table: Union[None, str, int], *,
+                 get_fwmark: Callable[[], int], set_fwmark: Callable[[int], None]):
+        self.interface = interface
+        self.table = table               # None: auto; "off"; or a table number/name
+        self.get_fwmark = get_fwmark
+        self.set_fwmark = set_fwmark
+        self.routes: dict = {}           # network -> table it was added to (None: main)
+        self.rules: list = []            # [(family flag, rule args...)] in the order added
+        self.default_table: Optional[int] = None
+
+    # ------------------------------------------------------------ applying
+
+    def sync(self, networks: Iterable) -> None:
+        """Make the routes those of `networks` (the peers' AllowedIPs)."""
+        if self.table == "off":
+            return
+        want = []
+        for n in networks:
+            net = ipaddress.ip_network(n, strict=False)
+            if net not in want:
+                want.append(net)
+        for net in [n for n in self.routes if n not in want]:
+            self._remove_route(net)
+        # longest prefixes first, as wg-quick (`sort -nr -k 2 -t /`)
+        for net in sorted(want, key=lambda n: -n.prefixlen):
+            if net not in self.routes:
+                self._add_route(net)
+
+    def _add_route(self, net) -> None:
+        v = f"-{net.version}"
+        if self.table is not None:
+            _ip(v, "route", "add", str(net), "dev", self.interface, "table", str(self.table))
+            self.routes[net] = self.table
+        elif net.prefixlen == 0:
+            self._add_default(net)
+        else:
+            covered = _ip(v, "route", "show", "dev", self.interface, "match", str(net),
+                          check=False).stdout.strip()
+            if covered:
+                log.debug("route %s: already covered by %s", net, covered.splitlines()[0])
+                return
+            _ip(v, "route", "add", str(net), "dev", self.interface)
+            self.routes[net] = None
+        log.info("route %s dev %s%s", net, self.interface,
+                 f" table {self.routes[net]}" if self.routes[net] is not None else "")
+
+    def _add_default(self, net) -> None:
+        table = self.default_table
+        if table is None:
+            table = self.get_fwmark()
+            if not table:
+                table = FIRST_AUTO_TABLE
+                while (_ip("-4", "route", "show", "table", str(table), check=False).stdout.strip()
+                       or _ip("-6", "route", "show", "table", str(table),
+                              check=False).stdout.strip()):
+                    table += 1
+                self.set_fwmark(table)
+                log.info("fwmark 0x%x on the tunnel's UDP socket, so that it bypasses "
+                         "table %d", table, table)
+            self.default_table = table
+        v = f"-{net.version}"
+        for rule in (("not", "fwmark", str(table), "table", str(table)),
+                     ("table", "main", "suppress_prefixlength", "0")):
+            if (v, rule) not in self.rules:
+                _ip(v, "rule", "add", *rule)
+                self.rules.append((v, rule))
+                log.info("ip %s rule add %s", v, " ".join(rule))
+        if net.version == 4:
+            try:
+                with open(SRC_VALID_MARK, "w") as f:
+                    f.write("1")
+            except OSError as e:
+                log.warning("cannot set %s (%s): replies may be filtered by the reverse "
+                            "path check", SRC_VALID_MARK, e.strerror)
+        _ip(v, "route", "add", str(net), "dev", self.interface, "table", str(table))
+        self.routes[net] = table
+
+    # ------------------------------------------------------------ removing
+
+    def _remove_route(self, net) -> None:
+        table = self.routes.pop(net)
+        args = [f"-{net.version}", "route", "del", str(net), "dev", self.interface]
+        if table is not None:
+            args += ["table", str(table)]
+        r = _ip(*args, check=False)
+        if r.returncode != 0 and "No such" not in r.stderr and "Cannot find" not in r.stderr:
+            log.warning("cannot remove route %s: %s", net, r.stderr.strip())
+        if net.prefixlen == 0 and self.table is None:
+            v = f"-{net.version}"
+            for rule in [r for r in self.rules if r[0] == v]:
+                _ip(v, "rule", "del", *rule[1], check=False)
+                self.rules.remove(rule)
+
+    def clear(self) -> None:
+        """Remove every route and rule this object added (the routes may
+        already be gone with the interface; the rules never go by themselves)."""
+        for net in list(self.routes):
+            self._remove_route(net)
+        for v, rule in self.rules:
+            _ip(v, "rule", "del", *rule, check=False)
+        self.rules.clear()

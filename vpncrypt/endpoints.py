@@ -1,0 +1,196 @@
+"""Peer endpoints in every form vpncrypt meets them, parsed and formatted in
+one place:
+
+* text in a config file (``host:port``, ``[v6]:port``; host may be a name):
+  parse_config_endpoint() -> Endpoint;
+* text in a UAPI ``endpoint=`` line (numeric IPs only, as wireguard-go):
+  parse_uapi_endpoint() -> Endpoint;
+* the (host, port[, flowinfo, scope_id]) tuples of the socket layer:
+  resolve_endpoint(Endpoint) -> tuple (names resolved), format_endpoint(any)
+  -> ``host:port`` / ``[v6%scope]:port``;
+* the 24 bytes of the native ``vc_endpoint`` (family, pad, port, scope, 16
+  address bytes): pack_endpoint(tuple) and unpack_endpoint(bytes).
+"""
+from __future__ import annotations
+
+import errno
+import ipaddress
+import re
+import socket
+import struct
+from dataclasses import dataclass
+
+__all__ = ["Endpoint", "parse_config_endpoint", "parse_uapi_endpoint", "resolve_endpoint",
+           "format_endpoint", "pack_endpoint", "unpack_endpoint"]
+
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
+_V4MAPPED = b"\0" * 10 + b"\xff\xff"
+_HEAD = struct.Struct("=BBHI")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A peer endpoint: the text as written plus its host and port.
+
+    ``host`` has no brackets; it may be a hostname (config files only), which
+    the daemon resolves later. ``is_numeric`` tells whether it is an IP.
+    """
+
+    host: str
+    port: int
+    text: str = ""
+
+    @property
+    def is_numeric(self) -> bool:
+        try:
+            ipaddress.ip_address(self.host.split("%", 1)[0])
+        except ValueError:
+            return False
+        return True
+
+    def __str__(self) -> str:
+        return format_endpoint((self.host, self.port))
+
+
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        raise ValueError("port must be 1-65535")
+    return int(text)
+
+
+def parse_config_endpoint(value: str) -> Endpoint:
+    """``host:port`` or ``[v6]:port`` from a config file. Hostnames are kept
+    for later resolution. Raises ValueError with a short reason."""
+    v = value.strip()
+    if v.startswith("["):
+        close = v.find("]")
+        if close < 0 or not v[close + 1:].startswith(":"):
+            raise ValueError("expected [IPv6]:port")
+        host, port_s = v[1:close], v[close + 2:]
+        try:
+            if not isinstance(ipaddress.ip_address(host.split("%", 1)[0]),
+                              ipaddress.IPv6Address):
+                raise ValueError
+        except ValueError:
+            raise ValueError("brackets must hold an IPv6 address") from None
+    else:
+        host, sep, port_s = v.rpartition(":")
+        if not sep or not host:
+            raise ValueError("expected host:port")
+        if ":" in host:
+            raise ValueError("an IPv6 endpoint needs brackets: [address]:port")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not _HOSTNAME_RE.match(host):
+                raise ValueError("not a valid host name or IP address") from None
+    return Endpoint(host=host, port=_port(port_s), text=v)
+
+
+def parse_uapi_endpoint(value: str) -> Endpoint:
+    """``a.b.c.d:port`` or ``[v6]:port`` from a UAPI request: numeric only.
+    Raises ValueError with a short reason."""
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep:
+            raise ValueError("expected [IPv6]:port")
+        want = ipaddress.IPv6Address
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep:
+            raise ValueError("expected IP:port")
+        want = ipaddress.IPv4Address
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError("not a numeric IP address") from None
+    if not isinstance(addr, want):
+        raise ValueError("IPv6 addresses need brackets")
+    try:
+        return Endpoint(host=host, port=_port(port), text=value)
+    except ValueError:
+        raise ValueError("bad port") from None
+
+
+def resolve_endpoint(ep: Endpoint, v6: bool = True) -> tuple:
+    """An Endpoint (host may be a name) as the (host, port[, 0, scope]) tuple
+    the data plane uses. Raises OSError (EAFNOSUPPORT, EADDRNOTAVAIL) with a
+    message for the user if it cannot be used."""
+    host, port = ep.host, ep.port
+    bare = host.split("%", 1)[0]
+    try:
+        ip = ipaddress.ip_address(bare)
+    except ValueError:
+        ip = None
+    if ip is not None:
+        if ip.version == 6 and not v6:
+            raise OSError(errno.EAFNOSUPPORT, f"{ep}: IPv6 is unavailable on this host")
+        if ip.version == 6 and ip.ipv4_mapped is not None:
+            return (str(ip.ipv4_mapped), port)
+        if "%" in host:
+            scope = host.split("%", 1)[1]
+            scope_id = int(scope) if scope.isdigit() else socket.if_nametoindex(scope)
+            return (bare, port, 0, scope_id)
+        return (str(ip), port)
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC if v6 else socket.AF_INET,
+                                   socket.SOCK_DGRAM)
+    except socket.gaierror as e:
+        raise OSError(errno.EADDRNOTAVAIL, f"cannot resolve {host}: {e.strerror}") from None
+    if not infos:
+        raise OSError(errno.EADDRNOTAVAIL, f"cannot resolve {host}")
+    fam, _t, _p, _c, sa = infos[0]
+    if fam == socket.AF_INET6 and sa[3]:
+        return (sa[0], sa[1], 0, sa[3])
+    return (sa[0], sa[1])
+
+
+def format_endpoint(ep) -> str | None:
+    """``host:port`` (``[v6]:port``, ``[v6%scope]:port``) of an Endpoint, a
+    (host, port[, flowinfo, scope]) tuple or text (returned as is); None for None."""
+    if ep is None:
+        return None
+    if isinstance(ep, str):
+        return ep
+    if isinstance(ep, Endpoint):
+        host, port, scope = ep.host, ep.port, 0
+    else:
+        host, port = str(ep[0]), ep[1]
+        scope = ep[3] if len(ep) >= 4 else 0
+    if ":" in host:
+        if scope and "%" not in host:
+            host = f"{host}%{scope}"
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def unpack_endpoint(raw: bytes) -> tuple:
+    """The (host, port[, 0, scope]) tuple of a packed vc_endpoint."""
+    family, _pad, port, scope = _HEAD.unpack_from(raw)
+    if family == 4:
+        return (socket.inet_ntop(socket.AF_INET, raw[8:12]), port)
+    if family == 6:
+        host = socket.inet_ntop(socket.AF_INET6, raw[8:24])
+        return (host, port, 0, scope) if scope else (host, port)
+    raise ValueError(f"vc_endpoint has no address (family {family})")
+
+
+def pack_endpoint(addr) -> bytes:
+    """The 24 bytes of a vc_endpoint for a (host, port[, flowinfo, scope])
+    tuple with a numeric host; v4-mapped IPv6 becomes IPv4."""
+    host, port = addr[0], addr[1]
+    scope = addr[3] if len(addr) >= 4 else 0
+    if not 0 <= port <= 0xFFFF:
+        raise ValueError(f"port out of range: {port}")
+    try:
+        raw = socket.inet_pton(socket.AF_INET, host)
+        return _HEAD.pack(4, 0, port, 0) + raw + b"\0" * 12
+    except OSError:
+        pass
+    if "%" in host:
+        host, _, ifname = host.partition("%")
+        scope = int(ifname) if ifname.isdigit() else socket.if_nametoindex(ifname)
+    raw = socket.inet_pton(socket.AF_INET6, host)       # OSError if not an IP literal
+    if raw[:12] == _V4MAPPED:
+        return _HEAD.pack(4, 0, port, 0) + raw[12:] + b"\0" * 12
+    return _HEAD.pack(6, 0, port, scope) + raw
