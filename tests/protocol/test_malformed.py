@@ -83,7 +83,6 @@ def test_unknown_index_bad_mac1_bad_tag(crypto):
 
 def test_inner_packet_malformed(crypto):
     clock, a, b, msgs = captured(crypto)
-    pb = b.peers[a.public_key]
     # hand-craft data on A's keypair with a bad inner packet (claims more bytes than present)
     bad_ip = bytearray(ipv4(A_IP, B_IP))
     bad_ip[2:4] = (500).to_bytes(2, "big")

@@ -332,6 +332,8 @@ class EventTrace:
         from ..protocol import events as E
         peer = getattr(ev, "peer", None)
         name = fingerprint(peer.public_key) if peer is not None else ""
+        if peer is not None and not isinstance(ev, E.EndpointChanged):
+            self._endpoints[peer.public_key] = peer.endpoint    # where the peer is, for "from"
         if isinstance(ev, E.HandshakeInitiated):
             return None if ev.attempt == 1 else f"peer {name}: handshake retry (try {ev.attempt})"
         if isinstance(ev, E.HandshakeResponded):
