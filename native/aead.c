@@ -154,7 +154,9 @@ static int open_core(kernels k, uint8_t *pt, const uint8_t *ct, size_t len, cons
     }
     _Alignas(64) uint8_t scratch[OPEN_SCRATCH];
     uint8_t otk[32], want[16];
-    size_t first = k.c->otk_span < OPEN_SCRATCH ? k.c->otk_span : OPEN_SCRATCH;
+    size_t first = k.c->open_first ? k.c->open_first(len) : k.c->otk_span;
+    if (first > OPEN_SCRATCH)
+        first = OPEN_SCRATCH;
     if (first > len)
         first = len;
     st[12] = 0;

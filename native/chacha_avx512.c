@@ -287,8 +287,21 @@ static TGT void chacha_avx512_stream_otk(uint8_t otk[32], uint8_t *dst, const ui
     }
 }
 
+/* Opening: the key block goes into the pass that sealing would make last (the
+ * one with fewer than 16 blocks), so that the passes after the tag check are
+ * whole 16-block ones and only that short pass's data goes through the stack
+ * scratch: 1472 bytes (key + 23 blocks) open as 8 blocks (key + 448 bytes)
+ * before the check and 16 after; 1000 bytes as the key block alone, then 16. */
+static size_t chacha_avx512_open_first(size_t len)
+{
+    size_t blocks = 1 + (len + 63) / 64;           /* the key block and the data */
+    size_t short_pass = blocks % 16 ? blocks % 16 : 16;
+    size_t first = 64 * (short_pass - 1);
+    return first < len ? first : len;
+}
+
 const vc_chacha_impl vc_chacha_avx512_impl = {
     .name = "avx512", .stream = chacha_avx512_stream, .available = vc_cpu_has_avx512,
-    .stream_otk = chacha_avx512_stream_otk, .otk_span = 960,
+    .stream_otk = chacha_avx512_stream_otk, .otk_span = 960, .open_first = chacha_avx512_open_first,
 };
 #endif

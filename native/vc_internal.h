@@ -81,9 +81,14 @@ typedef struct {
     int                   (*available)(void); /* NULL: always available */
     vc_chacha_stream_otk_fn stream_otk;  /* required */
     /* Bytes of data that stream_otk's first pass covers besides the key block
-     * (a multiple of 64): opening decrypts that much into a stack scratch in
-     * the same pass as the key block, see aead.c. */
+     * (a multiple of 64): opening decrypts up to that much into a stack
+     * scratch in the same pass as the key block, see aead.c. */
     size_t                  otk_span;
+    /* Optional: how much of a len-byte message opening should decrypt with the
+     * key block (at most otk_span, a multiple of 64 unless it is len), so that
+     * the passes before and after the tag check are the ones sealing makes in
+     * one go.  NULL: min(len, otk_span). */
+    size_t                (*open_first)(size_t len);
 } vc_chacha_impl;
 
 /* ---- Poly1305 kernels ----
