@@ -30,8 +30,9 @@
 #define VC_ERR_COUNTER  -2
 
 /* From this many message bytes on, the GIL is released around the kernel.
- * Measured on the x86-64 bench machine (BENCHMARKS.md): a release/acquire pair
- * costs about as much as sealing 100 bytes, under 2% of a call from 4 KiB on. */
+ * Measured on the x86-64 bench machine (BENCHMARKS.md, issue 13): releasing and
+ * re-taking it costs 10-45 ns per call, under 3% of a call from 4 KiB on, and
+ * more than 10% of a short packet's. */
 #ifndef GIL_RELEASE_BYTES
 #define GIL_RELEASE_BYTES 4096
 #endif
