@@ -21,7 +21,8 @@
 #define TGT_INLINE static inline __attribute__((always_inline, target("avx2")))
 
 /* dst[0..n) = src[0..n) ^ k[0..n), n in 1..31. */
-TGT_INLINE void xor_partial(uint8_t *dst, const uint8_t *src, size_t n, __m256i k) {
+TGT_INLINE void xor_partial(uint8_t *dst, const uint8_t *src, size_t n, __m256i k)
+{
     size_t nd = n >> 2, r = n & 3;
     if (nd) {
         __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nd),
@@ -40,15 +41,23 @@ TGT_INLINE void xor_partial(uint8_t *dst, const uint8_t *src, size_t n, __m256i 
 }
 
 /* Write 32-byte piece j of a pass, or finish it when the data ends inside it
- * (and return from the pass when the data ends at or before it). */
+ * (and return from the pass when the data ends at or before it).  With otk (the
+ * AEAD's one-time Poly1305 key) the pass's first block is the key block: piece
+ * 0 goes to otk, piece 1 is dropped, and the data starts at piece 2. */
 #define OUT_PIECE(j, k)                                                         \
     do {                                                                        \
-        if (len >= (size_t)32 * ((j) + 1)) {                                    \
-            _mm256_storeu_si256((__m256i *)(dst + 32 * (j)), _mm256_xor_si256(  \
-                _mm256_loadu_si256((const __m256i *)(src + 32 * (j))), (k)));   \
+        if (otk && (j) < 2) {                                                   \
+            if ((j) == 0)                                                       \
+                _mm256_storeu_si256((__m256i *)otk, (k));                       \
+            break;                                                              \
+        }                                                                       \
+        size_t at_ = (size_t)32 * (j) - (otk ? 64 : 0);                         \
+        if (len >= at_ + 32) {                                                  \
+            _mm256_storeu_si256((__m256i *)(dst + at_), _mm256_xor_si256(       \
+                _mm256_loadu_si256((const __m256i *)(src + at_)), (k)));        \
         } else {                                                                \
-            if (len > (size_t)32 * (j))                                         \
-                xor_partial(dst + 32 * (j), src + 32 * (j), len - 32 * (j), (k)); \
+            if (len > at_)                                                      \
+                xor_partial(dst + at_, src + at_, len - at_, (k));              \
             return;                                                             \
         }                                                                       \
     } while (0)
@@ -80,8 +89,10 @@ TGT_INLINE void xor_partial(uint8_t *dst, const uint8_t *src, size_t n, __m256i 
     } while (0)
 
 /* ---------------- 8 blocks, one per ymm lane; len in 1..512 ---------------- */
-static TGT void pass8(uint8_t *dst, const uint8_t *src, size_t len,
-                      const uint32_t st[16], uint32_t ctr, int rounds) {
+/* (with otk: len in 0..448) */
+static TGT void pass8(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
+                      const uint32_t st[16], uint32_t ctr, int rounds)
+{
     ROT_CONSTS;
     __m256i x0 = _mm256_set1_epi32((int)st[0]), x1 = _mm256_set1_epi32((int)st[1]);
     __m256i x2 = _mm256_set1_epi32((int)st[2]), x3 = _mm256_set1_epi32((int)st[3]);
@@ -145,9 +156,10 @@ static TGT void pass8(uint8_t *dst, const uint8_t *src, size_t len,
         _mm_setr_epi32((int)ctr, (int)st[13], (int)st[14], (int)st[15])),       \
         _mm256_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0))
 
-/* 1-2 blocks; len in 1..128. */
-static TGT void row2(uint8_t *dst, const uint8_t *src, size_t len,
-                     const uint32_t st[16], uint32_t ctr, int rounds) {
+/* 1-2 blocks; len in 1..128 (with otk: 0..64). */
+static TGT void row2(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
+                     const uint32_t st[16], uint32_t ctr, int rounds)
+{
     ROT_CONSTS;
     ROW_INIT;
     __m256i a = ra, b = rb, c = rc, d = rd;
@@ -159,9 +171,10 @@ static TGT void row2(uint8_t *dst, const uint8_t *src, size_t len,
     OUT_PIECE(2, HI(a, b)); OUT_PIECE(3, HI(c, d));
 }
 
-/* 3-4 blocks as two interleaved row groups; len in 1..256. */
-static TGT void row4(uint8_t *dst, const uint8_t *src, size_t len,
-                     const uint32_t st[16], uint32_t ctr, int rounds) {
+/* 3-4 blocks as two interleaved row groups; len in 1..256 (with otk: 0..192). */
+static TGT void row4(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
+                     const uint32_t st[16], uint32_t ctr, int rounds)
+{
     ROT_CONSTS;
     ROW_INIT;
     const __m256i rd2 = _mm256_add_epi32(rd, _mm256_setr_epi32(2, 0, 0, 0, 2, 0, 0, 0));
@@ -180,18 +193,45 @@ static TGT void row4(uint8_t *dst, const uint8_t *src, size_t len,
 }
 
 static TGT void chacha_avx2_stream(uint8_t *dst, const uint8_t *src, size_t len,
-                                   const uint32_t st[16], int rounds) {
+                                   const uint32_t st[16], int rounds)
+{
     uint32_t ctr = st[12];
     while (len >= 512) {
-        pass8(dst, src, 512, st, ctr, rounds);
+        pass8(NULL, dst, src, 512, st, ctr, rounds);
         ctr += 8; dst += 512; src += 512; len -= 512;
     }
-    if (len > 256) pass8(dst, src, len, st, ctr, rounds);
-    else if (len > 128) row4(dst, src, len, st, ctr, rounds);
-    else if (len > 0) row2(dst, src, len, st, ctr, rounds);
+    if (len > 256)
+        pass8(NULL, dst, src, len, st, ctr, rounds);
+    else if (len > 128)
+        row4(NULL, dst, src, len, st, ctr, rounds);
+    else if (len > 0)
+        row2(NULL, dst, src, len, st, ctr, rounds);
+}
+
+/* The AEAD form: block st[12] gives the one-time key and the data starts at the
+ * next block; the key block is one more lane of the first pass. */
+static TGT void chacha_avx2_stream_otk(uint8_t otk[32], uint8_t *dst, const uint8_t *src,
+                                       size_t len, const uint32_t st[16], int rounds)
+{
+    uint32_t ctr = st[12];
+    size_t first = len < 448 ? len : 448;
+    if (first > 192)
+        pass8(otk, dst, src, first, st, ctr, rounds);
+    else if (first > 64)
+        row4(otk, dst, src, first, st, ctr, rounds);
+    else
+        row2(otk, dst, src, first, st, ctr, rounds);
+    if (len > first) {
+        uint32_t rest[16];
+        memcpy(rest, st, sizeof rest);
+        rest[12] = ctr + 8;
+        chacha_avx2_stream(dst + first, src + first, len - first, rest, rounds);
+        vc_wipe(rest, sizeof rest);
+    }
 }
 
 const vc_chacha_impl vc_chacha_avx2_impl = {
-    "avx2", chacha_avx2_stream, NULL, vc_cpu_has_avx2, NULL,
+    .name = "avx2", .stream = chacha_avx2_stream, .available = vc_cpu_has_avx2,
+    .stream_otk = chacha_avx2_stream_otk, .otk_span = 448,
 };
 #endif

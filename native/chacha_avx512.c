@@ -22,7 +22,8 @@
 
 /* XOR the 64-byte keystream block k into src writing dst; n (>= 1) bytes
  * remain from here, at most 64 are touched. */
-TGT_INLINE void xor_block(uint8_t *dst, const uint8_t *src, size_t n, __m512i k) {
+TGT_INLINE void xor_block(uint8_t *dst, const uint8_t *src, size_t n, __m512i k)
+{
     if (n >= 64) {
         _mm512_storeu_si512((void *)dst, _mm512_xor_si512(_mm512_loadu_si512((const void *)src), k));
     } else {
@@ -81,7 +82,8 @@ TGT_INLINE void xor_block(uint8_t *dst, const uint8_t *src, size_t n, __m512i k)
 /* One pass of up to 16 blocks: len in 1..1024 bytes (the whole pass when 1024), or
  * with otk, len in 0..960. */
 static TGT void pass16(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
-                       const uint32_t st[16], uint32_t ctr, int rounds) {
+                       const uint32_t st[16], uint32_t ctr, int rounds)
+{
     const __m512i ctr_off = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512i s0 = _mm512_set1_epi32((int)st[0]), s1 = _mm512_set1_epi32((int)st[1]);
     __m512i s2 = _mm512_set1_epi32((int)st[2]), s3 = _mm512_set1_epi32((int)st[3]);
@@ -152,7 +154,8 @@ static TGT void pass16(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t le
 
 /* len in 1..512. */
 static TGT void pass8(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
-                      const uint32_t st[16], uint32_t ctr, int rounds) {
+                      const uint32_t st[16], uint32_t ctr, int rounds)
+{
     const __m256i ctr_off = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i s0 = _mm256_set1_epi32((int)st[0]), s1 = _mm256_set1_epi32((int)st[1]);
     __m256i s2 = _mm256_set1_epi32((int)st[2]), s3 = _mm256_set1_epi32((int)st[3]);
@@ -210,7 +213,8 @@ static TGT void pass8(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len
 
 /* 3-4 blocks in zmm; len in 1..256. */
 static TGT void row4(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
-                     const uint32_t st[16], uint32_t ctr, int rounds) {
+                     const uint32_t st[16], uint32_t ctr, int rounds)
+{
     __m512i a0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)st));
     __m512i b0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(st + 4)));
     __m512i c0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(st + 8)));
@@ -230,7 +234,8 @@ static TGT void row4(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
 
 /* 1-2 blocks in ymm; len in 1..128. */
 static TGT void row2(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
-                     const uint32_t st[16], uint32_t ctr, int rounds) {
+                     const uint32_t st[16], uint32_t ctr, int rounds)
+{
     __m256i a0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)st));
     __m256i b0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(st + 4)));
     __m256i c0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(st + 8)));
@@ -249,7 +254,8 @@ static TGT void row2(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
 }
 
 static TGT void chacha_avx512_stream(uint8_t *dst, const uint8_t *src, size_t len,
-                                     const uint32_t st[16], int rounds) {
+                                     const uint32_t st[16], int rounds)
+{
     uint32_t ctr = st[12];
     while (len >= 1024) {
         pass16(NULL, dst, src, 1024, st, ctr, rounds);
@@ -264,7 +270,8 @@ static TGT void chacha_avx512_stream(uint8_t *dst, const uint8_t *src, size_t le
 /* The AEAD form: block st[12] gives the 32-byte one-time key, the data starts at
  * the next block, and the first pass computes both (no separate one-block pass). */
 static TGT void chacha_avx512_stream_otk(uint8_t otk[32], uint8_t *dst, const uint8_t *src,
-                                         size_t len, const uint32_t st[16], int rounds) {
+                                         size_t len, const uint32_t st[16], int rounds)
+{
     uint32_t ctr = st[12];
     size_t first;
     if (len + 64 > 512) { first = len < 960 ? len : 960; pass16(otk, dst, src, first, st, ctr, rounds); }
@@ -276,10 +283,25 @@ static TGT void chacha_avx512_stream_otk(uint8_t otk[32], uint8_t *dst, const ui
         memcpy(rest, st, sizeof rest);
         rest[12] = ctr + 16;
         chacha_avx512_stream(dst + first, src + first, len - first, rest, rounds);
+        vc_wipe(rest, sizeof rest);     /* a copy of the state, so of the key */
     }
 }
 
+/* Opening: the key block goes into the pass that sealing would make last (the
+ * one with fewer than 16 blocks), so that the passes after the tag check are
+ * whole 16-block ones and only that short pass's data goes through the stack
+ * scratch: 1472 bytes (key + 23 blocks) open as 8 blocks (key + 448 bytes)
+ * before the check and 16 after; 1000 bytes as the key block alone, then 16. */
+static size_t chacha_avx512_open_first(size_t len)
+{
+    size_t blocks = 1 + (len + 63) / 64;           /* the key block and the data */
+    size_t short_pass = blocks % 16 ? blocks % 16 : 16;
+    size_t first = 64 * (short_pass - 1);
+    return first < len ? first : len;
+}
+
 const vc_chacha_impl vc_chacha_avx512_impl = {
-    "avx512", chacha_avx512_stream, NULL, vc_cpu_has_avx512, chacha_avx512_stream_otk,
+    .name = "avx512", .stream = chacha_avx512_stream, .available = vc_cpu_has_avx512,
+    .stream_otk = chacha_avx512_stream_otk, .otk_span = 960, .open_first = chacha_avx512_open_first,
 };
 #endif

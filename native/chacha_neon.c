@@ -8,7 +8,7 @@
  *          four NEON lanes alone.
  * "neon4": the four NEON lanes only, for every length (for comparison, and
  *          the default on in-order Cortex-A53/A55 cores, see
- *          vc_chacha_preferred_name below).
+ *          vc_chacha_preferred_name in cpu.c).
  *
  * Shortening the dependency chain.  A quarter round is a chain of twelve
  * dependent steps; on out-of-order cores the 4-lane loop is bound by its
@@ -33,8 +33,6 @@
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #if defined(__AARCH64EB__)
 #error "chacha_neon.c assumes little-endian arm64"
@@ -57,7 +55,8 @@ static const uint8_t rot8_idx[16] = {3, 0, 1, 2, 7, 4, 5, 6, 11, 8, 9, 10, 15, 1
 static const uint8_t iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 static const uint32_t lane_ctr[4] = {0, 1, 2, 3};
 
-VC_INLINE uint32x4_t rot16v(uint32x4_t x) {
+VC_INLINE uint32x4_t rot16v(uint32x4_t x)
+{
     return vreinterpretq_u32_u16(vrev32q_u16(vreinterpretq_u16_u32(x)));
 }
 
@@ -168,12 +167,14 @@ VC_INLINE uint32x4_t rot16v(uint32x4_t x) {
 /* 64-bit lane transposes.  Written as trn1/trn2 .2d: compilers otherwise pick
  * zip1/zip2 .2d or an element insert, which some cores (Cortex-A57) run as
  * several micro-ops. */
-VC_INLINE uint64x2_t trn1_64(uint64x2_t a, uint64x2_t b) {
+VC_INLINE uint64x2_t trn1_64(uint64x2_t a, uint64x2_t b)
+{
     uint64x2_t r;
     __asm__("trn1 %0.2d, %1.2d, %2.2d" : "=w"(r) : "w"(a), "w"(b));
     return r;
 }
-VC_INLINE uint64x2_t trn2_64(uint64x2_t a, uint64x2_t b) {
+VC_INLINE uint64x2_t trn2_64(uint64x2_t a, uint64x2_t b)
+{
     uint64x2_t r;
     __asm__("trn2 %0.2d, %1.2d, %2.2d" : "=w"(r) : "w"(a), "w"(b));
     return r;
@@ -182,7 +183,8 @@ VC_INLINE uint64x2_t trn2_64(uint64x2_t a, uint64x2_t b) {
 /* A block's keystream: four 16-byte vectors.  A struct of four named vectors,
  * not uint8x16x4_t: gcc builds its register tuples through the stack. */
 typedef struct { uint8x16_t val[4]; } ks_t;
-VC_INLINE uint8x16x4_t ks_tuple(ks_t k) {
+VC_INLINE uint8x16x4_t ks_tuple(ks_t k)
+{
     uint8x16x4_t t = {{k.val[0], k.val[1], k.val[2], k.val[3]}};
     return t;
 }
@@ -203,7 +205,8 @@ VC_INLINE uint8x16x4_t ks_tuple(ks_t k) {
 
 /* XOR one full 64-byte block.  Single-register loads and stores (the compiler
  * pairs them): gcc moves ld1/st1 register tuples through the stack. */
-VC_INLINE void xor_block(uint8_t *dst, const uint8_t *src, ks_t k) {
+VC_INLINE void xor_block(uint8_t *dst, const uint8_t *src, ks_t k)
+{
     uint8x16_t m0 = vld1q_u8(src), m1 = vld1q_u8(src + 16);
     uint8x16_t m2 = vld1q_u8(src + 32), m3 = vld1q_u8(src + 48);
     vst1q_u8(dst, veorq_u8(m0, k.val[0]));
@@ -215,7 +218,8 @@ VC_INLINE void xor_block(uint8_t *dst, const uint8_t *src, ks_t k) {
 /* The last full window [len-64, len), already loaded into w: its keystream is
  * the 128-byte concatenation p || c (p = the last full block, c = the partial
  * one) shifted by s = len mod 64 bytes. */
-VC_INLINE void xor_window(uint8_t *dst_end, ks_t w, ks_t p_, ks_t c_, unsigned s) {
+VC_INLINE void xor_window(uint8_t *dst_end, ks_t w, ks_t p_, ks_t c_, unsigned s)
+{
     uint8x16x4_t p = ks_tuple(p_), c = ks_tuple(c_);
     uint8x16_t idx = vaddq_u8(vld1q_u8(iota16), vdupq_n_u8((uint8_t)s));
     uint8x16_t sixteen = vdupq_n_u8(16), m64 = vdupq_n_u8(64);
@@ -226,7 +230,8 @@ VC_INLINE void xor_window(uint8_t *dst_end, ks_t w, ks_t p_, ks_t c_, unsigned s
     }
 }
 
-VC_INLINE ks_t load_window(const uint8_t *src_end) {
+VC_INLINE ks_t load_window(const uint8_t *src_end)
+{
     ks_t w;
     w.val[0] = vld1q_u8(src_end - 64); w.val[1] = vld1q_u8(src_end - 48);
     w.val[2] = vld1q_u8(src_end - 32); w.val[3] = vld1q_u8(src_end - 16);
@@ -236,7 +241,8 @@ VC_INLINE ks_t load_window(const uint8_t *src_end) {
 /* A whole message of 1..63 bytes against the 64-byte keystream k: two
  * overlapping windows of w bytes (w the largest power of two <= len), at 0 and
  * at len - w, both loaded before either is stored. */
-static void xor_short(uint8_t *dst, const uint8_t *src, size_t len, ks_t k) {
+static void xor_short(uint8_t *dst, const uint8_t *src, size_t len, ks_t k)
+{
     uint8x16x4_t kt4 = ks_tuple(k);
     uint8x16_t iota = vld1q_u8(iota16);
     if (len >= 32) {
@@ -300,7 +306,8 @@ static void xor_short(uint8_t *dst, const uint8_t *src, size_t len, ks_t k) {
 
 /* 1 <= len <= 256 bytes against the keystream blocks k0..k3 (in order). */
 VC_INLINE void xor_upto4(uint8_t *dst, const uint8_t *src, size_t len,
-                         ks_t k0, ks_t k1, ks_t k2, ks_t k3) {
+                         ks_t k0, ks_t k1, ks_t k2, ks_t k3)
+{
     unsigned nfull = (unsigned)(len / 64), s = (unsigned)(len % 64);
     if (nfull == 0) {
         xor_short(dst, src, len, k0);
@@ -330,8 +337,17 @@ VC_INLINE void xor_upto4(uint8_t *dst, const uint8_t *src, size_t len,
     }
 }
 
-VC_INLINE uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-VC_INLINE void st64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+VC_INLINE uint64_t ld64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+VC_INLINE void st64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
 #define W64(lo, hi) ((uint64_t)(lo) | ((uint64_t)(hi) << 32))
 
 /* The ALU block's keystream (feed-forward done) as byte vectors. */
@@ -378,7 +394,8 @@ VC_INLINE void st64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
  *  - !alu, otk:    0 <= len <= 192: lane 0 (ctr) the key, lanes 1..3 the data. */
 VC_INLINE void chacha_core(uint8_t *dst, const uint8_t *src, size_t len, const uint32_t st[16],
                            uint32_t ctr, int rounds, const int alu, const int use_tbl,
-                           const int has_otk, uint8_t *otk) {
+                           const int has_otk, uint8_t *otk)
+{
     const uint32_t vctr = ctr + (alu && has_otk ? 1 : 0);
     const uint32_t yctr = alu && !has_otk ? ctr + 4 : ctr;
     uint8x16_t r8 = vld1q_u8(rot8_idx);
@@ -458,7 +475,8 @@ VC_INLINE void chacha_core(uint8_t *dst, const uint8_t *src, size_t len, const u
 
 /* The one-block path (len <= 64): the ALU block alone. */
 VC_INLINE void chacha_alu1(uint8_t *dst, const uint8_t *src, size_t len, const uint32_t st[16],
-                           uint32_t ctr, int rounds) {
+                           uint32_t ctr, int rounds)
+{
     ALU_LOAD(ctr);
     MCA_BEGIN("alu1");
     MCA_UNROLL
@@ -491,40 +509,48 @@ VC_INLINE void chacha_alu1(uint8_t *dst, const uint8_t *src, size_t len, const u
 
 /* Internal routines, one call each: any 1 <= len <= 320 (resp. 256). */
 VC_SCHED5 void vc_chacha_neon_call5(uint8_t *dst, const uint8_t *src, size_t len,
-                                                    const uint32_t st[16], uint32_t ctr, int rounds) {
+                                                    const uint32_t st[16], uint32_t ctr, int rounds)
+{
     chacha_core(dst, src, len, st, ctr, rounds, 1, VC_NEON5_TBL, 0, NULL);
 }
 __attribute__((noinline)) void vc_chacha_neon_call4(uint8_t *dst, const uint8_t *src, size_t len,
-                                                    const uint32_t st[16], uint32_t ctr, int rounds) {
+                                                    const uint32_t st[16], uint32_t ctr, int rounds)
+{
     chacha_core(dst, src, len, st, ctr, rounds, 0, 0, 0, NULL);
 }
 __attribute__((noinline)) void vc_chacha_neon4_call(uint8_t *dst, const uint8_t *src, size_t len,
-                                                    const uint32_t st[16], uint32_t ctr, int rounds) {
+                                                    const uint32_t st[16], uint32_t ctr, int rounds)
+{
     chacha_core(dst, src, len, st, ctr, rounds, 0, 1, 0, NULL);
 }
 __attribute__((noinline)) void vc_chacha_neon_call1(uint8_t *dst, const uint8_t *src, size_t len,
-                                                    const uint32_t st[16], uint32_t ctr, int rounds) {
+                                                    const uint32_t st[16], uint32_t ctr, int rounds)
+{
     chacha_alu1(dst, src, len, st, ctr, rounds);
 }
 /* The sealing forms' first call: the key block and up to 256 (resp. 192) bytes. */
 VC_SCHED5 void vc_chacha_neon_otk5(uint8_t otk[32], uint8_t *dst, const uint8_t *src,
                                                    size_t len, const uint32_t st[16], uint32_t ctr,
-                                                   int rounds) {
+                                                   int rounds)
+{
     chacha_core(dst, src, len, st, ctr, rounds, 1, VC_NEON5_TBL, 1, otk);
 }
 __attribute__((noinline)) void vc_chacha_neon_otk4(uint8_t otk[32], uint8_t *dst, const uint8_t *src,
                                                    size_t len, const uint32_t st[16], uint32_t ctr,
-                                                   int rounds) {
+                                                   int rounds)
+{
     chacha_core(dst, src, len, st, ctr, rounds, 0, 0, 1, otk);
 }
 __attribute__((noinline)) void vc_chacha_neon4_otk(uint8_t otk[32], uint8_t *dst, const uint8_t *src,
                                                    size_t len, const uint32_t st[16], uint32_t ctr,
-                                                   int rounds) {
+                                                   int rounds)
+{
     chacha_core(dst, src, len, st, ctr, rounds, 0, 1, 1, otk);
 }
 
 static void stream_neon_from(uint8_t *dst, const uint8_t *src, size_t len, const uint32_t st[16],
-                             uint32_t ctr, int rounds) {
+                             uint32_t ctr, int rounds)
+{
     while (len >= NEON_MAX5) {
         vc_chacha_neon_call5(dst, src, NEON_MAX5, st, ctr, rounds);
         ctr += 5; src += NEON_MAX5; dst += NEON_MAX5; len -= NEON_MAX5;
@@ -535,12 +561,14 @@ static void stream_neon_from(uint8_t *dst, const uint8_t *src, size_t len, const
 }
 
 static void stream_neon(uint8_t *dst, const uint8_t *src, size_t len, const uint32_t st[16],
-                        int rounds) {
+                        int rounds)
+{
     stream_neon_from(dst, src, len, st, st[12], rounds);
 }
 
 static void stream_neon4_from(uint8_t *dst, const uint8_t *src, size_t len, const uint32_t st[16],
-                              uint32_t ctr, int rounds) {
+                              uint32_t ctr, int rounds)
+{
     while (len >= NEON_MAX4) {
         vc_chacha_neon4_call(dst, src, NEON_MAX4, st, ctr, rounds);
         ctr += 4; src += NEON_MAX4; dst += NEON_MAX4; len -= NEON_MAX4;
@@ -549,7 +577,8 @@ static void stream_neon4_from(uint8_t *dst, const uint8_t *src, size_t len, cons
 }
 
 static void stream_neon4(uint8_t *dst, const uint8_t *src, size_t len, const uint32_t st[16],
-                         int rounds) {
+                         int rounds)
+{
     stream_neon4_from(dst, src, len, st, st[12], rounds);
 }
 
@@ -559,7 +588,8 @@ static void stream_neon4(uint8_t *dst, const uint8_t *src, size_t len, const uin
  * of data); up to 192 bytes take four lanes, lane 0 the key.  A 1472-byte seal
  * is 24 blocks in 5 calls (5+5+5+5+4). */
 static void stream_otk_neon(uint8_t otk[32], uint8_t *dst, const uint8_t *src, size_t len,
-                            const uint32_t st[16], int rounds) {
+                            const uint32_t st[16], int rounds)
+{
     uint32_t ctr = st[12];
     if (len > 192) {
         size_t first = len < NEON_MAX4 ? len : NEON_MAX4;
@@ -571,7 +601,8 @@ static void stream_otk_neon(uint8_t otk[32], uint8_t *dst, const uint8_t *src, s
 }
 
 static void stream_otk_neon4(uint8_t otk[32], uint8_t *dst, const uint8_t *src, size_t len,
-                             const uint32_t st[16], int rounds) {
+                             const uint32_t st[16], int rounds)
+{
     uint32_t ctr = st[12];
     size_t first = len < 192 ? len : 192;
     vc_chacha_neon4_otk(otk, dst, src, first, st, ctr, rounds);
@@ -579,7 +610,8 @@ static void stream_otk_neon4(uint8_t otk[32], uint8_t *dst, const uint8_t *src, 
 }
 
 /* HChaCha: one block, rows in four vectors, diagonals by lane rotation. */
-static void hchacha_neon(uint32_t out[8], const uint32_t st[16], int rounds) {
+static void hchacha_neon(uint32_t out[8], const uint32_t st[16], int rounds)
+{
     uint32x4_t a = vld1q_u32(st), b = vld1q_u32(st + 4), c = vld1q_u32(st + 8), d = vld1q_u32(st + 12);
     uint8x16_t r8 = vld1q_u8(rot8_idx);
 #define HQR()                                                                   \
@@ -598,84 +630,13 @@ static void hchacha_neon(uint32_t out[8], const uint32_t st[16], int rounds) {
     vst1q_u32(out + 4, d);
 }
 
-const vc_chacha_impl vc_chacha_neon_impl = {.name = "neon", .stream = stream_neon, .hchacha = hchacha_neon,
-                                            .stream_otk = stream_otk_neon};
-const vc_chacha_impl vc_chacha_neon4_impl = {.name = "neon4", .stream = stream_neon4, .hchacha = hchacha_neon,
-                                             .stream_otk = stream_otk_neon4};
+const vc_chacha_impl vc_chacha_neon_impl = {
+    .name = "neon", .stream = stream_neon, .hchacha = hchacha_neon,
+    .stream_otk = stream_otk_neon, .otk_span = NEON_MAX4,
+};
+const vc_chacha_impl vc_chacha_neon4_impl = {
+    .name = "neon4", .stream = stream_neon4, .hchacha = hchacha_neon,
+    .stream_otk = stream_otk_neon4, .otk_span = 192,
+};
 
-/* ---- default choice by core type ----
- * In-order cores (Cortex-A53 0xd03, Cortex-A55 0xd05, both implementer 0x41)
- * run the pure 4-way variant faster; everything else gets "neon". */
-static int part_is_inorder(unsigned long implementer, unsigned long part) {
-    return implementer == 0x41 && (part == 0xd03 || part == 0xd05);
-}
-
-/* Decide from /proc/cpuinfo text: "neon4" if any core is A53/A55 class (a
- * big.LITTLE system runs the thread on either), else "neon"; NULL when the text
- * names no CPU part. */
-const char *vc_chacha_choice_from_cpuinfo(const char *text) {
-    unsigned long impl = 0x41;
-    int seen = 0, inorder = 0;
-    const char *p = text;
-    while (p && *p) {
-        const char *eol = strchr(p, '\n');
-        size_t n = eol ? (size_t)(eol - p) : strlen(p);
-        const char *colon = memchr(p, ':', n);
-        if (colon) {
-            size_t keylen = (size_t)(colon - p);
-            while (keylen && (p[keylen - 1] == ' ' || p[keylen - 1] == '\t')) keylen--;
-            const char *val = colon + 1;
-            while (*val == ' ' || *val == '\t') val++;
-            char *end;
-            if (keylen == 15 && memcmp(p, "CPU implementer", 15) == 0) {
-                impl = strtoul(val, &end, 0);
-            } else if (keylen == 8 && memcmp(p, "CPU part", 8) == 0) {
-                unsigned long part = strtoul(val, &end, 0);
-                if (end != val) {
-                    seen = 1;
-                    if (part_is_inorder(impl, part)) inorder = 1;
-                }
-            }
-        }
-        p = eol ? eol + 1 : NULL;
-    }
-    if (!seen) return NULL;
-    return inorder ? "neon4" : "neon";
-}
-
-/* Decide from a MIDR_EL1 value (as in /sys/.../regs/identification/midr_el1). */
-const char *vc_chacha_choice_from_midr(uint64_t midr) {
-    unsigned long impl = (unsigned long)((midr >> 24) & 0xff);
-    unsigned long part = (unsigned long)((midr >> 4) & 0xfff);
-    return part_is_inorder(impl, part) ? "neon4" : "neon";
-}
-
-const char *vc_chacha_preferred_name(void) {
-    static const char *choice;
-    static int done;
-    if (done) return choice;
-    const char *env = getenv("VPNCRYPT_NEON_CPUINFO");  /* tests: a cpuinfo file to read instead */
-    FILE *f = fopen(env && *env ? env : "/proc/cpuinfo", "r");
-    if (f) {
-        char *buf = malloc(65536);
-        if (buf) {
-            size_t n = fread(buf, 1, 65535, f);
-            buf[n] = 0;
-            choice = vc_chacha_choice_from_cpuinfo(buf);
-            free(buf);
-        }
-        fclose(f);
-    }
-    if (!choice) {
-        f = fopen("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1", "r");
-        if (f) {
-            char line[64];
-            if (fgets(line, sizeof line, f)) choice = vc_chacha_choice_from_midr(strtoull(line, NULL, 16));
-            fclose(f);
-        }
-    }
-    if (!choice) choice = "neon";
-    done = 1;
-    return choice;
-}
 #endif /* __aarch64__ */

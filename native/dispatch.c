@@ -1,4 +1,15 @@
-/* Kernel registry and run-time selection. */
+/* Kernel registry and run-time selection.
+ *
+ * Thread safety: the registry (which kernels exist, which this CPU can run,
+ * the default) is built exactly once, under pthread_once, by whichever thread
+ * first needs it.  After that the kernel in use is one atomic pointer per
+ * primitive: a selection is a release store, and every operation loads the
+ * pointer once (acquire) and uses that kernel to the end, so a thread that
+ * switches kernels never leaves another thread's call half on one kernel and
+ * half on the other. */
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "vc_internal.h"
 
 /* Weak references: a kernel that is not compiled for this architecture has a
@@ -12,7 +23,8 @@
 #pragma weak vc_poly1305_neon_impl
 
 /* Table order is the listing order; preference for the default is the reverse
- * (the last available entry wins), except where a kernel file overrides it. */
+ * (the last available entry wins), except where the CPU asks for another
+ * (vc_chacha_preferred_name). */
 static const vc_chacha_impl *const chacha_all[] = {
     &vc_chacha_generic_impl, &vc_chacha_neon4_impl, &vc_chacha_neon_impl,
     &vc_chacha_avx2_impl, &vc_chacha_avx512_impl,
@@ -24,58 +36,175 @@ static const vc_poly1305_impl *const poly_all[] = {
 #define N_CHACHA (sizeof chacha_all / sizeof chacha_all[0])
 #define N_POLY (sizeof poly_all / sizeof poly_all[0])
 
+/* Written once by setup(), read-only afterwards. */
 static const vc_chacha_impl *chacha_tab[N_CHACHA];
 static const vc_poly1305_impl *poly_tab[N_POLY];
 static int n_chacha, n_poly;
-static int chacha_cur = -1, poly_cur = -1;
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 
-/* Optional hook: a kernel file may define this to choose the default
- * (for example by core type); it returns a name or NULL. */
-#pragma weak vc_chacha_preferred_name
-const char *vc_chacha_preferred_name(void);
+/* The kernels in use; NULL until setup() has run. */
+static _Atomic(const vc_chacha_impl *) chacha_cur;
+static _Atomic(const vc_poly1305_impl *) poly_cur;
 
-static int chacha_avail(int i) { return !chacha_tab[i]->available || chacha_tab[i]->available(); }
-static int poly_avail(int i) { return !poly_tab[i]->available || poly_tab[i]->available(); }
+/* The kernels that served this thread's last operation (vc_last_*_impl). */
+static __thread const vc_chacha_impl *last_chacha;
+static __thread const vc_poly1305_impl *last_poly;
 
-static void setup(void) {
-    if (chacha_cur >= 0) return;
+static int chacha_avail(int i)
+{
+    return !chacha_tab[i]->available || chacha_tab[i]->available();
+}
+
+static int poly_avail(int i)
+{
+    return !poly_tab[i]->available || poly_tab[i]->available();
+}
+
+static void setup(void)
+{
     int nc = 0, np = 0;
-    for (size_t i = 0; i < N_CHACHA; i++) if (chacha_all[i]) chacha_tab[nc++] = chacha_all[i];
-    for (size_t i = 0; i < N_POLY; i++) if (poly_all[i]) poly_tab[np++] = poly_all[i];
-    n_chacha = nc; n_poly = np;
+    for (size_t i = 0; i < N_CHACHA; i++)
+        if (chacha_all[i])
+            chacha_tab[nc++] = chacha_all[i];
+    for (size_t i = 0; i < N_POLY; i++)
+        if (poly_all[i])
+            poly_tab[np++] = poly_all[i];
+    n_chacha = nc;
+    n_poly = np;
     int best = 0;
-    for (int i = 0; i < nc; i++) if (chacha_avail(i)) best = i;
-    if (vc_chacha_preferred_name) {
-        const char *want = vc_chacha_preferred_name();
-        for (int i = 0; want && i < nc; i++)
-            if (chacha_avail(i) && strcmp(chacha_tab[i]->name, want) == 0) best = i;
-    }
+    for (int i = 0; i < nc; i++)
+        if (chacha_avail(i))
+            best = i;
+    const char *want = vc_chacha_preferred_name();
+    for (int i = 0; want && i < nc; i++)
+        if (chacha_avail(i) && strcmp(chacha_tab[i]->name, want) == 0)
+            best = i;
     int pbest = 0;
-    for (int i = 0; i < np; i++) if (poly_avail(i)) pbest = i;
-    poly_cur = pbest;
-    chacha_cur = best;
+    for (int i = 0; i < np; i++)
+        if (poly_avail(i))
+            pbest = i;
+    atomic_store_explicit(&poly_cur, poly_tab[pbest], memory_order_release);
+    atomic_store_explicit(&chacha_cur, chacha_tab[best], memory_order_release);
 }
 
-int vc_chacha_impl_count(void) { setup(); return n_chacha; }
-const char *vc_chacha_impl_name(int i) { setup(); return (i >= 0 && i < n_chacha) ? chacha_tab[i]->name : NULL; }
-int vc_chacha_impl_available(int i) { setup(); return i >= 0 && i < n_chacha && chacha_avail(i); }
-int vc_chacha_impl_active(void) { setup(); return chacha_cur; }
-int vc_chacha_impl_select(int i) {
-    setup();
-    if (!vc_chacha_impl_available(i)) return VC_ERR_IMPL;
-    chacha_cur = i;
-    return VC_OK;
+static void ensure_setup(void)
+{
+    pthread_once(&setup_once, setup);
 }
-int vc_poly1305_impl_count(void) { setup(); return n_poly; }
-const char *vc_poly1305_impl_name(int i) { setup(); return (i >= 0 && i < n_poly) ? poly_tab[i]->name : NULL; }
-int vc_poly1305_impl_available(int i) { setup(); return i >= 0 && i < n_poly && poly_avail(i); }
-int vc_poly1305_impl_active(void) { setup(); return poly_cur; }
-int vc_poly1305_impl_select(int i) {
-    setup();
-    if (!vc_poly1305_impl_available(i)) return VC_ERR_IMPL;
-    poly_cur = i;
+
+VC_API int vc_chacha_impl_count(void)
+{
+    ensure_setup();
+    return n_chacha;
+}
+
+VC_API const char *vc_chacha_impl_name(int i)
+{
+    ensure_setup();
+    return (i >= 0 && i < n_chacha) ? chacha_tab[i]->name : NULL;
+}
+
+VC_API int vc_chacha_impl_available(int i)
+{
+    ensure_setup();
+    return i >= 0 && i < n_chacha && chacha_avail(i);
+}
+
+static int chacha_index(const vc_chacha_impl *impl)
+{
+    for (int i = 0; i < n_chacha; i++)
+        if (chacha_tab[i] == impl)
+            return i;
+    return -1;
+}
+
+static int poly_index(const vc_poly1305_impl *impl)
+{
+    for (int i = 0; i < n_poly; i++)
+        if (poly_tab[i] == impl)
+            return i;
+    return -1;
+}
+
+VC_API int vc_chacha_impl_active(void)
+{
+    return chacha_index(vc_chacha_current());
+}
+
+VC_API int vc_chacha_impl_select(int i)
+{
+    if (!vc_chacha_impl_available(i))
+        return VC_ERR_IMPL;
+    atomic_store_explicit(&chacha_cur, chacha_tab[i], memory_order_release);
     return VC_OK;
 }
 
-const vc_chacha_impl *vc_chacha_current(void) { setup(); return chacha_tab[chacha_cur]; }
-const vc_poly1305_impl *vc_poly1305_current(void) { setup(); return poly_tab[poly_cur]; }
+VC_API int vc_poly1305_impl_count(void)
+{
+    ensure_setup();
+    return n_poly;
+}
+
+VC_API const char *vc_poly1305_impl_name(int i)
+{
+    ensure_setup();
+    return (i >= 0 && i < n_poly) ? poly_tab[i]->name : NULL;
+}
+
+VC_API int vc_poly1305_impl_available(int i)
+{
+    ensure_setup();
+    return i >= 0 && i < n_poly && poly_avail(i);
+}
+
+VC_API int vc_poly1305_impl_active(void)
+{
+    return poly_index(vc_poly1305_current());
+}
+
+VC_API int vc_poly1305_impl_select(int i)
+{
+    if (!vc_poly1305_impl_available(i))
+        return VC_ERR_IMPL;
+    atomic_store_explicit(&poly_cur, poly_tab[i], memory_order_release);
+    return VC_OK;
+}
+
+/* The fast path is one acquire load; setup() runs on the first call only. */
+const vc_chacha_impl *vc_chacha_current(void)
+{
+    const vc_chacha_impl *c = atomic_load_explicit(&chacha_cur, memory_order_acquire);
+    if (__builtin_expect(c == NULL, 0)) {
+        ensure_setup();
+        c = atomic_load_explicit(&chacha_cur, memory_order_acquire);
+    }
+    return c;
+}
+
+const vc_poly1305_impl *vc_poly1305_current(void)
+{
+    const vc_poly1305_impl *p = atomic_load_explicit(&poly_cur, memory_order_acquire);
+    if (__builtin_expect(p == NULL, 0)) {
+        ensure_setup();
+        p = atomic_load_explicit(&poly_cur, memory_order_acquire);
+    }
+    return p;
+}
+
+void vc_note_kernels(const vc_chacha_impl *c, const vc_poly1305_impl *p)
+{
+    last_chacha = c;
+    last_poly = p;
+}
+
+VC_API int vc_last_chacha_impl(void)
+{
+    ensure_setup();
+    return last_chacha ? chacha_index(last_chacha) : -1;
+}
+
+VC_API int vc_last_poly1305_impl(void)
+{
+    ensure_setup();
+    return last_poly ? poly_index(last_poly) : -1;
+}

@@ -39,7 +39,8 @@ typedef struct { __m256i l[5]; } v5;
 
 /* Radix 2^44 (limbs l0 < 2^44, l1 <= 2^44 + 2^20, l2 < 2^42 + 2^20) to radix 2^26
  * limbs below 2^27, lane-wise; the value is preserved exactly. */
-static inline TAVX2 v5 to26(__m256i l0, __m256i l1, __m256i l2) {
+static inline TAVX2 v5 to26(__m256i l0, __m256i l1, __m256i l2)
+{
     const __m256i m26 = _mm256_set1_epi64x(M26);
     v5 o;
     o.l[0] = _mm256_and_si256(l0, m26);
@@ -50,7 +51,8 @@ static inline TAVX2 v5 to26(__m256i l0, __m256i l1, __m256i l2) {
     return o;
 }
 
-static inline TAVX2 __m256i times5(__m256i x) {
+static inline TAVX2 __m256i times5(__m256i x)
+{
     return _mm256_add_epi64(x, _mm256_slli_epi64(x, 2));
 }
 
@@ -59,7 +61,8 @@ static inline TAVX2 __m256i times5(__m256i x) {
 
 /* x * y + a (lane-wise), carried to limbs < 2^26 + 2^9.
  * x limbs < 2^28, y limbs < 2^27 (s = 5 * y limbs 1..4), a limbs < 2^27. */
-static inline TAVX2 v5 vmul(const v5 *x, const __m256i *y, const __m256i *s, const v5 *a) {
+static inline TAVX2 v5 vmul(const v5 *x, const __m256i *y, const __m256i *s, const v5 *a)
+{
     const __m256i m26 = _mm256_set1_epi64x(M26);
     __m256i x0 = x->l[0], x1 = x->l[1], x2 = x->l[2], x3 = x->l[3], x4 = x->l[4];
     __m256i d0, d1, d2, d3, d4, c0, c1, c2, c3, c4;
@@ -90,7 +93,8 @@ static inline TAVX2 v5 vmul(const v5 *x, const __m256i *y, const __m256i *s, con
 
 /* Blocks at positions 0..3 of a group: a = positions 0,1; b = positions 2,3.
  * Lane order after the unpack is positions {0, 2, 1, 3}. */
-static inline TAVX2 v5 split(__m256i a, __m256i b, __m256i hib) {
+static inline TAVX2 v5 split(__m256i a, __m256i b, __m256i hib)
+{
     const __m256i m26 = _mm256_set1_epi64x(M26);
     __m256i t0 = _mm256_unpacklo_epi64(a, b), t1 = _mm256_unpackhi_epi64(a, b);
     v5 o;
@@ -102,7 +106,8 @@ static inline TAVX2 v5 split(__m256i a, __m256i b, __m256i hib) {
     return o;
 }
 
-static TAVX2 __attribute__((noinline)) void compute_powers(poly_avx2 *p) {
+static TAVX2 __attribute__((noinline)) void compute_powers(poly_avx2 *p)
+{
     uint64_t r2[3], r3[3], r4[3];
     vc_poly44_mul(r2, p->base.r, p->base.r);
     vc_poly44_mul(r3, r2, p->base.r);
@@ -117,7 +122,8 @@ static TAVX2 __attribute__((noinline)) void compute_powers(poly_avx2 *p) {
 }
 
 /* n >= 4 whole blocks, each with the 2^128 bit. */
-static TAVX2 void vec_blocks(poly_avx2 *p, const uint8_t *m, size_t n) {
+static TAVX2 void vec_blocks(poly_avx2 *p, const uint8_t *m, size_t n)
+{
     if (!p->have_pow) compute_powers(p);
     __m256i y[5], s[5], yt[5], st[5];
     for (int k = 0; k < 5; k++) {
@@ -190,24 +196,28 @@ static TAVX2 void vec_blocks(poly_avx2 *p, const uint8_t *m, size_t n) {
 
 /* ---- interface ---- */
 
-static void init(vc_poly1305_state *st, const uint8_t key[32]) {
+static void init(vc_poly1305_state *st, const uint8_t key[32])
+{
     poly_avx2 *p = (poly_avx2 *)st->opaque;
     vc_poly44_init(&p->base, key);
     p->have_pow = 0;
 }
 
-static TAVX2 void bulk(void *ctx, const uint8_t *m, size_t n) {
+static TAVX2 void bulk(void *ctx, const uint8_t *m, size_t n)
+{
     poly_avx2 *p = ctx;
     if (n >= AVX2_MIN_BLOCKS) vec_blocks(p, m, n);
     else vc_poly44_blocks(&p->base, m, n, 1);
 }
 
-static void update(vc_poly1305_state *st, const uint8_t *m, size_t len) {
+static void update(vc_poly1305_state *st, const uint8_t *m, size_t len)
+{
     poly_avx2 *p = (poly_avx2 *)st->opaque;
     vc_poly44_update(&p->base, m, len, bulk, p);
 }
 
-static void final(vc_poly1305_state *st, uint8_t tag[16]) {
+static void final(vc_poly1305_state *st, uint8_t tag[16])
+{
     poly_avx2 *p = (poly_avx2 *)st->opaque;
     vc_poly44_finish(&p->base, tag);
     vc_wipe(p, sizeof *p);

@@ -45,7 +45,8 @@ typedef struct { __m512i l0, l1, l2; } v3;
  * Each product (< 2^90) is split by IFMA into lo (bits 0..51) and hi (52..103);
  * the partial sums below stay < 2^54, far from 64-bit overflow. */
 static inline T512 v3 vmul(v3 x, __m512i y0, __m512i y1, __m512i y2, __m512i ys1, __m512i ys2,
-                           v3 a) {
+                           v3 a)
+{
     const __m512i z = _mm512_setzero_si512();
     const __m512i m44 = _mm512_set1_epi64(VC_M44), m42 = _mm512_set1_epi64(VC_M42);
     /* two independent accumulation chains per sum to halve the IFMA latency */
@@ -85,12 +86,14 @@ static inline T512 v3 vmul(v3 x, __m512i y0, __m512i y1, __m512i y2, __m512i ys1
     return o;
 }
 
-static inline T512 __m512i times20(__m512i x) {
+static inline T512 __m512i times20(__m512i x)
+{
     return _mm512_add_epi64(_mm512_slli_epi64(x, 4), _mm512_slli_epi64(x, 2));
 }
 
 /* Split 8 blocks into limbs.  t0/t1: low/high 64 bits of each lane's block. */
-static inline T512 v3 split(__m512i t0, __m512i t1, __m512i hib) {
+static inline T512 v3 split(__m512i t0, __m512i t1, __m512i hib)
+{
     const __m512i m44 = _mm512_set1_epi64(VC_M44);
     v3 o;
     o.l0 = _mm512_and_si512(t0, m44);
@@ -99,7 +102,8 @@ static inline T512 v3 split(__m512i t0, __m512i t1, __m512i hib) {
     return o;
 }
 
-static T512 __attribute__((noinline)) void compute_powers(poly_512 *p) {
+static T512 __attribute__((noinline)) void compute_powers(poly_512 *p)
+{
     uint64_t r2[3], r3[3], r4[3];
     vc_poly44_mul(r2, p->base.r, p->base.r);
     vc_poly44_mul(r3, r2, p->base.r);
@@ -121,7 +125,8 @@ static T512 __attribute__((noinline)) void compute_powers(poly_512 *p) {
 }
 
 /* n >= 1 whole blocks, each with the 2^128 bit. */
-static T512 void vec_blocks(poly_512 *p, const uint8_t *m, size_t n) {
+static T512 void vec_blocks(poly_512 *p, const uint8_t *m, size_t n)
+{
     if (!p->have_pow) compute_powers(p);
     const __m512i rp0 = p->rp[0], rp1 = p->rp[1], rp2 = p->rp[2];
     const __m512i zero = _mm512_setzero_si512();
@@ -184,24 +189,28 @@ static T512 void vec_blocks(poly_512 *p, const uint8_t *m, size_t n) {
 
 /* ---- interface ---- */
 
-static void init(vc_poly1305_state *st, const uint8_t key[32]) {
+static void init(vc_poly1305_state *st, const uint8_t key[32])
+{
     poly_512 *p = (poly_512 *)st->opaque;
     vc_poly44_init(&p->base, key);
     p->have_pow = 0;
 }
 
-static T512 void bulk(void *ctx, const uint8_t *m, size_t n) {
+static T512 void bulk(void *ctx, const uint8_t *m, size_t n)
+{
     poly_512 *p = ctx;
     if (n >= AVX512_MIN_BLOCKS) vec_blocks(p, m, n);
     else vc_poly44_blocks(&p->base, m, n, 1);
 }
 
-static void update(vc_poly1305_state *st, const uint8_t *m, size_t len) {
+static void update(vc_poly1305_state *st, const uint8_t *m, size_t len)
+{
     poly_512 *p = (poly_512 *)st->opaque;
     vc_poly44_update(&p->base, m, len, bulk, p);
 }
 
-static void final(vc_poly1305_state *st, uint8_t tag[16]) {
+static void final(vc_poly1305_state *st, uint8_t tag[16])
+{
     poly_512 *p = (poly_512 *)st->opaque;
     vc_poly44_finish(&p->base, tag);
     vc_wipe(p, sizeof *p);

@@ -26,7 +26,8 @@ typedef struct {
 _Static_assert(sizeof(poly_neon) <= sizeof(vc_poly1305_state), "state too small");
 
 /* radix 2^44 (carried) -> radix 2^26 */
-static void to26(uint32_t o[5], const uint64_t a[3]) {
+static void to26(uint32_t o[5], const uint64_t a[3])
+{
     uint64_t a0 = a[0], a1 = a[1], a2 = a[2], c;
     c = a0 >> 44; a0 &= VC_M44; a1 += c;
     c = a1 >> 44; a1 &= VC_M44; a2 += c;
@@ -38,13 +39,15 @@ static void to26(uint32_t o[5], const uint64_t a[3]) {
     o[4] = (uint32_t)((hi >> 40) | ((a2 >> 40) << 24));
 }
 
-static void pn_init(vc_poly1305_state *st, const uint8_t key[32]) {
+static void pn_init(vc_poly1305_state *st, const uint8_t key[32])
+{
     poly_neon *p = (poly_neon *)st->opaque;
     vc_poly44_init(&p->base, key);
     p->have_pw = 0;
 }
 
-static void powers(poly_neon *p) {
+static void powers(poly_neon *p)
+{
     uint64_t r2[3], r4[3];
     vc_poly44_mul(r2, p->base.r, p->base.r);
     vc_poly44_mul(r4, r2, r2);
@@ -60,7 +63,8 @@ typedef struct { uint32x2_t l[5]; } v26;     /* 5 limbs, 2 lanes */
 typedef struct { uint64x2_t d[5]; } v64;     /* 5 unreduced 64-bit sums, 2 lanes */
 typedef struct { uint32x4_t a, b, c; } rpow;  /* (r0 r1 r2 r3) (r4 5r1 5r2 5r3) (5r4 . . .) */
 
-VC_INLINE rpow load_pow(const uint32_t r[5]) {
+VC_INLINE rpow load_pow(const uint32_t r[5])
+{
     rpow o;
     uint32_t t[12] = {r[0], r[1], r[2], r[3], r[4], 5 * r[1], 5 * r[2], 5 * r[3], 5 * r[4], 0, 0, 0};
     o.a = vld1q_u32(t); o.b = vld1q_u32(t + 4); o.c = vld1q_u32(t + 8);
@@ -68,7 +72,8 @@ VC_INLINE rpow load_pow(const uint32_t r[5]) {
 }
 
 /* two message blocks (32 bytes) as a lane pair, with the 2^128 bit */
-VC_INLINE v26 load_pair(const uint8_t *m) {
+VC_INLINE v26 load_pair(const uint8_t *m)
+{
     uint64x2x2_t w = vld2q_u64((const uint64_t *)(const void *)m);  /* lo words, hi words */
     uint64x2_t lo = w.val[0], hi = w.val[1];
     uint32x2_t mask = vdup_n_u32((uint32_t)M26);
@@ -82,7 +87,8 @@ VC_INLINE v26 load_pair(const uint8_t *m) {
 }
 
 /* acc += s * r (both lanes by the same power) */
-VC_INLINE void mul_acc(v64 *acc, const v26 *s, const rpow *r, int first) {
+VC_INLINE void mul_acc(v64 *acc, const v26 *s, const rpow *r, int first)
+{
 #define MA(k, x, v, lane)                                                       \
     acc->d[k] = first && (x) == 0 ? vmull_laneq_u32(s->l[x], r->v, lane)          \
                                   : vmlal_laneq_u32(acc->d[k], s->l[x], r->v, lane)
@@ -95,7 +101,8 @@ VC_INLINE void mul_acc(v64 *acc, const v26 *s, const rpow *r, int first) {
 }
 
 /* lazy carry: limbs back below 2^26 + a little, narrowed to 32 bits */
-VC_INLINE v26 carry(v64 a) {
+VC_INLINE v26 carry(v64 a)
+{
     uint64x2_t m = vdupq_n_u64(M26), c;
     c = vshrq_n_u64(a.d[0], 26); a.d[0] = vandq_u64(a.d[0], m); a.d[1] = vaddq_u64(a.d[1], c);
     c = vshrq_n_u64(a.d[3], 26); a.d[3] = vandq_u64(a.d[3], m); a.d[4] = vaddq_u64(a.d[4], c);
@@ -111,7 +118,8 @@ VC_INLINE v26 carry(v64 a) {
 }
 
 /* n blocks, n even and >= 4; h in and out in radix 2^44 */
-static void blocks_neon(poly_neon *p, const uint8_t *m, size_t n) {
+static void blocks_neon(poly_neon *p, const uint8_t *m, size_t n)
+{
     if (!p->have_pw) powers(p);
     rpow r2 = load_pow(p->pw[1]), r4 = load_pow(p->pw[2]);
     uint32_t h26[5];
@@ -165,7 +173,8 @@ static void blocks_neon(poly_neon *p, const uint8_t *m, size_t n) {
     p->base.h[2] = (e[3] >> 10) + (e[4] << 16);
 }
 
-static void run_blocks(void *ctx, const uint8_t *m, size_t n) {
+static void run_blocks(void *ctx, const uint8_t *m, size_t n)
+{
     poly_neon *p = ctx;
     if (n >= NEON_MIN_BLOCKS) {
         size_t even = n & ~(size_t)1;
@@ -175,12 +184,14 @@ static void run_blocks(void *ctx, const uint8_t *m, size_t n) {
     if (n) vc_poly44_blocks(&p->base, m, n, 1);
 }
 
-static void pn_update(vc_poly1305_state *st, const uint8_t *m, size_t len) {
+static void pn_update(vc_poly1305_state *st, const uint8_t *m, size_t len)
+{
     poly_neon *p = (poly_neon *)st->opaque;
     vc_poly44_update(&p->base, m, len, run_blocks, p);
 }
 
-static void pn_final(vc_poly1305_state *st, uint8_t tag[16]) {
+static void pn_final(vc_poly1305_state *st, uint8_t tag[16])
+{
     poly_neon *p = (poly_neon *)st->opaque;
     vc_poly44_finish(&p->base, tag);
     vc_wipe(p, sizeof *p);

@@ -22,7 +22,8 @@ typedef struct {
     uint8_t  buf[16];   /* a partial block waiting for more input */
 } vc_poly44;
 
-VC_INLINE void vc_poly44_init(vc_poly44 *p, const uint8_t key[32]) {
+VC_INLINE void vc_poly44_init(vc_poly44 *p, const uint8_t key[32])
+{
     uint64_t t0 = vc_load64_le(key) & 0x0ffffffc0fffffffULL;
     uint64_t t1 = vc_load64_le(key + 8) & 0x0ffffffc0ffffffcULL;
     p->r[0] = t0 & VC_M44;
@@ -36,7 +37,8 @@ VC_INLINE void vc_poly44_init(vc_poly44 *p, const uint8_t key[32]) {
 
 /* o = a * b mod 2^130 - 5, partially reduced (o0 < 2^44, o1 <= 2^44 + 2^20,
  * o2 < 2^42); o may alias a or b. */
-VC_INLINE void vc_poly44_mul(uint64_t o[3], const uint64_t a[3], const uint64_t b[3]) {
+VC_INLINE void vc_poly44_mul(uint64_t o[3], const uint64_t a[3], const uint64_t b[3])
+{
     uint64_t s1 = b[1] * 20, s2 = b[2] * 20;        /* 2^132 = 4 * 5 mod p */
     vc_u128 d0 = (vc_u128)a[0] * b[0] + (vc_u128)a[1] * s2 + (vc_u128)a[2] * s1;
     vc_u128 d1 = (vc_u128)a[0] * b[1] + (vc_u128)a[1] * b[0] + (vc_u128)a[2] * s2;
@@ -51,7 +53,8 @@ VC_INLINE void vc_poly44_mul(uint64_t o[3], const uint64_t a[3], const uint64_t 
 }
 
 /* h = (h + m_i + hibit * 2^128) * r for n whole 16-byte blocks. */
-VC_INLINE void vc_poly44_blocks(vc_poly44 *p, const uint8_t *m, size_t n, uint64_t hibit) {
+VC_INLINE void vc_poly44_blocks(vc_poly44 *p, const uint8_t *m, size_t n, uint64_t hibit)
+{
     uint64_t r[3] = {p->r[0], p->r[1], p->r[2]};
     uint64_t h[3] = {p->h[0], p->h[1], p->h[2]};
     for (; n; n--, m += 16) {
@@ -70,7 +73,8 @@ typedef void (*vc_poly44_bulk_fn)(void *ctx, const uint8_t *m, size_t n);
 /* Absorb len bytes in any split: complete the buffered block first, hand the
  * whole blocks to bulk (or to the scalar code when bulk is NULL), keep the rest. */
 VC_INLINE void vc_poly44_update(vc_poly44 *p, const uint8_t *m, size_t len,
-                                vc_poly44_bulk_fn bulk, void *ctx) {
+                                vc_poly44_bulk_fn bulk, void *ctx)
+{
     if (p->buf_len) {
         size_t want = 16 - p->buf_len;
         if (want > len) want = len;
@@ -91,7 +95,8 @@ VC_INLINE void vc_poly44_update(vc_poly44 *p, const uint8_t *m, size_t len,
 
 /* The padded last block, the full reduction mod 2^130 - 5 (constant time),
  * plus s mod 2^128: the tag.  The caller wipes its state afterwards. */
-VC_INLINE void vc_poly44_finish(vc_poly44 *p, uint8_t tag[16]) {
+VC_INLINE void vc_poly44_finish(vc_poly44 *p, uint8_t tag[16])
+{
     if (p->buf_len) {
         p->buf[p->buf_len] = 1;
         memset(p->buf + p->buf_len + 1, 0, 15 - p->buf_len);

@@ -44,8 +44,11 @@ void vc_poly1305(uint8_t tag[16], const uint8_t *msg, size_t len, const uint8_t 
 int vc_aead_seal(uint8_t *ct, uint8_t tag[16], const uint8_t *pt, size_t len,
                  const uint8_t *aad, size_t aad_len,
                  const uint8_t key[32], const uint8_t nonce[12]);
-/* Verifies the tag in constant time before any decryption.  On VC_ERR_AUTH the
- * keystream has not been applied; if pt != ct, pt is zeroed. */
+/* The tag is verified in constant time before any plaintext reaches pt: the
+ * first stretch of keystream is applied in a stack scratch (in the same pass as
+ * the one-time key), the rest only after the tag matched.  On VC_ERR_AUTH no
+ * keystream has reached pt: if pt != ct, pt is zeroed; in place (pt == ct) the
+ * ciphertext is left untouched. */
 int vc_aead_open(uint8_t *pt, const uint8_t *ct, size_t len, const uint8_t tag[16],
                  const uint8_t *aad, size_t aad_len,
                  const uint8_t key[32], const uint8_t nonce[12]);
@@ -109,5 +112,17 @@ size_t vc_aead_seal_packed(uint8_t *out, const uint8_t *in, const uint32_t *lens
 size_t vc_aead_open_packed(uint8_t *out, const uint8_t *in, const uint32_t *lens, size_t n,
                            const uint8_t *nonces, const uint8_t *aad, size_t aad_len,
                            const uint8_t key[32], int32_t *status);
+
+/* ---- introspection ---- */
+/* The ChaCha / Poly1305 kernel (an index as above) that served the calling
+ * thread's last operation (stream, MAC, seal or open, one-shot or batch), or -1
+ * if it has run none or the operation did not use that primitive.  Proof of
+ * which kernel a call ran on, whatever binding made the call. */
+int vc_last_chacha_impl(void);
+int vc_last_poly1305_impl(void);
+
+/* ---- the one-shot table (vc_oneshot.h) for the vpncrypt._oneshot extension ---- */
+typedef struct vc_oneshot_api vc_oneshot_api;
+const vc_oneshot_api *vc_oneshot_table(void);
 
 #endif

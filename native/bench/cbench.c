@@ -22,6 +22,10 @@
  * 64..1536 step 8, for the size-cliff check on 64..1496), "batch" (seal of 64 x 1472
  * bytes: one vc_aead_seal_packed call, or 64 per-packet seals for the others).
  *
+ * Open against seal: every open point also times each vpncrypt kernel's seal of
+ * the same size in the same rounds; the target "open at least as fast as seal"
+ * is the median of the per-round ratios (seal time / open time).
+ *
  * Method: for each point, every implementation is calibrated so that one timed
  * batch lasts at least --min-time; then for each repetition the implementations
  * run one batch each, round-robin with a rotating start; the reported figure is
@@ -383,6 +387,7 @@ typedef struct {
     int reps;
     double samples[64];   /* ns per op, in repetition order (for paired ratios) */
     double cliff_time_ratio; /* sweep: median of time(next multiple of 64) / time(size), same rounds; -1: none */
+    double vs_seal_ratio;    /* open: median of seal time / open time (same kernel, size, rounds); -1: none */
 } result;
 static result *results;
 static size_t n_results, cap_results;
@@ -434,37 +439,51 @@ static void progress(const char *what, size_t size) {
 }
 
 /* with_cliff: also time every vpncrypt kernel at the next multiple of 64 in the
- * same rounds, for a paired size-cliff ratio that a burst of load cannot fake. */
+ * same rounds, for a paired size-cliff ratio that a burst of load cannot fake.
+ * An open point also times every vpncrypt kernel's seal of the same size in the
+ * same rounds, for a paired open-against-seal ratio. */
 static void measure_point_ex(const char *group, int view, size_t len, int with_cliff) {
     if (view == V_OPEN) make_open_ring(len);
     size_t up = roundup64(len);
     int n_jobs = n_impls;
-    int job_impl[32];
-    size_t job_len[32];
-    long iters[32];
-    double samples[32][64];
-    int cliff_job[16];
-    for (int j = 0; j < n_impls; j++) { job_impl[j] = j; job_len[j] = len; cliff_job[j] = -1; }
+    int job_impl[48], job_view[48];
+    size_t job_len[48];
+    long iters[48];
+    double samples[48][64];
+    int cliff_job[16], seal_job[16];
+    for (int j = 0; j < n_impls; j++) {
+        job_impl[j] = j; job_len[j] = len; job_view[j] = view; cliff_job[j] = -1; seal_job[j] = -1;
+    }
     if (with_cliff && up != len)
         for (int j = 0; j < n_impls; j++)
             if (impls[j].lib == L_VPNCRYPT) {
-                job_impl[n_jobs] = j; job_len[n_jobs] = up; cliff_job[j] = n_jobs++;
+                job_impl[n_jobs] = j; job_len[n_jobs] = up; job_view[n_jobs] = view; cliff_job[j] = n_jobs++;
+            }
+    if (view == V_OPEN)
+        for (int j = 0; j < n_impls; j++)
+            if (impls[j].lib == L_VPNCRYPT) {
+                job_impl[n_jobs] = j; job_len[n_jobs] = len; job_view[n_jobs] = V_SEAL; seal_job[j] = n_jobs++;
             }
     int reps = opt_repeat > 64 ? 64 : opt_repeat;
-    for (int j = 0; j < n_jobs; j++) iters[j] = calibrate(&impls[job_impl[j]], view, job_len[j]);
+    for (int j = 0; j < n_jobs; j++) iters[j] = calibrate(&impls[job_impl[j]], job_view[j], job_len[j]);
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < n_jobs; k++) {
             int j = (k + r) % n_jobs;    /* round-robin, rotating start */
-            samples[j][r] = timed_batch(&impls[job_impl[j]], view, job_len[j], iters[j]);
+            samples[j][r] = timed_batch(&impls[job_impl[j]], job_view[j], job_len[j], iters[j]);
         }
     for (int j = 0; j < n_impls; j++) {
-        result r = {group, view, len, view == V_BATCH ? BATCH_N * len : len, j, 0, 0, 0, iters[j], reps, {0}, -1};
+        result r = {group, view, len, view == V_BATCH ? BATCH_N * len : len, j, 0, 0, 0, iters[j], reps, {0}, -1, -1};
+        double q[64];
         if (with_cliff && impls[j].lib == L_VPNCRYPT) {
-            double q[64];
             for (int k = 0; k < reps; k++)
                 q[k] = cliff_job[j] >= 0 ? samples[cliff_job[j]][k] / samples[j][k] : 1.0;
             qsort(q, (size_t)reps, sizeof(double), cmp_double);
             r.cliff_time_ratio = median_sorted(q, reps);
+        }
+        if (seal_job[j] >= 0) {
+            for (int k = 0; k < reps; k++) q[k] = samples[seal_job[j]][k] / samples[j][k];
+            qsort(q, (size_t)reps, sizeof(double), cmp_double);
+            r.vs_seal_ratio = median_sorted(q, reps);
         }
         memcpy(r.samples, samples[j], (size_t)reps * sizeof(double));
         qsort(samples[j], (size_t)reps, sizeof(double), cmp_double);
@@ -523,10 +542,17 @@ typedef struct {
     char detail_buf[96];
 } target;
 
-#define N_TARGETS 6
+#define N_TARGETS 8
 
 static double ratio(const char *group, int view, size_t size, int a, int b) {
     return paired_ratio(find_result(group, view, size, a), find_result(group, view, size, b));
+}
+
+static void set_target(target *t, const char *id, const char *desc, double threshold, double value) {
+    t->id = id;
+    t->desc = desc;
+    t->threshold = threshold;
+    t->value = value;
 }
 
 static int compute_targets(int im, target *t) {
@@ -594,16 +620,15 @@ static int compute_targets(int im, target *t) {
                      roundup64(worst), viol);
     }
     n++;
-    t[n].id = "c_seal_1472_vs_openssl";
-    t[n].desc = "C seal 1472 (fresh nonce) >= 1.5x OpenSSL EVP per-packet";
-    t[n].threshold = 1.5;
-    t[n].value = ossl >= 0 ? ratio("tcrypt", V_SEAL, 1472, im, ossl) : -1;
-    n++;
-    t[n].id = "c_seal_1472_vs_libsodium";
-    t[n].desc = "C seal 1472 (fresh nonce) >= 2x libsodium";
-    t[n].threshold = 2.0;
-    t[n].value = na >= 0 ? ratio("tcrypt", V_SEAL, 1472, im, na) : -1;
-    n++;
+    const result *open1472 = find_result("tcrypt", V_OPEN, 1472, im);
+    set_target(&t[n++], "c_seal_1472_vs_openssl", "C seal 1472 (fresh nonce) >= 1.5x OpenSSL EVP per-packet",
+               1.5, ossl >= 0 ? ratio("tcrypt", V_SEAL, 1472, im, ossl) : -1);
+    set_target(&t[n++], "c_seal_1472_vs_libsodium", "C seal 1472 (fresh nonce) >= 2x libsodium",
+               2.0, na >= 0 ? ratio("tcrypt", V_SEAL, 1472, im, na) : -1);
+    set_target(&t[n++], "c_open_1472_vs_openssl", "C open 1472 >= 1.5x OpenSSL EVP per-packet",
+               1.5, ossl >= 0 ? ratio("tcrypt", V_OPEN, 1472, im, ossl) : -1);
+    set_target(&t[n++], "c_open_1472_vs_seal", "C open 1472 at least as fast as seal (same rounds)",
+               1.0, open1472 ? open1472->vs_seal_ratio : -1);
     for (int i = 0; i < n; i++) t[i].detail = t[i].detail_buf;
     return n;
 }
@@ -749,6 +774,7 @@ static void print_json(void) {
         if (y) printf("%.4f", paired_ratio(r, y));
         else printf("null");
         if (r->cliff_time_ratio >= 0) printf(", \"cliff_time_ratio\": %.4f", r->cliff_time_ratio);
+        if (r->vs_seal_ratio >= 0) printf(", \"open_vs_seal_ratio\": %.4f", r->vs_seal_ratio);
         printf(", \"samples_ns\": [");
         for (int k = 0; k < r->reps; k++) printf("%s%.2f", k ? ", " : "", r->samples[k]);
         printf("]");

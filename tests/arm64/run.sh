@@ -6,8 +6,11 @@
 #     private apt state from this machine's own apt sources, unpacked with dpkg -x
 #     and byte-compiled once.  Cached outside the repo, keyed by the package list
 #     and this script: ${VPNCRYPT_ARM64_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-arm64-sysroot}/<key>.
-#  2. The cffi extension cross-compiled with aarch64-linux-gnu-gcc into a staging
-#     copy of the package (the host build in vpncrypt/ is left alone).
+#  2. Both extensions cross-compiled with aarch64-linux-gnu-gcc into a staging
+#     copy of the package (the host build in vpncrypt/ is left alone): the cffi
+#     module (the C core) and the C-API module vpncrypt._oneshot (the one-message
+#     calls, native/pyext/oneshot.c), so the suite runs on the same entry points
+#     as on the host, on every arm64 kernel.
 #  3. QEMU_CPU=cortex-a57 qemu-aarch64-static ... python3 -m pytest tests/crypto tests/arm64
 #     (ARMv8.0: nothing newer may slip in).
 # Anything missing is an error; nothing is skipped.  Extra arguments go to pytest.
@@ -22,11 +25,6 @@ qemu=${QEMU_AARCH64:-qemu-aarch64-static}
 for tool in "$cross_cc" "$qemu" apt-get dpkg python3; do
     command -v "$tool" >/dev/null || { echo "tests/arm64/run.sh: $tool not found" >&2; exit 1; }
 done
-
-key=$( { printf '%s\n' "${packages[@]}"; cat "$here/run.sh" "$here/sysroot.py"; } | sha256sum | cut -c1-16)
-cache_root=${VPNCRYPT_ARM64_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-arm64-sysroot}
-sysroot="$cache_root/$key"
-mkdir -p "$cache_root"
 
 build_sysroot() {
     local t0=$SECONDS work
@@ -71,6 +69,13 @@ build_sysroot() {
     echo "tests/arm64/run.sh: sysroot built in $((SECONDS - t0)) s ($(ls "$work"/apt/cache/archives/*.deb | wc -l) packages)" >&2
 }
 
+# The cache key: the package list and the code that builds the sysroot (not the
+# rest of this script, so that changing how the tests run keeps the sysroot).
+key=$( { printf '%s\n' "${packages[@]}"; declare -f build_sysroot; cat "$here/sysroot.py"; } \
+       | sha256sum | cut -c1-16)
+cache_root=${VPNCRYPT_ARM64_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-arm64-sysroot}
+sysroot="$cache_root/$key"
+mkdir -p "$cache_root"
 if [ ! -f "$sysroot/.vpncrypt-packages" ]; then
     build_sysroot
 fi
@@ -113,19 +118,27 @@ if "$host_py" -c "import cffi" 2>/dev/null; then
 else
     (cd "$repo" && run_arm native/build_native.py --emit-c "$stage/_native.c")
 fi
-mapfile -t cflags < <(cd "$repo/native" && python3 -c 'import ast,sys
-src = open("build_native.py").read()
-for node in ast.parse(src).body:
-    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CFLAGS":
-        print("\n".join(ast.literal_eval(node.value)))')
+# read_list FILE NAME: the string list assigned to NAME at the top level of FILE
+read_list() {
+    python3 -c 'import ast, sys
+for node in ast.parse(open(sys.argv[1]).read()).body:
+    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == sys.argv[2]:
+        print("\n".join(ast.literal_eval(node.value)))' "$1" "$2"
+}
+mapfile -t cflags < <(read_list "$repo/native/build_native.py" CFLAGS)
 [ ${#cflags[@]} -gt 0 ] || { echo "tests/arm64/run.sh: could not read CFLAGS from build_native.py" >&2; exit 1; }
+mapfile -t oneshot_cflags < <(read_list "$repo/setup.py" ONESHOT_CFLAGS)
+[ ${#oneshot_cflags[@]} -gt 0 ] || { echo "tests/arm64/run.sh: could not read ONESHOT_CFLAGS from setup.py" >&2; exit 1; }
 so="$stage/vpncrypt/_native.cpython-311-aarch64-linux-gnu.so"
 "$cross_cc" -shared -fPIC "${cflags[@]}" -I "$repo/native" -I "$pyinc" -idirafter "$sysroot/usr/include" \
     "$stage/_native.c" "$repo"/native/*.c -o "$so"
+"$cross_cc" -shared -fPIC "${oneshot_cflags[@]}" -I "$repo/native" -I "$pyinc" -idirafter "$sysroot/usr/include" \
+    "$repo/native/pyext/oneshot.c" -o "$stage/vpncrypt/_oneshot.cpython-311-aarch64-linux-gnu.so"
 
-# The arm64 tests' own C helper (MIDR choice logic), run under qemu by tests/arm64.
+# The arm64 tests' own C helper (core classification from cpuinfo / MIDR), run
+# under qemu by tests/arm64.
 "$cross_cc" -static -O2 -std=gnu11 -Wall -Wextra -Wno-unused-parameter -I "$repo/native" \
-    "$here/midr_test.c" "$repo/native/chacha_neon.c" -o "$stage/midr_test"
+    "$here/midr_test.c" "$repo/native/cpu.c" -o "$stage/midr_test"
 
 cd "$stage"
 export PYTHONPATH="$stage" VPNCRYPT_GUARD_MAX="${VPNCRYPT_GUARD_MAX:-700}"

@@ -21,9 +21,12 @@ TINY = ["--quick", "--json", "--sizes", "16,1472", "--sweep-step", "512", "--ran
 RESULT_FIELDS = {"level", "group", "view", "size", "impl", "median_ns", "min_ns", "max_ns", "reps",
                  "iters", "bytes_per_op", "mbps", "ratio_vs_ref"}
 TARGET_FIELDS = {"level", "impl", "id", "description", "threshold", "value", "unit", "met", "detail"}
-PY_TARGETS = {"py_seal_1472_vs_cryptography", "py_seal_1472_vs_pynacl", "py_seal_batch_64x1472_gbps"}
+PY_TARGETS = {f"py_{view}_{what}" for view in ("seal", "open")
+              for what in ("1472_vs_cryptography", "1472_vs_pynacl", "min_vs_cryptography")}
+PY_BATCH_TARGET = "py_seal_batch_64x1472_gbps"
 C_TARGETS = {"c_stream_1472_vs_openssl", "c_stream_tcrypt_min_vs_openssl", "c_stream_no_size_cliff",
-             "c_stream_no_size_cliff_time", "c_seal_1472_vs_openssl", "c_seal_1472_vs_libsodium"}
+             "c_stream_no_size_cliff_time", "c_seal_1472_vs_openssl", "c_seal_1472_vs_libsodium",
+             "c_open_1472_vs_openssl", "c_open_1472_vs_seal"}
 
 
 def _have_cc():
@@ -50,7 +53,7 @@ def _run_py(args, capsys):
 
 
 def _expected_python_impls():
-    names = [f"vpncrypt:{k}" for k in crypto.implementations()]
+    names = [f"vpncrypt:{k}" for k in crypto.implementations()] + ["vpncrypt-aead"]
     if _have("cryptography"):
         names.append("cryptography")
     if _have("nacl"):
@@ -65,7 +68,7 @@ def test_python_json_has_every_field_and_implementation(capsys):
     rep = json.loads(out)
     assert crypto.active_implementation() == before      # the bench restores the kernel
     for key in ("tool", "level", "config", "platform", "default_impl", "poly1305", "reference",
-                "implementations", "results", "c_level", "targets", "notes"):
+                "implementations", "results", "c_level", "oneshot", "targets", "notes"):
         assert key in rep, key
     names = [i["name"] for i in rep["implementations"]]
     assert names == _expected_python_impls()
@@ -88,20 +91,28 @@ def test_python_json_has_every_field_and_implementation(capsys):
         assert have == want, (g, v, s)
     tcrypt = {r["size"] for r in rep["results"] if r["group"] == "tcrypt"}
     assert tcrypt == {16, 1472}
-    ids = {t["id"] for t in rep["targets"]}
-    assert ids == PY_TARGETS
+    kernels = {n for n in names if n.startswith("vpncrypt:")}
+    for impl in kernels | {"vpncrypt-aead"}:
+        ids = {t["id"] for t in rep["targets"] if t["impl"] == impl}
+        assert ids == (PY_TARGETS | {PY_BATCH_TARGET} if impl in kernels else PY_TARGETS), impl
     for t in rep["targets"]:
         assert TARGET_FIELDS <= set(t)
-        assert t["value"] is None or t["met"] == (t["value"] >= t["threshold"])
-    vpn = {n for n in names if n.startswith("vpncrypt:")}
-    assert {t["impl"] for t in rep["targets"]} == vpn
+        assert t["value"] is not None, t["id"]
+        assert t["met"] == (t["value"] >= t["threshold"])
+    # the one-shot table: seal and open at every fixed size, with both ratios
+    default = rep["default_impl"]
+    assert {(r["view"], r["size"]) for r in rep["oneshot"]} == {(v, s) for v in ("seal", "open") for s in (16, 1472)}
+    for row in rep["oneshot"]:
+        for col in (default, "vpncrypt-aead", "cryptography", "pynacl", f"{default} vs cryptography",
+                    f"{default} vs pynacl", "vpncrypt-aead vs cryptography"):
+            assert row[col] is not None and row[col] > 0, (row, col)
 
 
 def test_python_table_output(capsys):
     args = [a for a in TINY if a != "--json"] + ["--no-c-level", "--no-sweep", "--views", "seal"]
     rc, out = _run_py(args, capsys)
     assert rc == 0
-    assert "Python AEAD seal" in out and "targets" in out
+    assert "Python AEAD seal" in out and "targets" in out and "Python one-shot calls" in out
     for name in _expected_python_impls():
         assert name in out
 
@@ -185,6 +196,10 @@ def test_cbench_json_every_implementation(cbench):
     for impl in vpn:
         ids = {t["id"] for t in rep["targets"] if t["impl"] == impl}
         assert ids == C_TARGETS
+    # every vpncrypt open point carries its paired open-against-seal ratio
+    for r in rep["results"]:
+        if r["view"] == "open":
+            assert (r.get("open_vs_seal_ratio", 0) > 0) == (r["impl"] in vpn), r
     if "openssl" in names and "libsodium" in names:
         assert all(t["value"] is not None for t in rep["targets"])
 
@@ -204,6 +219,7 @@ def test_python_c_level_view(cbench, capsys):
     c = rep["c_level"]
     assert c and "error" not in c, c
     assert [i["name"] for i in c["implementations"]] == _expected_c_impls()
+    assert all(r["impl"] != "vpncrypt-aead" for r in c["results"])
     assert {r["size"] for r in c["results"] if r["group"] == "tcrypt"} == {16, 1472}
     assert {r["view"] for r in c["results"]} == {"stream", "seal", "batch"}
     assert {t["id"] for t in rep["targets"] if t["level"] == "c"} == C_TARGETS

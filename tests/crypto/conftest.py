@@ -1,6 +1,7 @@
 """Fixtures for the crypto suite: every test that takes `impl` runs once per ChaCha
 kernel this machine can run, `poly_impl` once per Poly1305 kernel, and `backend`
-once per backend (native, pynacl)."""
+once per backend (native, pynacl) and once more for the native key objects
+(AEAD(key) / XAEAD(key)) behind the same interface."""
 import os
 
 import pytest
@@ -46,9 +47,36 @@ def kernels(request):
     vc.use_poly1305_implementation(before[1])
 
 
-@pytest.fixture(params=vc.backends())
+class KeyObjects:
+    """vpncrypt.crypto.AEAD / XAEAD behind the backend interface: each call makes
+    the key object, so a bad key fails the same way (and first) as with the
+    module functions; the batch forms are the native backend's."""
+
+    name = "key-objects"
+    _EMPTY = b""
+
+    def seal(self, key, nonce, plaintext, aad=_EMPTY):
+        return vc.AEAD(key).seal(nonce, plaintext, aad)
+
+    def open(self, key, nonce, sealed, aad=_EMPTY):
+        return vc.AEAD(key).open(nonce, sealed, aad)
+
+    def xseal(self, key, nonce, plaintext, aad=_EMPTY):
+        return vc.XAEAD(key).seal(nonce, plaintext, aad)
+
+    def xopen(self, key, nonce, sealed, aad=_EMPTY):
+        return vc.XAEAD(key).open(nonce, sealed, aad)
+
+    def seal_batch(self, *args):
+        return vc.get_backend("native").seal_batch(*args)
+
+    def open_batch(self, *args):
+        return vc.get_backend("native").open_batch(*args)
+
+
+@pytest.fixture(params=vc.backends() + ["key-objects"])
 def backend(request):
-    return vc.get_backend(request.param)
+    return KeyObjects() if request.param == "key-objects" else vc.get_backend(request.param)
 
 
 @pytest.fixture

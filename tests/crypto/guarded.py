@@ -11,7 +11,7 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-PROT_NONE, PROT_RW = 0, 3
+PROT_NONE, PROT_READ, PROT_RW = 0, 1, 3
 MAP_PRIVATE_ANON = 0x02 | 0x20
 
 
@@ -29,6 +29,11 @@ class Guarded:
         self.hi = base + (data_pages + 1) * PAGE
         _libc.mprotect(base, PAGE, PROT_NONE)
         _libc.mprotect(self.hi, PAGE, PROT_NONE)
+
+    def protect_data_read_only(self):
+        """Make the data pages read-only: a store into them kills the process."""
+        if _libc.mprotect(self.lo, self.hi - self.lo, PROT_READ) != 0:
+            raise OSError(ctypes.get_errno(), "mprotect failed")
 
     def tail(self, n: int, data: bytes = b""):
         return self._at(self.hi - n, n, data)

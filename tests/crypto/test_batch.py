@@ -1,4 +1,5 @@
 """The batch forms equal the single forms packet for packet."""
+import pytest
 
 import vpncrypt.crypto as vc
 from vpncrypt._native import ffi, lib
@@ -86,3 +87,27 @@ def test_item_batch_rejects_short_input():
     items[0].out = k
     assert lib.vc_aead_open_batch(items, 1) == 0
     assert items[0].status == lib.VC_ERR_LENGTH
+
+
+def test_batch_counts_bytes_not_items(backend):
+    """Batch items are measured in bytes, as the batch is joined byte-wise: a
+    memoryview of twelve 4-byte words is 48 bytes, not a 12-byte nonce (it used
+    to pass the length check and seal under the wrong nonce), and three words
+    are a nonce used byte for byte."""
+    from array import array
+    ref = vc.get_backend("pynacl")
+    key = bytes(range(32))
+    with pytest.raises(ValueError, match=r"nonces\[0\] must be 12 bytes long, got 48"):
+        backend.seal_batch(key, [memoryview(array("I", range(12)))], [b"x"])
+    with pytest.raises(ValueError, match=r"nonces\[1\] must be 12 bytes long, got 48"):
+        backend.open_batch(key, [bytes(12), array("I", range(12))], [bytes(16), bytes(16)])
+    nonce_words, msg_words = array("I", [1, 2, 3]), array("I", range(100))
+    other = bytes(range(12, 24))
+    want = [ref.seal(key, nonce_words.tobytes(), msg_words.tobytes()), ref.seal(key, other, b"tail")]
+    assert backend.seal_batch(key, [memoryview(nonce_words), other], [memoryview(msg_words), b"tail"]) == want
+    sealed_words = [memoryview(array("I", want[0])), bytearray(want[1])]
+    assert backend.open_batch(key, [nonce_words, other], sealed_words) == [msg_words.tobytes(), b"tail"]
+    # a sealed message of four 4-byte words is 16 bytes: long enough for the tag
+    short = array("I", [0, 0, 0])
+    with pytest.raises(ValueError, match=r"messages\[0\] must be at least 16 bytes \(the tag\), got 12"):
+        backend.open_batch(key, [other], [short])

@@ -8,7 +8,8 @@ Running it
                                                   (the C level on its own)
 
     --quick                 small run: repeat 3, 2 ms batches, sweep step 64
-    --sizes 16,64,...       the fixed ("tcrypt") sizes, default 16 64 256 1024 1472 8192
+    --sizes 16,64,...       the fixed sizes, default every power of two 16..8192 and 1472
+                            (the C level: 16 64 256 1024 1472 8192 unless given)
     --sweep / --no-sweep    every size 8..1496 step --sweep-step (default 8; on)
     --views stream,seal,open
     --impls NAME,...        e.g. vpncrypt (all kernels), avx2, vpncrypt:generic,
@@ -27,9 +28,12 @@ What is measured
     as total bytes over total time.  Views: "stream" (ChaCha20 keystream XOR),
     "seal" and "open" (ChaCha20-Poly1305, no AAD), one packet per call, as an
     application calls each library:
-        vpncrypt:<kernel>  vpncrypt.crypto.chacha20_xor / seal / open with the
-                           ChaCha kernel switched by use_implementation(); Poly1305
-                           follows its own default unless --poly1305 is given
+        vpncrypt:<kernel>  vpncrypt.crypto.chacha20_xor / seal / open (the C-API
+                           entry point) with the ChaCha kernel switched by
+                           use_implementation(); Poly1305 follows its own
+                           default unless --poly1305 is given
+        vpncrypt-aead      vpncrypt.crypto.AEAD(key).seal / .open, the key object
+                           made once (default kernels; no stream view)
         cryptography       Cipher(algorithms.ChaCha20(key, ctr||nonce), None)
                            .encryptor().update(); ChaCha20Poly1305(key)
                            .encrypt / .decrypt (key object made once, as a session)
@@ -55,6 +59,11 @@ What is measured
     views at the tcrypt sizes with no FFI in the way, a stream sweep 64..1536 for
     the size-cliff check, and the packed batch; see that file's header.
 
+    The one-shot table puts the per-call medians of seal and open side by side
+    at every fixed size: vpncrypt (default kernel, module function and key
+    object), cryptography (its ChaCha20Poly1305 object reused) and pynacl, with
+    the paired ratios of their time over ours.
+
     The "targets" section computes each ratio of the speed goals and marks it
     met / NOT MET; it never fails the run (benchmarks are not tests).
 """
@@ -75,7 +84,11 @@ import time
 from itertools import repeat as _repeat
 from pathlib import Path
 
-TCRYPT_SIZES = (16, 64, 256, 1024, 1472, 8192)
+# The fixed sizes of the Python level: every power of two from 16 to 8192 and
+# the 1472-byte packet (the C level keeps the tcrypt sizes 16 64 256 1024 1472
+# 8192 unless --sizes is given).
+TCRYPT_SIZES = (16, 32, 64, 128, 256, 512, 1024, 1472, 2048, 4096, 8192)
+ONESHOT_TARGET_SIZE = 1472
 SWEEP_START, SWEEP_STOP, SWEEP_STEP = 8, 1496, 8
 RANDOM_RANGE = (64, 1088)
 VIEWS = ("stream", "seal", "open")
@@ -119,7 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``vpncrypt bench crypto`` options to parser."""
     g = parser.add_argument_group("what to run")
     g.add_argument("--sizes", type=_sizes, default=None, metavar="N,N,...",
-                   help="fixed packet sizes (default: tcrypt sizes 16,64,256,1024,1472,8192)")
+                   help="fixed packet sizes (default: powers of two 16..8192 and 1472)")
     g.add_argument("--sweep", dest="sweep", action="store_true", default=True,
                    help="also every size 8..1496 (default)")
     g.add_argument("--no-sweep", dest="sweep", action="store_false")
@@ -195,6 +208,14 @@ def _loop_n_x_none(f, n, items):
     return run
 
 
+def _loop_n_x(f, n, items):
+    def run(count):
+        for _ in _repeat(None, count):
+            for x in items:
+                f(n, x)
+    return run
+
+
 def _loop_x_none_n_k(f, n, k, items):
     def run(count):
         for _ in _repeat(None, count):
@@ -250,6 +271,35 @@ class VpncryptImpl(Impl):
         def run(count):
             for _ in _repeat(None, count):
                 seal_batch(KEY, nonces, pts)
+        return run
+
+
+class VpncryptAeadImpl(Impl):
+    """vpncrypt.crypto.AEAD(key): the key object made once, as with cryptography."""
+
+    NAME = "vpncrypt-aead"
+
+    def __init__(self):
+        import vpncrypt
+        from vpncrypt import crypto
+        super().__init__(self.NAME, "vpncrypt", vpncrypt.__version__)
+        self.aead = crypto.AEAD(KEY)
+        self.unavailable["stream"] = "AEAD objects seal and open only"
+
+    def op(self, view):
+        return (lambda x: self.aead.seal(NONCE, x)) if view == "seal" else (lambda x: self.aead.open(NONCE, x))
+
+    def runner(self, view, items):
+        f = self.aead.seal if view == "seal" else self.aead.open
+        return _loop_n_x(f, NONCE, items)
+
+    def batch_runner(self, nonces, pts):
+        seal = self.aead.seal
+        pairs = list(zip(nonces, pts))
+
+        def run(count):
+            for _ in _repeat(None, count):
+                [seal(n, p) for n, p in pairs]
         return run
 
 
@@ -333,7 +383,7 @@ def discover(wanted: list[str] | None) -> tuple[list[Impl], list[str]]:
     from vpncrypt import crypto
     notes = []
     kernels = crypto.implementations()
-    every = [f"vpncrypt:{k}" for k in kernels] + ["cryptography", "pynacl"]
+    every = [f"vpncrypt:{k}" for k in kernels] + [VpncryptAeadImpl.NAME, "cryptography", "pynacl"]
     if wanted:
         chosen = []
         for w in wanted:
@@ -357,6 +407,8 @@ def discover(wanted: list[str] | None) -> tuple[list[Impl], list[str]]:
         try:
             if name.startswith("vpncrypt:"):
                 impls.append(VpncryptImpl(name.split(":", 1)[1]))
+            elif name == VpncryptAeadImpl.NAME:
+                impls.append(VpncryptAeadImpl())
             elif name == "cryptography":
                 impls.append(CryptographyImpl())
             else:
@@ -549,6 +601,8 @@ def run_c_level(args, impl_names: list[str], progress_on: bool, note) -> dict:
             cmd += ["--poly", args.poly1305]
         c_names = []
         for n in impl_names:
+            if n == VpncryptAeadImpl.NAME:
+                continue                # the C level has no key-object form
             c_names.append({"cryptography": "openssl", "pynacl": "libsodium"}.get(n, n))
         cmd += ["--impls", ",".join(c_names)]
         if progress_on:
@@ -580,22 +634,85 @@ def _find(results, group, view, size, impl):
     return None
 
 
+def _target(impl, tid, desc, thr, val, unit="x", detail=""):
+    return {"level": "python", "impl": impl, "id": tid, "threshold": thr, "value": val, "unit": unit,
+            "met": None if val is None else val >= thr, "detail": detail, "description": desc}
+
+
 def python_targets(results: list[dict], vpn_impls: list[str]) -> list[dict]:
+    """Issue 13's goals for each vpncrypt implementation: seal and open of one
+    1472-byte packet >= 1.5x cryptography and >= 4x pynacl; never slower than
+    cryptography at any measured size from 16 to 8192 bytes; and the batch."""
     out = []
+    size = ONESHOT_TARGET_SIZE
     for impl in vpn_impls:
-        for other, thr, tid in (("cryptography", 1.5, "py_seal_1472_vs_cryptography"),
-                                ("pynacl", 4.0, "py_seal_1472_vs_pynacl")):
-            val = paired_ratio(_find(results, "tcrypt", "seal", 1472, impl),
-                               _find(results, "tcrypt", "seal", 1472, other))
-            out.append({"level": "python", "impl": impl, "id": tid, "threshold": thr, "value": val,
-                        "unit": "x", "met": None if val is None else val >= thr, "detail": "",
-                        "description": f"Python one seal 1472 >= {thr:g}x {other}"})
+        for view in ("seal", "open"):
+            for other, thr in (("cryptography", 1.5), ("pynacl", 4.0)):
+                val = paired_ratio(_find(results, "tcrypt", view, size, impl),
+                                   _find(results, "tcrypt", view, size, other))
+                out.append(_target(impl, f"py_{view}_{size}_vs_{other}",
+                                   f"Python one {view} {size} >= {thr:g}x {other}", thr, val))
+            worst = None
+            for r in results:
+                if (r["impl"] != impl or r["view"] != view or r["size"] is None
+                        or r["group"] not in ("tcrypt", "sweep") or not 16 <= r["size"] <= 8192):
+                    continue
+                q = paired_ratio(r, _find(results, r["group"], view, r["size"], "cryptography"))
+                if q is not None and (worst is None or q < worst[0]):
+                    worst = (q, r["size"])
+            out.append(_target(impl, f"py_{view}_min_vs_cryptography",
+                               f"Python one {view}, every size 16..8192: >= 1x cryptography", 1.0,
+                               worst[0] if worst else None, detail=f"worst at {worst[1]} B" if worst else ""))
+        if not impl.startswith("vpncrypt:"):
+            continue                    # the key object has no batch form
         a = _find(results, "batch", "seal", BATCH_LEN, impl)
         val = round(a["bytes_per_op"] / a["median_ns"], 4) if a else None
-        out.append({"level": "python", "impl": impl, "id": "py_seal_batch_64x1472_gbps", "threshold": 1.5,
-                    "value": val, "unit": "GB/s", "met": None if val is None else val >= 1.5, "detail": "",
-                    "description": "Python seal_batch 64 x 1472 in one call >= 1.5 GB/s"})
+        out.append(_target(impl, "py_seal_batch_64x1472_gbps", "Python seal_batch 64 x 1472 in one call >= 1.5 GB/s",
+                           1.5, val, unit="GB/s"))
     return out
+
+
+def oneshot_summary(results: list[dict], default_impl: str) -> list[dict]:
+    """Per-call medians of seal and open at every fixed size: vpncrypt (default
+    kernel; the key object), cryptography and pynacl, with the paired ratios of
+    their time over vpncrypt's (same rounds)."""
+    rows = []
+    for view in ("seal", "open"):
+        sizes = sorted({r["size"] for r in results if r["group"] == "tcrypt" and r["view"] == view})
+        for size in sizes:
+            row = {"view": view, "size": size}
+            for impl in (default_impl, VpncryptAeadImpl.NAME, "cryptography", "pynacl"):
+                r = _find(results, "tcrypt", view, size, impl)
+                row[impl] = r["median_ns"] if r else None
+            for mine in (default_impl, VpncryptAeadImpl.NAME):
+                for other in ("cryptography", "pynacl"):
+                    row[f"{mine} vs {other}"] = paired_ratio(_find(results, "tcrypt", view, size, mine),
+                                                             _find(results, "tcrypt", view, size, other))
+            rows.append(row)
+    return rows
+
+
+def format_oneshot(rows: list[dict], default_impl: str) -> list[str]:
+    if not rows:
+        return []
+    aead = VpncryptAeadImpl.NAME
+    lines = ["", f"Python one-shot calls (ns per call, median; ratio = their time / ours, paired; "
+                 f"vpncrypt = {default_impl}, aead = {aead})",
+             f"{'':5} {'size':>6} {'vpncrypt':>9} {'aead':>9} {'crypto':>9} {'pynacl':>9}"
+             f" {'x crypto':>9} {'x pynacl':>9} {'aead x crypto':>14}"]
+
+    def ns(v):
+        return f"{v:9.0f}" if v is not None else f"{'-':>9}"
+
+    def ratio(v, w=9):
+        return f"{v:{w}.2f}" if v is not None else f"{'-':>{w}}"
+
+    for row in rows:
+        lines.append(f"{row['view']:5} {row['size']:6d} {ns(row[default_impl])} {ns(row[aead])}"
+                     f" {ns(row['cryptography'])} {ns(row['pynacl'])}"
+                     f" {ratio(row[f'{default_impl} vs cryptography'])} {ratio(row[f'{default_impl} vs pynacl'])}"
+                     f" {ratio(row[f'{aead} vs cryptography'], 14)}")
+    return lines
 
 
 def c_targets(c: dict | None) -> list[dict]:
@@ -847,6 +964,7 @@ def run(args) -> int:
                          "(3: an implementation gave wrong output; 4: an operation failed)")
 
     targets = python_targets(results, vpn) + c_targets(c)
+    oneshot = oneshot_summary(results, default_impl)
     report = {
         "tool": "vpncrypt bench crypto",
         "level": "python",
@@ -866,6 +984,7 @@ def run(args) -> int:
                              "default": i.name == default_impl} for i in impls],
         "results": results,
         "c_level": c,
+        "oneshot": oneshot,
         "targets": targets,
         "notes": notes + problems,
         "preempted_batches_rerun": PREEMPTED[0],
@@ -875,7 +994,7 @@ def run(args) -> int:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        out = [f"vpncrypt bench crypto: ChaCha kernels {', '.join(k.split(':')[1] for k in vpn) or '-'} "
+        out = [f"vpncrypt bench crypto: ChaCha kernels {', '.join(k.split(':')[1] for k in vpn if ':' in k) or '-'} "
                f"(default {saved_chacha}), Poly1305 {report['poly1305']}; "
                f"median of {args.repeat}, >= {min_time * 1e3:g} ms per batch"]
         for i in impls:
@@ -896,6 +1015,7 @@ def run(args) -> int:
             out += format_sweep(cres, "stream", cn, C_REFERENCE, "C ChaCha20 stream sweep", "GB/s")
             out += format_table(cres, "batch", "batch", cn, C_REFERENCE,
                                 f"C seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: one packed call)", "GB/s")
+        out += format_oneshot(oneshot, default_impl)
         out += format_targets(targets, default_impl)
         for n in notes + problems:
             out.append(f"note: {n}")

@@ -1,7 +1,10 @@
 """vpncrypt.crypto: ChaCha20-Poly1305 and XChaCha20-Poly1305 with two backends.
 
-The module-level functions use the native core.  ``get_backend("pynacl")``
-returns the libsodium reference with the same methods.
+The module-level functions use the native core: one message per call through
+the C-API module vpncrypt._oneshot, batches through cffi.  ``AEAD(key)`` and
+``XAEAD(key)`` hold a key for many calls (like cryptography's
+``ChaCha20Poly1305(key)``).  ``get_backend("pynacl")`` returns the libsodium
+reference with the same methods and the same errors.
 
 Implementation switches (the same tests run on every one):
     implementations(), active_implementation(), use_implementation(name)
@@ -9,17 +12,22 @@ Implementation switches (the same tests run on every one):
     poly1305_implementations(), active_poly1305_implementation(),
     use_poly1305_implementation(name)
         the Poly1305 kernel; VPNCRYPT_POLY1305_IMPL forces one at import.
+    last_kernels()
+        the (ChaCha, Poly1305) kernels that served this thread's last call.
 """
 import os
 
 from vpncrypt.crypto.errors import AuthenticationError, CounterOverflowError
 from vpncrypt.crypto.native import (
+    AEAD,
+    XAEAD,
     NativeBackend,
     active_chacha_implementation as active_implementation,
     active_poly1305_implementation,
     chacha20_xor,
     chacha_implementations as implementations,
     hchacha20,
+    last_kernels,
     poly1305,
     poly1305_implementations,
     use_chacha_implementation as use_implementation,
@@ -28,10 +36,11 @@ from vpncrypt.crypto.native import (
 
 __all__ = [
     "AuthenticationError", "CounterOverflowError", "get_backend", "backends",
-    "seal", "open", "xseal", "xopen", "seal_batch", "open_batch",
+    "seal", "open", "xseal", "xopen", "seal_batch", "open_batch", "AEAD", "XAEAD",
     "chacha20_xor", "hchacha20", "poly1305",
     "implementations", "active_implementation", "use_implementation",
     "poly1305_implementations", "active_poly1305_implementation", "use_poly1305_implementation",
+    "last_kernels",
 ]
 
 _native = NativeBackend()

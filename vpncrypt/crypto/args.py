@@ -1,15 +1,27 @@
-"""Argument checks shared by the backends: clear messages naming the argument."""
-from collections.abc import Sequence
+"""Argument checks shared by the backends: clear messages naming the argument.
 
-BytesLike = (bytes, bytearray, memoryview)
+The native one-shot calls (native/pyext/oneshot.c) make the same checks in C,
+with the same exceptions and messages, in the same order.
+
+A byte-string argument may be any object with the buffer protocol: bytes,
+bytearray, memoryview (of any item size and shape: its length is counted in
+bytes), mmap, array.array.  It must be contiguous; a strided memoryview is
+refused with BufferError rather than silently copied.
+"""
+from collections.abc import Sequence
 
 
 def buf(name: str, value, size: int | None = None):
-    """Return value if it is a bytes-like object (of `size` bytes, when given)."""
-    if not isinstance(value, BytesLike):
-        raise TypeError(f"{name} must be bytes, bytearray or memoryview, not {type(value).__name__}")
-    if isinstance(value, memoryview) and (value.itemsize != 1 or value.ndim != 1):
-        value = value.cast("B") if value.c_contiguous else value.tobytes()
+    """Return value as bytes or as a flat byte view (of `size` bytes, when given)."""
+    if type(value) is not bytes:
+        try:
+            view = memoryview(value)
+        except TypeError:
+            raise TypeError(f"{name} must be bytes, bytearray, memoryview or another bytes-like "
+                            f"object, not {type(value).__name__}") from None
+        if not view.c_contiguous:
+            raise BufferError(f"{name} must be a contiguous buffer (a strided memoryview is not)")
+        value = view.cast("B") if view.ndim != 1 or view.format != "B" else view
     if size is not None and len(value) != size:
         raise ValueError(f"{name} must be {size} bytes long, got {len(value)}")
     return value
@@ -38,26 +50,26 @@ def rounds(value) -> int:
     return value
 
 
+def _byte_lengths(name: str, seq) -> list[int]:
+    """Each item's length in bytes (not len(): a memoryview of 4-byte items
+    has a quarter as many items as bytes, and the batch is joined byte-wise)."""
+    return [len(v) if type(v) is bytes else len(buf(f"{name}[{i}]", v)) for i, v in enumerate(seq)]
+
+
 def batch(nonces, messages, nonce_size: int, sealed_in: bool) -> list[int]:
-    """Check a batch; return the message lengths."""
+    """Check a batch; return the message lengths in bytes."""
     for name, seq in (("nonces", nonces), ("messages", messages)):
-        if not isinstance(seq, Sequence) or isinstance(seq, (*BytesLike, str)):
+        if not isinstance(seq, Sequence) or isinstance(seq, (bytes, bytearray, memoryview, str)):
             raise TypeError(f"{name} must be a sequence (list or tuple) of bytes-like objects")
     if len(nonces) != len(messages):
         raise ValueError(f"nonces and messages must have the same length, got {len(nonces)} and {len(messages)}")
-    try:
-        nlens = list(map(len, nonces))
-        mlens = list(map(len, messages))
-    except TypeError:
-        for i, v in enumerate(nonces):
-            buf(f"nonces[{i}]", v)
-        for i, v in enumerate(messages):
-            buf(f"messages[{i}]", v)
-        raise
-    if nlens and (min(nlens) != nonce_size or max(nlens) != nonce_size):
-        i = next(i for i, n in enumerate(nlens) if n != nonce_size)
-        raise ValueError(f"nonces[{i}] must be {nonce_size} bytes long, got {nlens[i]}")
-    if sealed_in and mlens and min(mlens) < 16:
-        i = next(i for i, n in enumerate(mlens) if n < 16)
-        raise ValueError(f"messages[{i}] must be at least 16 bytes (the tag), got {mlens[i]}")
+    nlens = _byte_lengths("nonces", nonces)
+    mlens = _byte_lengths("messages", messages)
+    for i, n in enumerate(nlens):
+        if n != nonce_size:
+            raise ValueError(f"nonces[{i}] must be {nonce_size} bytes long, got {n}")
+    if sealed_in:
+        for i, n in enumerate(mlens):
+            if n < 16:
+                raise ValueError(f"messages[{i}] must be at least 16 bytes (the tag), got {n}")
     return mlens

@@ -1,7 +1,8 @@
-"""The native backend: vpncrypt's own C core through cffi."""
-import threading
+"""The native backend: vpncrypt's own C core, through cffi (kernel selection,
+batches) and through the C-API module vpncrypt._oneshot (one-message calls)."""
 from array import array
 
+from vpncrypt import _oneshot
 from vpncrypt._native import ffi, lib
 from vpncrypt.crypto import args
 from vpncrypt.crypto.errors import AuthenticationError, CounterOverflowError
@@ -51,82 +52,28 @@ def use_poly1305_implementation(name: str) -> None:
             lib.vc_poly1305_impl_available, lib.vc_poly1305_impl_select)
 
 
-# One message per call: the hot path of the Python API.  The common case (all
-# arguments bytes of the right size) needs no conversion, since cffi passes
-# bytes straight to `const uint8_t *`; anything else goes through args.buf
-# (clear errors, any bytes-like input).  Output is written to a per-thread
-# scratch buffer (cffi releases the GIL during the call) and copied out once
-# with ffi.unpack; the C code writes every byte it reports, and zeroes the
-# output when authentication fails.
-_unpack = ffi.unpack
-_alloc = ffi.new_allocator(should_clear_after_alloc=False)
-_SMALL = 1 << 16     # messages below this size use the thread's scratch buffer
-_local = threading.local()
+# One message per call: the hot path of the Python API, served by the C-API
+# module vpncrypt._oneshot (native/pyext/oneshot.c) instead of cffi.  It links
+# no crypto code: it calls this module's C core through the table of entry
+# points bound here, so the kernel selection above is the one it uses.
+_oneshot._bind(int(ffi.cast("uintptr_t", lib.vc_oneshot_table())),
+               AuthenticationError, CounterOverflowError)
+
+seal = _oneshot.seal
+open = _oneshot.open  # noqa: A001 - the API's name
+xseal = _oneshot.xseal
+xopen = _oneshot.xopen
+chacha20_xor = _oneshot.chacha20_xor
+AEAD = _oneshot.AEAD
+XAEAD = _oneshot.XAEAD
 
 
-def _scratch(n: int):
-    """An output buffer of at least n bytes: the calling thread's own one
-    (allocated once, _SMALL + 16 bytes) or, for a larger message, a new one."""
-    if n > _SMALL + 16:
-        return _alloc("char[]", n)
-    buf = getattr(_local, "buf", None)
-    if buf is None:
-        buf = _local.buf = _alloc("char[]", _SMALL + 16)
-    return buf
-
-
-def _converted(key, nonce, nonce_len, data, data_name, aad):
-    key = _from(args.buf("key", key, 32))
-    nonce = _from(args.buf("nonce", nonce, nonce_len))
-    data = args.sealed(data_name, data) if data_name == "sealed" else args.buf(data_name, data)
-    return key, nonce, _from(data), _from(args.buf("aad", aad))
-
-
-def _make(nonce_len: int, seal_attached, open_attached, seal_noad, open_noad):
-    """seal and open for one AEAD, each a single Python frame (the names they
-    use are closure cells, which load faster than globals)."""
-    local, small, scratch, unpack, converted = _local, _SMALL, _scratch, _unpack, _converted
-
-    def seal(key, nonce, plaintext, aad=_EMPTY, _bytes=bytes) -> bytes:
-        if not (type(key) is _bytes and type(nonce) is _bytes and type(plaintext) is _bytes
-                and type(aad) is _bytes and len(key) == 32 and len(nonce) == nonce_len):
-            key, nonce, plaintext, aad = converted(key, nonce, nonce_len, plaintext, "plaintext", aad)
-        n = len(plaintext)
-        try:
-            out = local.buf if n < small else scratch(n + 16)
-        except AttributeError:
-            out = scratch(n + 16)
-        if (seal_attached(out, plaintext, n, aad, len(aad), key, nonce) if aad
-                else seal_noad(out, plaintext, n, key, nonce)):
-            raise ValueError(f"plaintext is too long for one message ({n} bytes)")
-        return unpack(out, n + 16)
-
-    def open_(key, nonce, sealed, aad=_EMPTY, _bytes=bytes) -> bytes:
-        if not (type(key) is _bytes and type(nonce) is _bytes and type(sealed) is _bytes
-                and type(aad) is _bytes and len(key) == 32 and len(nonce) == nonce_len
-                and len(sealed) >= 16):
-            key, nonce, sealed, aad = converted(key, nonce, nonce_len, sealed, "sealed", aad)
-        n = len(sealed) - 16
-        try:
-            out = local.buf if n < small else scratch(n)
-        except AttributeError:
-            out = scratch(n)
-        if (open_attached(out, sealed, n + 16, aad, len(aad), key, nonce) if aad
-                else open_noad(out, sealed, n + 16, key, nonce)):
-            raise AuthenticationError("message failed to authenticate")
-        return unpack(out, n)
-
-    return seal, open_
-
-
-seal, open = _make(12, lib.vc_aead_seal_attached, lib.vc_aead_open_attached,  # noqa: A001
-                   lib.vc_aead_seal_noad, lib.vc_aead_open_noad)
-seal.__doc__ = "ChaCha20-Poly1305 (RFC 8439): ciphertext followed by the 16-byte tag."
-open.__doc__ = "Open ciphertext||tag; raises AuthenticationError on a bad tag."
-xseal, xopen = _make(24, lib.vc_xaead_seal_attached, lib.vc_xaead_open_attached,
-                     lib.vc_xaead_seal_noad, lib.vc_xaead_open_noad)
-xseal.__doc__ = "XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha): 24-byte nonce."
-xopen.__doc__ = "Open an XChaCha20-Poly1305 message; raises AuthenticationError on a bad tag."
+def last_kernels() -> tuple[str | None, str | None]:
+    """The (ChaCha, Poly1305) kernels that served this thread's last native
+    operation, whichever binding made it; None for a primitive it did not use."""
+    c, p = lib.vc_last_chacha_impl(), lib.vc_last_poly1305_impl()
+    return (ffi.string(lib.vc_chacha_impl_name(c)).decode() if c >= 0 else None,
+            ffi.string(lib.vc_poly1305_impl_name(p)).decode() if p >= 0 else None)
 
 
 class NativeBackend:
@@ -183,21 +130,6 @@ class NativeBackend:
             res.append(view[pos:end].tobytes() if status[i] == lib.VC_OK else None)
             pos = end
         return res
-
-
-def chacha20_xor(key, nonce, data, counter=0, rounds=20) -> bytes:
-    key = args.buf("key", key, 32)
-    nonce = args.buf("nonce", nonce, 12)
-    data = args.buf("data", data)
-    counter = args.integer("counter", counter, 0, 2**32)
-    rounds = args.rounds(rounds)
-    n = len(data)
-    out = ffi.new("uint8_t[]", n)
-    rc = lib.vc_chacha20_xor(out, _from(data), n, _from(key), _from(nonce), counter, rounds)
-    if rc == lib.VC_ERR_COUNTER:
-        raise CounterOverflowError(
-            f"{n} bytes from block counter {counter} would wrap the 32-bit block counter")
-    return ffi.buffer(out)[:]
 
 
 def hchacha20(key, nonce16, rounds=20) -> bytes:
