@@ -53,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="native: the batch fast path; pynacl: each packet sealed through pynacl, "
                         "as a naive daemon would; both: a row for each, in one run")
     p.add_argument("--batch", type=int, default=64, help="packets per batch (default 64)")
+    p.add_argument("--threads", default="1", metavar="N[,N]",
+                   help="the engine's data-plane threads (1 or 2; a list runs the native row "
+                        "once per value, to show the scaling; default 1)")
     p.add_argument("--no-baseline", action="store_true", help="skip the unencrypted baseline row")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
@@ -86,6 +89,7 @@ def pair_configs(args, mode, crypto):
     total = args.packets
     duration = args.duration if args.duration is not None else (None if total else 10.0)
     common = dict(mode=mode, crypto=crypto, batch=args.batch, sizes=sizes,
+                  threads=getattr(args, "threads_now", 1),
                   duration=duration, packets=total, rate=args.rate,
                   timers=getattr(args, "timers", None))
     a = dict(common, name="A", send=True, devices=[dict(
@@ -205,6 +209,16 @@ def run_pair(args, mode, crypto, *, path=None, show_progress=False, drain=0.3):
         b.close()
 
 
+def _kernels(rows):
+    """The kernels this machine selects, and those that served the native rows'
+    data paths in the workers (as they reported them)."""
+    from vpncrypt import crypto
+    served = sorted({tuple(k) for r in rows for k in (r.get("kernels_served") or {}).values() if k})
+    return {"chacha": crypto.active_implementation(),
+            "poly1305": crypto.active_poly1305_implementation(),
+            "served": [list(k) for k in served]}
+
+
 def _summarise(mode, crypto, ra, rb):
     sinks = [ra["sink"], rb["sink"]]
     sent = ra["sent"] + rb["sent"]
@@ -236,6 +250,7 @@ def _summarise(mode, crypto, ra, rb):
         "drops": {"A": ra["drops"], "B": rb["drops"]},
         "rss_kb": {"A": ra["rss_kb"], "B": rb["rss_kb"]},
         "rss_growth": {"A": ra["rss_growth"], "B": rb["rss_growth"]},
+        "kernels_served": {"A": ra.get("kernels"), "B": rb.get("kernels")},
     }
     row["intact"] = row["corrupted"] == 0 and row["duplicated"] == 0
     return row
@@ -248,13 +263,24 @@ def run(args) -> int:
     if args.mix == "fixed" and not 24 <= args.size <= 65000:
         print("vpncrypt loopback-bench: --size must be from 24 to 65000", file=sys.stderr)
         return 2
+    try:
+        thread_counts = [int(t) for t in str(args.threads).split(",") if t]
+    except ValueError:
+        thread_counts = []
+    if not thread_counts or any(t not in (1, 2) for t in thread_counts):
+        print("vpncrypt loopback-bench: --threads takes 1, 2 or 1,2", file=sys.stderr)
+        return 2
     show = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
     rows = []
     if not args.no_baseline:
         rows.append(_run_row(args, "baseline", show))
     cryptos = ["native", "pynacl"] if args.crypto == "both" else [args.crypto]
     for crypto in cryptos:
-        rows.append(_run_row(args, "wireguard", show, crypto))
+        for n in (thread_counts if crypto == "native" else [1]):
+            args.threads_now = n
+            row = _run_row(args, "wireguard", show, crypto)
+            row["threads"] = n
+            rows.append(row)
     wg = next(r for r in rows if r["mode"] == "wireguard")
     base = rows[0] if not args.no_baseline else None
     by = {r["crypto"]: r for r in rows}
@@ -264,8 +290,10 @@ def run(args) -> int:
         "cpu": cpu_model(),
         "settings": {"size": args.size, "mix": args.mix, "bidirectional": args.bidirectional,
                      "peers": args.peers, "crypto": args.crypto, "batch": args.batch,
-                     "duration": args.duration, "packets": args.packets, "rate": args.rate},
+                     "duration": args.duration, "packets": args.packets, "rate": args.rate,
+                     "threads": thread_counts},
         "rows": rows,
+        "kernels": _kernels(rows),
         "fraction_of_baseline": (wg.get("pps", 0) / base["pps"]) if base and base.get("pps") else None,
         "native_over_pynacl": (by["native"]["pps"] / by["pynacl"]["pps"])
                               if {"native", "pynacl"} <= by.keys() and by["pynacl"].get("pps") else None,
@@ -293,6 +321,8 @@ def _print_table(result):
             print(f"{r['mode']:<22}handshake FAILED: {r.get('error')}")
             continue
         name = "baseline (no crypto)" if r["mode"] == "baseline" else f"wireguard ({r['crypto']})"
+        if r.get("threads", 1) > 1:
+            name = f"wireguard (native, {r['threads']}t)"
         cpu = r["cpu_s_per_packet"]
         print(f"{name:<22}{r['pps']:>12,.0f}{r['gbit_s']:>9.2f}{r['delivered_pct']:>10.1f}%"
               f"{r['latency_p50_us'] or 0:>9.0f}{r['latency_p99_us'] or 0:>9.0f}"
@@ -465,7 +495,8 @@ async def _worker_main(cfg, inp, outp):
                 port = peer_ports[j] if len(dcfg["peers"]) > 1 else peer_ports[0]
                 dev.add_peer(keys.decode(pcfg["public_key"]), allowed_ips=pcfg["allowed_ips"],
                              endpoint=("127.0.0.1", port))
-            eng = Engine(dev, udp, sink, loop=loop, max_packet=max(cfg["sizes"]) + HEADER)
+            eng = Engine(dev, udp, sink, loop=loop, max_packet=max(cfg["sizes"]) + HEADER,
+                         threads=cfg.get("threads", 1))
             eng.start()
             devices.append(dev)
             engines.append(eng)
@@ -584,8 +615,14 @@ async def _worker_main(cfg, inp, outp):
     if rx_overflow:
         drops["socket_receive_buffer"] = rx_overflow
     handshakes = sum(p.counters.handshakes_completed for d in devices for p in d.peers.values())
+    kernels = None
+    if wireguard and cfg["crypto"] == "native":
+        from vpncrypt.crypto import last_kernels
+        kernels = list(last_kernels())          # this thread's last seal or open (threads=1)
+        for eng in engines:
+            kernels = list(getattr(eng, "last_kernels", None) or kernels)
     write({"sent": sent, "sink": sink.report(), "cpu_s": cpu, "drops": drops, "rss_kb": _rss_kb(),
-           "handshakes": handshakes,
+           "handshakes": handshakes, "kernels": kernels,
            "rss_growth": _growth(rss_samples), "rss_after_warmup_kb": _after_warmup(rss_samples),
            "fds": {"after_warmup": _after_warmup(fd_samples), "max": max(fd_samples, default=None),
                    "last": fd_samples[-1] if fd_samples else None},

@@ -90,6 +90,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wireguard-go-tso", choices=("on", "off"), default="on",
                    help="off: TCP segmentation offload off on wireguard-go's TUN (as `ethtool "
                         "-K IFACE tso off`), so that it reads no TCP super-packets")
+    p.add_argument("--vpncrypt-threads", default="", metavar="N[,N]",
+                   help="vpncrypt's --threads (1 or 2); a list runs each vpncrypt pairing once "
+                        "per value (default: the daemon's default)")
+    p.add_argument("--vpncrypt-offloads", default="", metavar="on|off[,...]",
+                   help="vpncrypt's --tun-offloads; a list runs each vpncrypt pairing once per "
+                        "value (default: on)")
     p.add_argument("--check-mib", type=float, default=16.0,
                    help="MiB of byte-checked TCP and of UDP stream per pairing (default 16; "
                         "0: no check)")
@@ -275,11 +281,12 @@ class Lab:
 # ============================================================ daemons
 
 class Node:
-    def __init__(self, lab, side, impl, index, wg_path=None):
+    def __init__(self, lab, side, impl, index, wg_path=None, vc_args=()):
         self.lab = lab
         self.side = side
         self.impl = impl
         self.wg_path = wg_path
+        self.vc_args = list(vc_args)
         self.iface = f"{'vcb' if impl == 'vpncrypt' else 'wgb'}{side.lower()}{index}{lab.id}"
         self.proc = None
         self.private, self.public = self._keys()
@@ -303,7 +310,7 @@ class Node:
         lab.ifaces.append(self.iface)
         if self.impl == "vpncrypt":
             # this very Python, so the daemon runs from the same install as the bench
-            cmd = vpncrypt_command("up", self.iface, "--log-level", "warning")
+            cmd = vpncrypt_command("up", self.iface, "--log-level", "warning", *self.vc_args)
             env = dict(os.environ)
         else:
             cmd = [self.wg_path or "wireguard-go", "-f", self.iface]
@@ -489,19 +496,30 @@ def _wait_tunnel(lab, a, b, timeout=15):
 
 # ============================================================ the run
 
-def run_pairing(lab, name, index, args, log, wg=None):
+def run_pairing(lab, name, index, args, log, wg=None, vc=None):
     label, impl_a, impl_b = PAIRINGS[name]
     if wg is not None:
         label = label.replace("wireguard-go", f"wg-go {wg['short']}")
+    vc = vc or {}
+    vc_args = []
+    if vc.get("threads"):
+        vc_args += ["--threads", str(vc["threads"])]
+        label += f" {vc['threads']}t"
+    if vc.get("tun_offloads"):
+        vc_args += ["--tun-offloads", vc["tun_offloads"]]
+        if vc["tun_offloads"] == "off":
+            label += " no-offl"
     result = {"pairing": name, "label": label, "a": impl_a, "b": impl_b, "ok": False,
-              "error": None, "tests": [], "checks": [], "wireguard_go": wg}
+              "error": None, "tests": [], "checks": [], "wireguard_go": wg,
+              "vpncrypt": vc if "vpncrypt" in (impl_a, impl_b) else None}
     nodes = []
     try:
         if impl_a is None:
             target, pids, links = OUTER["B"], {}, dict(lab.veth)
         else:
             path = wg["path"] if wg else None
-            a, b = Node(lab, "A", impl_a, index, path), Node(lab, "B", impl_b, index, path)
+            a = Node(lab, "A", impl_a, index, path, vc_args)
+            b = Node(lab, "B", impl_b, index, path, vc_args)
             nodes = [a, b]
             for n in nodes:
                 n.start()
@@ -646,6 +664,14 @@ def run(args) -> int:
         except BenchError as e:
             print(f"{prog}: {e}", file=sys.stderr)
             return 1
+    threads = [t for t in args.vpncrypt_threads.split(",") if t] or [None]
+    offloads = [o for o in args.vpncrypt_offloads.split(",") if o] or [None]
+    if any(t not in (None, "1", "2") for t in threads) or any(o not in (None, "on", "off")
+                                                                for o in offloads):
+        print(f"{prog}: --vpncrypt-threads takes 1 and 2, --vpncrypt-offloads on and off",
+              file=sys.stderr)
+        return 2
+    variants = [{"threads": int(t) if t else None, "tun_offloads": o} for t in threads for o in offloads]
     if args.txqueuelen is not None and not 1 <= args.txqueuelen <= 1_000_000:
         print(f"{prog}: --txqueuelen from 1 to 1000000", file=sys.stderr)
         return 2
@@ -678,10 +704,11 @@ def run(args) -> int:
         except BenchError as e:
             print(f"{prog}: setup failed: {e}", file=sys.stderr)
             return 1
-        runs = [(name, wg) for name in names
-                for wg in (builds if "wireguard-go" in PAIRINGS[name][1:] else [None])]
-        for i, (name, wg) in enumerate(runs):
-            pairings.append(run_pairing(lab, name, i, args, log, wg))
+        runs = [(name, wg, v) for name in names
+                for wg in (builds if "wireguard-go" in PAIRINGS[name][1:] else [None])
+                for v in (variants if "vpncrypt" in PAIRINGS[name][1:] else [None])]
+        for i, (name, wg, v) in enumerate(runs):
+            pairings.append(run_pairing(lab, name, i, args, log, wg, v))
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; cleaning up", file=sys.stderr, flush=True)
         lab.close()

@@ -51,6 +51,26 @@ _RECEIVED = {MSG_INITIATION: "received handshake initiation from %s",
              MSG_COOKIE: "received cookie reply from %s"}
 
 
+def kernels(engine) -> dict:
+    """The kernels selected, and those that served the data path last (its
+    threads record theirs; with one thread it is this one)."""
+    from .. import crypto
+    out = {"chacha": crypto.active_implementation(),
+           "poly1305": crypto.active_poly1305_implementation()}
+    served = (engine.last_kernels if engine is not None else None) or crypto.last_kernels()
+    if served[0]:
+        out["data_chacha"] = served[0]
+    if served[1]:
+        out["data_poly1305"] = served[1]
+    return out
+
+
+def ffi_fields(struct) -> list:
+    from .._native import ffi
+    t = ffi.typeof(struct)
+    return [name for name, _ in (t.item if t.kind == "pointer" else t).fields]
+
+
 def fingerprint(public_key) -> str:
     return PublicKey(bytes(public_key)).fingerprint()
 
@@ -62,11 +82,13 @@ class DataPlane:
     """The Device and the Engine of one interface."""
 
     def __init__(self, private_key: Optional[bytes], timer_config=None, mtu: int = 1420,
-                 threads: int = 1):
+                 threads: int = 1, tun_offloads: bool = True):
         from ..protocol.device import Device
         self.device = Device(private_key, timer_config=timer_config, mtu=mtu)
         self.engine = None
+        self.inner = None
         self.threads = threads
+        self.tun_offloads = tun_offloads
         self.trace = EventTrace()
 
     def udp_socket(self, sock):
@@ -82,8 +104,14 @@ class DataPlane:
 
     def start(self, udp, tun_fd: int, *, loop, mtu: int, on_fatal) -> None:
         from ..dataplane.engine import Engine
-        from ..dataplane.io import TunBatch
-        inner = TunBatch(tun_fd, mtu=MAX_PACKET, batch=BATCH)
+        from ..dataplane.io import OFFLOAD_ALL, TunBatch, offload_names
+        # On a TUN opened with IFF_VNET_HDR, TunBatch switches the offloads on
+        # (or, with tun_offloads off, keeps them off): reads split TSO/USO
+        # super-packets, writes coalesce flows (GRO).
+        self.inner = inner = TunBatch(tun_fd, mtu=MAX_PACKET, batch=BATCH,
+                                      offloads=OFFLOAD_ALL if self.tun_offloads else 0)
+        log.info("TUN offloads: %s", ", ".join(offload_names(inner.offloads)) or "off"
+                 if inner.vnet_hdr else "none (no IFF_VNET_HDR)")
         self.device.set_mtu(mtu)
         self.engine = Engine(self.device, udp, inner, loop=loop, max_packet=MAX_PACKET,
                              threads=self.threads, on_fatal=on_fatal, on_events=self.trace.events)
@@ -131,6 +159,13 @@ class DataPlane:
         if eng is not None:
             for k, v in eng.counters.as_dict().items():
                 out["engine_" + k] = v
+        if eng is not None and self.inner is not None and self.inner.vnet_hdr:
+            # reads happen on the sending direction's TunBatch, writes on the receiving one's
+            rx, tx = eng.tx.inner.rx_stats, eng.rx.inner.tx_stats
+            for name in ffi_fields(rx):
+                out["tun_rx_" + name] = int(getattr(rx, name))
+            for name in ffi_fields(tx):
+                out["tun_tx_" + name] = int(getattr(tx, name))
         if udp is not None:
             # the kernel's count for our socket (receive buffer full), and
             # datagrams too large for a receive slot
@@ -183,7 +218,8 @@ class DeviceControl(Control):
                 last_handshake_time_nsec=int((lh - sec) * 1e9) if lh else 0,
                 rx_bytes=rx, tx_bytes=tx))
         return InterfaceSnapshot(private_key=dev.private_key, listen_port=self.d.listen_port,
-                                 fwmark=self.d.fwmark, peers=peers, counters=self.d.counters())
+                                 fwmark=self.d.fwmark, peers=peers, counters=self.d.counters(),
+                                 info=kernels(getattr(self.d, "engine", None)))
 
     def set_private_key(self, key) -> None:
         new = bytes(key) if key is not None else None

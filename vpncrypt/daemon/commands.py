@@ -32,10 +32,42 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
                    help="config file (default: none; configure through the UAPI)")
     p.add_argument("-f", "--foreground", action="store_true", default=True,
                    help="stay in the foreground (the default; accepted for symmetry)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="data-plane threads: 1 (everything on the event loop) or 2 (receiving "
+                        "and sending on a thread each); default $VPNCRYPT_THREADS, else "
+                        f"{default_threads()} on this machine")
+    p.add_argument("--tun-offloads", choices=["on", "off"], default=None,
+                   help="TSO/USO and GRO on the TUN device (default $VPNCRYPT_TUN_OFFLOADS, else on)")
     add_logging_arguments(p)
 
 
-def _build_daemon(interface, config, on_ready=None):
+def default_threads() -> int:
+    """What is best for the machine: a thread per direction only where there
+    are cores to spare for it.  On 2 cores one thread carries more (the
+    kernel's network stack and the applications need the other core: see
+    BENCHMARKS.md, `vpncrypt bench tunnel --vpncrypt-threads 1,2`)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 2 if cores >= 4 else 1
+
+
+def _data_plane_settings(threads=None, tun_offloads=None):
+    """--threads / --tun-offloads, else the environment (vpncrypt-go, the unit), else defaults."""
+    if threads is None:
+        env = os.environ.get("VPNCRYPT_THREADS", "").strip()
+        if env and not (env.isdigit() and 1 <= int(env) <= 2):
+            raise ValueError(f"VPNCRYPT_THREADS: {env!r} is not 1 or 2")
+        threads = int(env) if env else default_threads()
+    elif not 1 <= threads <= 2:
+        raise ValueError(f"--threads {threads}: use 1 or 2")
+    if tun_offloads is None:
+        env = os.environ.get("VPNCRYPT_TUN_OFFLOADS", "on").strip().lower()
+        if env not in ("on", "off"):
+            raise ValueError(f"VPNCRYPT_TUN_OFFLOADS: {env!r} is not on or off")
+        tun_offloads = env
+    return threads, tun_offloads == "on"
+
+
+def _build_daemon(interface, config, on_ready=None, threads=None, tun_offloads=None):
     from .daemon import Daemon
     from .logsetup import report_failure
     from .testtimers import timer_config_from_env
@@ -43,16 +75,19 @@ def _build_daemon(interface, config, on_ready=None):
     try:
         validate_interface_name(interface)
         timers = timer_config_from_env()
+        threads, offloads = _data_plane_settings(threads, tun_offloads)
     except ValueError as e:
         report_failure(str(e))
         return None
-    return Daemon(interface, config, timer_config=timers, on_ready=on_ready)
+    return Daemon(interface, config, timer_config=timers, on_ready=on_ready, threads=threads,
+                  tun_offloads=offloads)
 
 
 def cmd_up(args) -> int:
     from .daemon import run_daemon
     setup_logging(args.log_level)
-    daemon = _build_daemon(args.interface, args.config)
+    daemon = _build_daemon(args.interface, args.config, threads=args.threads,
+                           tun_offloads=args.tun_offloads)
     if daemon is None:
         return 1
     return run_daemon(daemon)
@@ -150,6 +185,13 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
             out.append(f"  persistent keepalive: every {_ago(ka)[:-4]}")
     if not dev["counters"]:
         return "\n".join(out)      # another implementation (wireguard-go): no drop counters
+    info = dev.get("info", {})
+    if info:
+        out.append("")
+        out.append(f"crypto kernels: chacha20 {info.get('chacha', '?')}, poly1305 "
+                   f"{info.get('poly1305', '?')}; the data path last ran chacha20 "
+                   f"{info.get('data_chacha', '(nothing yet)')}, poly1305 "
+                   f"{info.get('data_poly1305', '(nothing yet)')}")
     drops = {k[5:]: v for k, v in dev["counters"].items() if k.startswith("drop_")}
     other = {k: v for k, v in dev["counters"].items() if not k.startswith("drop_")}
     out.append("")

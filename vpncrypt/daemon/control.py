@@ -45,6 +45,9 @@ class InterfaceSnapshot:
     # vpncrypt extras (drop counters etc.), reported as vpncrypt_<name>=N
     # only on the `get=vpncrypt` request (or when the server enables them).
     counters: Mapping[str, int] = field(default_factory=dict)
+    # vpncrypt extras that are words, not numbers (the crypto kernels), as
+    # vpncrypt_info_<name>=<word> on the same requests
+    info: Mapping[str, str] = field(default_factory=dict)
 
 
 class Control(abc.ABC):

@@ -61,8 +61,11 @@ class Daemon:
     def __init__(self, interface: str, config_path: Optional[str] = None, *,
                  socket_dir: str = DEFAULT_SOCKET_DIR,
                  timer_config: Optional[TimerConfig] = None,
-                 on_ready: Optional[Callable[[], None]] = None):
+                 on_ready: Optional[Callable[[], None]] = None,
+                 threads: int = 1, tun_offloads: bool = True):
         self.interface = interface
+        self.threads = threads
+        self.tun_offloads = tun_offloads
         self.config_path = config_path
         self.socket_dir = socket_dir
         self.timer_config = timer_config
@@ -186,13 +189,14 @@ class Daemon:
         iface = cfg.interface
         self.fwmark = iface.fwmark or 0
         self.dataplane = DataPlane(bytes(iface.private_key) if iface.private_key is not None
-                                   else None, timer_config=self.timer_config)
+                                   else None, timer_config=self.timer_config, threads=self.threads,
+                                   tun_offloads=self.tun_offloads)
         if self.timer_config is not None:
             log.warning("test-only protocol timers in use (%s): %s", TEST_TIMERS_ENV,
                         os.environ.get(TEST_TIMERS_ENV, ""))
         self._open_socket(cfg)
         self.tun = TunDevice.create(self.interface, mtu=iface.mtu if iface.mtu else None,
-                                    addresses=iface.addresses, up=True)
+                                    addresses=iface.addresses, up=True, vnet_hdr=True)
         self.mtu = self.tun.get_mtu()
         if iface.addresses:
             log.info("interface %s: addresses %s", self.tun.name,

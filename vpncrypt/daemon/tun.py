@@ -30,6 +30,8 @@ TUN_PATH = "/dev/net/tun"
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
 IFF_NO_PI = 0x1000
+IFF_VNET_HDR = 0x4000     # a virtio_net_hdr before each packet: the TUN offloads (TSO/USO, GRO)
+TXQUEUELEN = 4096         # packets the kernel queues for us to read (the default 500 drops bursts)
 IFF_UP = 0x1
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
@@ -87,10 +89,11 @@ class TunDevice:
 
     @classmethod
     def create(cls, name: str, *, mtu: Optional[int] = DEFAULT_MTU, up: bool = True,
-               addresses: Iterable = ()) -> "TunDevice":
+               addresses: Iterable = (), vnet_hdr: bool = False) -> "TunDevice":
         """Create interface `name`, or attach to the persistent TUN device of
         that name.  `mtu` None: leave an attached device's MTU as it is
-        (a created one gets 1420)."""
+        (a created one gets 1420).  `vnet_hdr`: open it with IFF_VNET_HDR
+        (for the TUN offloads; a kernel without it gets a plain TUN)."""
         validate_interface_name(name)
         ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         try:
@@ -104,7 +107,13 @@ class TunDevice:
             raise
         try:
             try:
-                ifr = fcntl.ioctl(fd, TUNSETIFF, _ifreq(name, "H", IFF_TUN | IFF_NO_PI))
+                try:
+                    ifr = fcntl.ioctl(fd, TUNSETIFF, _ifreq(name, "H", IFF_TUN | IFF_NO_PI
+                                                            | (IFF_VNET_HDR if vnet_hdr else 0)))
+                except OSError as e:
+                    if not vnet_hdr or e.errno != errno.EINVAL:
+                        raise
+                    ifr = fcntl.ioctl(fd, TUNSETIFF, _ifreq(name, "H", IFF_TUN | IFF_NO_PI))
             except OSError as e:
                 if existed:
                     why = {errno.EBUSY: "another process is using it",
@@ -122,6 +131,9 @@ class TunDevice:
             ctl.close()
             raise
         try:
+            if created:
+                from ..dataplane.io import set_txqueuelen
+                set_txqueuelen(actual, TXQUEUELEN)
             if mtu is not None or created:
                 dev.set_mtu(mtu or DEFAULT_MTU)
             if addresses:

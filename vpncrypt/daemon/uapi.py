@@ -52,6 +52,7 @@ trace = logging.getLogger("vpncrypt.trace")     # rate-limited (logsetup)
 DEFAULT_SOCKET_DIR = "/var/run/wireguard"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 _COUNTER_NAME_RE = re.compile(r"^[a-z0-9_]+$")
+_INFO_VALUE_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 
 
 def socket_path(interface: str, directory: str = DEFAULT_SOCKET_DIR) -> str:
@@ -211,6 +212,9 @@ def format_get(snapshot: InterfaceSnapshot, *, extensions: bool = False) -> str:
         for name, value in sorted(snapshot.counters.items()):
             if _COUNTER_NAME_RE.match(name):
                 out.append(f"vpncrypt_{name}={int(value)}")
+        for name, value in sorted(snapshot.info.items()):
+            if _COUNTER_NAME_RE.match(name) and _INFO_VALUE_RE.match(str(value)):
+                out.append(f"vpncrypt_info_{name}={value}")
     out.append("errno=0")
     return "\n".join(out) + "\n\n"
 

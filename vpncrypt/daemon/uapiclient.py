@@ -62,7 +62,7 @@ def interface_request(interface: str, text: str, socket_dir: str = DEFAULT_SOCKE
 def parse_get(text: str) -> dict:
     """A get=1 / get=vpncrypt answer as {interface fields..., "peers": [...],
     "counters": {...}}.  Raises OSError for errno != 0."""
-    dev = {"peers": [], "counters": {}}
+    dev = {"peers": [], "counters": {}, "info": {}}
     cur = dev
     for line in text.split("\n"):
         if not line:
@@ -77,6 +77,8 @@ def parse_get(text: str) -> dict:
             dev["peers"].append(cur)
         elif k == "allowed_ip":
             cur["allowed_ips"].append(v)
+        elif k.startswith("vpncrypt_info_"):
+            dev["info"][k[len("vpncrypt_info_"):]] = v
         elif k.startswith("vpncrypt_"):
             dev["counters"][k[len("vpncrypt_"):]] = int(v)
         else:

@@ -97,7 +97,7 @@ class Engine:
         self._wake_r = self._wake_w = None
         self._lock = threading.Lock()
         self._pending = None          # (touches, waiting, control) from the threads
-        self._fatal_exc = None
+        self.last_kernels = None      # (chacha, poly1305) that served a data thread last
 
     @property
     def counters(self) -> EngineCounters:
@@ -244,6 +244,7 @@ class Engine:
             p[1].extend(waiting)
             p[2].extend(control)
         if schedule:
+            self._note_kernels()
             try:
                 self.loop.call_soon_threadsafe(self._drain)
             except RuntimeError:        # the loop is closed: shutting down
@@ -370,6 +371,12 @@ class Engine:
                 return True
         return False
 
+    def _note_kernels(self) -> None:
+        from vpncrypt.crypto import last_kernels
+        k = last_kernels()
+        if any(k):
+            self.last_kernels = k
+
     def _rx_thread(self) -> None:
         d = self.rx
         try:
@@ -387,6 +394,8 @@ class Engine:
                         break
         except Exception as e:          # noqa: BLE001 - reported on the loop
             self._thread_failed(e)
+        finally:
+            self._note_kernels()
 
     def _tx_thread(self) -> None:
         d = self.tx
@@ -401,6 +410,8 @@ class Engine:
                         self._post(touches, waiting)
         except Exception as e:          # noqa: BLE001 - reported on the loop
             self._thread_failed(e)
+        finally:
+            self._note_kernels()
 
     def _thread_failed(self, exc) -> None:
         if not self._running:
