@@ -47,6 +47,12 @@ fi
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$venv/bin/python" -m pip install -q -e ".[test]"
 
+# The current wireguard-go (Debian 13's, with TUN offloads) for the interop,
+# hostile-path and tunnel-bench tests, fetched once into a cache outside the
+# repo (tests/tools/fetch-wireguard-go.sh; the system's apt state is untouched).
+VPNCRYPT_WIREGUARD_GO_CURRENT=$(bash "$repo/tests/tools/fetch-wireguard-go.sh")
+export VPNCRYPT_WIREGUARD_GO_CURRENT
+
 status=0
 "$venv/bin/python" -m pytest "${args[@]}" || status=$?
 if [ "$status" = 5 ]; then

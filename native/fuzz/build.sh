@@ -65,11 +65,11 @@ build_libfuzzer() {
     fi
     flags="$common -fsanitize=fuzzer-no-link,address,undefined"
     compile_all "$clang" "$flags" "$tmp/clang"
-    for h in fuzz_aead fuzz_wg; do
+    for h in fuzz_aead fuzz_wg fuzz_offload; do
         # shellcheck disable=SC2086
         "$clang" $common -fsanitize=fuzzer,address,undefined "$here/$h.c" "$tmp"/clang/*.o -o "$out/$h"
     done
-    echo "build.sh: built $out/fuzz_aead $out/fuzz_wg (libFuzzer, ASan, UBSan)" >&2
+    echo "build.sh: built $out/fuzz_aead $out/fuzz_wg $out/fuzz_offload (libFuzzer, ASan, UBSan)" >&2
 }
 
 build_replay() {
@@ -78,11 +78,11 @@ build_replay() {
     compile_all "$gcc" "$flags" "$tmp/gcc"
     # shellcheck disable=SC2086
     "$gcc" $flags -c "$here/replay_main.c" -o "$tmp/replay_main.o"
-    for h in fuzz_aead fuzz_wg; do
+    for h in fuzz_aead fuzz_wg fuzz_offload; do
         # shellcheck disable=SC2086
         "$gcc" $flags "$here/$h.c" "$tmp/replay_main.o" "$tmp"/gcc/*.o -o "$out/${h}_replay"
     done
-    echo "build.sh: built $out/fuzz_aead_replay $out/fuzz_wg_replay (gcc, ASan, UBSan)" >&2
+    echo "build.sh: built $out/fuzz_aead_replay $out/fuzz_wg_replay $out/fuzz_offload_replay (gcc, ASan, UBSan)" >&2
 }
 
 case $what in

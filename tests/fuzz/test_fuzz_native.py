@@ -19,6 +19,7 @@ from tests.fuzz.conftest import CORPUS, REPO, artifacts, fuzz_seconds, tail
 HARNESSES = {
     "fuzz_aead": ("aead", 12, 4200, 3000),
     "fuzz_wg": ("wg_open", 8, 8192, 20000),
+    "fuzz_offload": ("offload", 8, 70000, 20000),
 }
 ENV = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:symbolize=1",
            UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")

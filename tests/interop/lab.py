@@ -26,6 +26,24 @@ INNER = {"A": "10.200.0.1", "B": "10.200.0.2"}
 PORT = 51820
 
 
+_CURRENT_WGGO = []
+
+
+def current_wireguard_go() -> str:
+    """Debian 13's wireguard-go (TUN offloads): $VPNCRYPT_WIREGUARD_GO_CURRENT,
+    else fetched (and cached) by tests/tools/fetch-wireguard-go.sh."""
+    if not _CURRENT_WGGO:
+        path = os.environ.get("VPNCRYPT_WIREGUARD_GO_CURRENT")
+        if not path:
+            r = subprocess.run(["bash", os.path.join(REPO, "tests", "tools", "fetch-wireguard-go.sh")],
+                               capture_output=True, text=True, timeout=600)
+            assert r.returncode == 0, f"fetching the current wireguard-go failed:\n{r.stderr}"
+            path = r.stdout.strip().splitlines()[-1]
+        assert os.access(path, os.X_OK), f"{path}: not an executable wireguard-go"
+        _CURRENT_WGGO.append(path)
+    return _CURRENT_WGGO[0]
+
+
 def need(tool):
     path = shutil.which(tool)
     assert path, f"required tool {tool!r} is not installed (tests never skip)"
@@ -52,7 +70,11 @@ class Node:
     def __init__(self, lab, side, kind):
         self.lab = lab
         self.side = side
-        self.kind = kind                     # "vpncrypt" or "wggo"
+        # "vpncrypt", "wggo" (the wireguard-go on PATH: Debian 12's, 2022, no
+        # TUN offloads) or "wggo-current" (Debian 13's, with TUN offloads)
+        self.binary = current_wireguard_go() if kind == "wggo-current" else "wireguard-go"
+        kind = "wggo" if kind == "wggo-current" else kind
+        self.kind = kind
         self.ns = lab.ns[side]
         self.iface = ("vc" if kind == "vpncrypt" else "wg") + side.lower() + lab.id
         self.private = keys.genkey()
@@ -83,7 +105,7 @@ class Node:
         out = {}
         for line in self.uapi("get=vpncrypt\n\n").splitlines():
             k, _, v = line.partition("=")
-            if k.startswith("vpncrypt_"):
+            if k.startswith("vpncrypt_") and not k.startswith("vpncrypt_info_"):
                 out[k[9:]] = int(v)
         return out
 
@@ -144,10 +166,10 @@ class Node:
         self.proc = self.lab.spawn_vpncrypt(self.side, self.iface, path, env=env, **kw)
 
     def start_wggo(self, conf_text, mtu=None):
-        need("wireguard-go")
+        need(self.binary)
         log = os.path.join(self.lab.tmp, f"{self.iface}.log")
         with open(log, "wb") as f:
-            p = subprocess.Popen(["ip", "netns", "exec", self.ns, "wireguard-go", "-f", self.iface],
+            p = subprocess.Popen(["ip", "netns", "exec", self.ns, self.binary, "-f", self.iface],
                                  stdout=f, stderr=subprocess.STDOUT,
                                  env={**os.environ, "LOG_LEVEL": "debug",
                                       "WG_PROCESS_FOREGROUND": "1"})

@@ -25,7 +25,8 @@ def _handshakes(node):
 
 @pytest.mark.parametrize("psk", [False, True], ids=["nopsk", "psk"])
 @pytest.mark.parametrize("initiator", ["vpncrypt", "peer"])
-@pytest.mark.parametrize("peer_kind", ["wggo", "vpncrypt"], ids=["wireguard-go", "vpncrypt"])
+@pytest.mark.parametrize("peer_kind", ["wggo", "wggo-current", "vpncrypt"],
+                         ids=["wireguard-go-2022", "wireguard-go-current", "vpncrypt"])
 def test_handshake_and_ping(lab, peer_kind, initiator, psk):
     """vpncrypt (A) and the peer (B: wireguard-go or vpncrypt); only the
     initiator knows the other's endpoint, so it must start the handshake."""
@@ -103,12 +104,18 @@ def _agree(a, b, before=None):
     return da, db
 
 
-@pytest.mark.parametrize("peer_kind", ["wggo", "vpncrypt"], ids=["wireguard-go", "vpncrypt"])
+@pytest.mark.parametrize("peer_kind", ["wggo", "wggo-current", "vpncrypt"],
+                         ids=["wireguard-go-2022", "wireguard-go-current", "vpncrypt"])
 def test_traffic(lab, peer_kind):
-    """ping, 20 MB TCP both ways (sha256), 1472-byte UDP round trips at MTU
-    1500, a 20 MB transfer across several rekeys, `wg show` agreement."""
+    """ping, 20 MB TCP both ways (sha256), full-size UDP round trips (1472
+    bytes at MTU 1500), a 20 MB transfer across several rekeys, `wg show`
+    agreement.  The current wireguard-go runs at MTU 1420: it sends with UDP
+    GSO, whose segments the kernel never fragments, so at a tunnel MTU of
+    1500 over a 1500-byte path its own packets are lost (it fails against
+    itself there too)."""
     env = {"VPNCRYPT_TEST_TIMERS": REKEY_TIMERS}
-    a, b = pair(lab, "vpncrypt", peer_kind, initiator="A", mtu=1500, env_a=env, env_b=env)
+    mtu = 1420 if peer_kind == "wggo-current" else 1500
+    a, b = pair(lab, "vpncrypt", peer_kind, initiator="A", mtu=mtu, env_a=env, env_b=env)
     a.ping(b)
     b.ping(a)
     _tcp(lab, a, b, MB20, seed=1)
@@ -121,8 +128,8 @@ def test_traffic(lab, peer_kind):
     a.ping(b)
     time.sleep(0.5)
     before = _both(a, b)
-    _udp_rtt(lab, a, b)
-    _udp_rtt(lab, b, a, count=100)
+    _udp_rtt(lab, a, b, size=mtu - 28)
+    _udp_rtt(lab, b, a, size=mtu - 28, count=100)
     da, db = _agree(a, b, before)
     assert da["rx"] > MB20 and db["rx"] > MB20
 
