@@ -3,7 +3,8 @@
 #include "vc_internal.h"
 #include "vc_traffic.h"
 
-uint64_t vc_monotonic_ns(void) {
+VC_API uint64_t vc_monotonic_ns(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
@@ -14,12 +15,14 @@ uint64_t vc_monotonic_ns(void) {
  * number and stream id, so every byte depends on which packet it belongs to. */
 #define PATTERN_K 0x9E3779B9u
 
-static uint32_t pattern_seed(uint64_t seq, uint32_t stream) {
+static uint32_t pattern_seed(uint64_t seq, uint32_t stream)
+{
     uint64_t x = (seq + 1) * 0x9E3779B97F4A7C15ULL ^ ((uint64_t)stream << 29);
     return (uint32_t)(x ^ (x >> 32));
 }
 
-static void write_pattern(uint8_t *p, size_t n, uint32_t seed) {
+static void write_pattern(uint8_t *p, size_t n, uint32_t seed)
+{
     size_t words = n / 4, i;
     for (i = 0; i < words; i++) {
         uint32_t w = seed + (uint32_t)i * PATTERN_K;
@@ -29,7 +32,8 @@ static void write_pattern(uint8_t *p, size_t n, uint32_t seed) {
     for (i = 4 * words; i < n; i++, last >>= 8) p[i] = (uint8_t)last;
 }
 
-static int pattern_ok(const uint8_t *p, size_t n, uint32_t seed) {
+static int pattern_ok(const uint8_t *p, size_t n, uint32_t seed)
+{
     size_t words = n / 4, i;
     uint32_t diff = 0;
     for (i = 0; i < words; i++) {
@@ -42,16 +46,18 @@ static int pattern_ok(const uint8_t *p, size_t n, uint32_t seed) {
     return diff == 0;
 }
 
-static uint16_t ip_checksum(const uint8_t *h) {
+static uint16_t ip_checksum(const uint8_t *h)
+{
     uint32_t sum = 0;
     for (int i = 0; i < 20; i += 2) sum += ((uint32_t)h[i] << 8) | h[i + 1];
     while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
     return (uint16_t)~sum;
 }
 
-int vc_traffic_fill(uint8_t *slab, size_t stride, uint32_t base, uint32_t *off, uint32_t *len,
+VC_API int vc_traffic_fill(uint8_t *slab, size_t stride, uint32_t base, uint32_t *off, uint32_t *len,
                     const uint32_t *payload_len, size_t n, const uint8_t src[4],
-                    const uint8_t dst[4], uint32_t stream, uint64_t seq0, uint64_t now_ns) {
+                    const uint8_t dst[4], uint32_t stream, uint64_t seq0, uint64_t now_ns)
+{
     for (size_t i = 0; i < n; i++) {
         size_t pl = payload_len[i], total = 28 + pl;
         if (pl < VC_TRAFFIC_MIN_PAYLOAD || total > stride || total > 65535) return -1;
@@ -75,21 +81,24 @@ int vc_traffic_fill(uint8_t *slab, size_t stride, uint32_t base, uint32_t *off, 
     return (int)n;
 }
 
-static size_t hist_bin(uint64_t ns) {
+static size_t hist_bin(uint64_t ns)
+{
     uint64_t us = ns / 1000;
     if (us < 1024) return (size_t)us;                      /* 1 us bins up to ~1 ms */
     size_t b = 1024 + (size_t)((us - 1024) / 64);          /* then 64 us bins */
     return b < VC_TRAFFIC_HIST_BINS ? b : VC_TRAFFIC_HIST_BINS - 1;
 }
 
-static double bin_ns(size_t b) {
+static double bin_ns(size_t b)
+{
     if (b < 1024) return (b + 0.5) * 1000.0;
     return (1024 + (b - 1024) * 64.0 + 32.0) * 1000.0;
 }
 
-void vc_traffic_check(vc_traffic_sink *s, const uint8_t *buf, const uint32_t *off,
+VC_API void vc_traffic_check(vc_traffic_sink *s, const uint8_t *buf, const uint32_t *off,
                       const uint32_t *len, size_t n, uint64_t now_ns, uint32_t stream,
-                      uint64_t *seen, uint64_t window_bits) {
+                      uint64_t *seen, uint64_t window_bits)
+{
     for (size_t i = 0; i < n; i++) {
         const uint8_t *p = buf + off[i];
         size_t L = len[i];
@@ -117,7 +126,8 @@ void vc_traffic_check(vc_traffic_sink *s, const uint8_t *buf, const uint32_t *of
     }
 }
 
-double vc_traffic_quantile(const vc_traffic_sink *s, double q) {
+VC_API double vc_traffic_quantile(const vc_traffic_sink *s, double q)
+{
     uint64_t total = 0;
     for (size_t b = 0; b < VC_TRAFFIC_HIST_BINS; b++) total += s->hist[b];
     if (!total) return 0.0;

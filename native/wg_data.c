@@ -154,7 +154,7 @@ static int endpoint_equal(const vc_endpoint *a, const vc_endpoint *b)
 
 /* ---------------------------------------------------------------- sealing */
 
-size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_off,
+VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_off,
                         const uint32_t *in_len, size_t n, int64_t peer, double now,
                         uint8_t *out, size_t stride, size_t out_cap, uint32_t *out_len,
                         vc_endpoint *out_ep, int32_t *status, int32_t *peer_of,
@@ -299,7 +299,7 @@ static uint32_t after_authentic(vc_wg_table *t, wg_peer *p, uint32_t kp, double 
     return flags;
 }
 
-size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off, const uint32_t *len,
+VC_API size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off, const uint32_t *len,
                         const vc_endpoint *ep, size_t n, double now, int32_t *status,
                         uint32_t *deliver_off, uint32_t *deliver_len,
                         uint32_t *other, size_t *n_other,

@@ -17,7 +17,7 @@ static int config_ok(const vc_wg_config *c)
 
 /* ---------------------------------------------------------------- table */
 
-vc_wg_table *vc_wg_table_new(const vc_wg_config *cfg)
+VC_API vc_wg_table *vc_wg_table_new(const vc_wg_config *cfg)
 {
     if (!cfg || !config_ok(cfg))
         return NULL;
@@ -48,7 +48,7 @@ vc_wg_table *vc_wg_table_new(const vc_wg_config *cfg)
     return t;
 }
 
-void vc_wg_table_free(vc_wg_table *t)
+VC_API void vc_wg_table_free(vc_wg_table *t)
 {
     if (!t)
         return;
@@ -63,7 +63,7 @@ void vc_wg_table_free(vc_wg_table *t)
     free(t);
 }
 
-int vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg)
+VC_API int vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg)
 {
     if (!cfg || !config_ok(cfg))
         return -1;
@@ -73,7 +73,7 @@ int vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg)
     return 0;
 }
 
-void vc_wg_table_get_config(vc_wg_table *t, vc_wg_config *out)
+VC_API void vc_wg_table_get_config(vc_wg_table *t, vc_wg_config *out)
 {
     RD_LOCK(t);
     *out = t->cfg;
@@ -98,12 +98,12 @@ double wg_clock(vc_wg_table *t, double now)
     return v;
 }
 
-double vc_wg_clock(vc_wg_table *t, double now)
+VC_API double vc_wg_clock(vc_wg_table *t, double now)
 {
     return wg_clock(t, now);
 }
 
-double vc_wg_clock_offset(vc_wg_table *t)
+VC_API double vc_wg_clock_offset(vc_wg_table *t)
 {
     wg_spin_lock(&t->clock_lock);
     double o = t->clock_offset;
@@ -111,7 +111,7 @@ double vc_wg_clock_offset(vc_wg_table *t)
     return o;
 }
 
-void vc_wg_table_drops(vc_wg_table *t, uint64_t out[VC_WG_STATUS_COUNT])
+VC_API void vc_wg_table_drops(vc_wg_table *t, uint64_t out[VC_WG_STATUS_COUNT])
 {
     for (int i = 0; i < VC_WG_STATUS_COUNT; i++)
         out[i] = __atomic_load_n(&t->drops[i], __ATOMIC_RELAXED);
@@ -122,7 +122,7 @@ void wg_peer_drop(vc_wg_table *t, wg_peer *p, int status, uint64_t n)
     WG_ADD(p ? &p->drops[status] : &t->drops[status], n);
 }
 
-void vc_wg_count_drops(vc_wg_table *t, int64_t peer, int status, uint64_t n)
+VC_API void vc_wg_count_drops(vc_wg_table *t, int64_t peer, int status, uint64_t n)
 {
     if (status < 0 || status >= VC_WG_STATUS_COUNT)
         return;
@@ -228,7 +228,7 @@ static void peer_forget_reserved(wg_peer *p, uint32_t index)
             p->reserved[i] = WG_NIL;
 }
 
-int vc_wg_index_reserve(vc_wg_table *t, uint32_t index, uint32_t peer)
+VC_API int vc_wg_index_reserve(vc_wg_table *t, uint32_t index, uint32_t peer)
 {
     WR_LOCK(t);
     int rc = -1;
@@ -242,7 +242,7 @@ int vc_wg_index_reserve(vc_wg_table *t, uint32_t index, uint32_t peer)
     return rc;
 }
 
-int vc_wg_index_release(vc_wg_table *t, uint32_t index)
+VC_API int vc_wg_index_release(vc_wg_table *t, uint32_t index)
 {
     WR_LOCK(t);
     wg_index_slot *s = ix_find(t, index);
@@ -256,7 +256,7 @@ int vc_wg_index_release(vc_wg_table *t, uint32_t index)
     return rc;
 }
 
-int64_t vc_wg_index_peer(vc_wg_table *t, uint32_t index)
+VC_API int64_t vc_wg_index_peer(vc_wg_table *t, uint32_t index)
 {
     RD_LOCK(t);
     wg_index_slot *s = ix_find(t, index);
@@ -269,7 +269,7 @@ int64_t vc_wg_index_peer(vc_wg_table *t, uint32_t index)
     return peer;
 }
 
-int vc_wg_index_count(vc_wg_table *t)
+VC_API int vc_wg_index_count(vc_wg_table *t)
 {
     RD_LOCK(t);
     int n = (int)t->ix_count;
@@ -350,7 +350,7 @@ static void reap_dead(vc_wg_table *t)
     }
 }
 
-void vc_wg_maintain(vc_wg_table *t)
+VC_API void vc_wg_maintain(vc_wg_table *t)
 {
     if (WG_LOAD(&t->dead_head) == WG_NIL)
         return;
@@ -359,7 +359,7 @@ void vc_wg_maintain(vc_wg_table *t)
     UNLOCK(t);
 }
 
-int vc_wg_install(vc_wg_table *t, uint32_t peer, uint32_t local_index, uint32_t remote_index,
+VC_API int vc_wg_install(vc_wg_table *t, uint32_t peer, uint32_t local_index, uint32_t remote_index,
                   const uint8_t send_key[32], const uint8_t recv_key[32], int initiator, double now)
 {
     double born = now;
@@ -413,7 +413,7 @@ out:
 
 /* ---------------------------------------------------------------- peers */
 
-int64_t vc_wg_peer_add(vc_wg_table *t)
+VC_API int64_t vc_wg_peer_add(vc_wg_table *t)
 {
     WR_LOCK(t);
     int64_t id = -1;
@@ -461,7 +461,7 @@ static void peer_zero(vc_wg_table *t, uint32_t peer)
     }
 }
 
-int vc_wg_peer_zero(vc_wg_table *t, uint32_t peer)
+VC_API int vc_wg_peer_zero(vc_wg_table *t, uint32_t peer)
 {
     WR_LOCK(t);
     int rc = -1;
@@ -473,7 +473,7 @@ int vc_wg_peer_zero(vc_wg_table *t, uint32_t peer)
     return rc;
 }
 
-int vc_wg_peer_remove(vc_wg_table *t, uint32_t peer)
+VC_API int vc_wg_peer_remove(vc_wg_table *t, uint32_t peer)
 {
     WR_LOCK(t);
     int rc = -1;
@@ -491,7 +491,7 @@ int vc_wg_peer_remove(vc_wg_table *t, uint32_t peer)
     return rc;
 }
 
-int vc_wg_peer_count(vc_wg_table *t)
+VC_API int vc_wg_peer_count(vc_wg_table *t)
 {
     RD_LOCK(t);
     int n = (int)t->peer_count;
@@ -499,7 +499,7 @@ int vc_wg_peer_count(vc_wg_table *t)
     return n;
 }
 
-int vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpoint *ep)
+VC_API int vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpoint *ep)
 {
     RD_LOCK(t);            /* only this peer's fields change: its own lock suffices */
     int rc = -1;
@@ -537,7 +537,7 @@ static void kp_info(const vc_wg_table *t, uint32_t id, double now, int is_curren
                   out->send_counter < t->cfg.reject_after_messages;
 }
 
-int vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, double now)
+VC_API int vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, double now)
 {
     double tnow = now;
     RD_LOCK(t);
@@ -571,7 +571,7 @@ int vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, double 
 
 /* ---------------------------------------------------------------- routes (locking) */
 
-int vc_wg_route_add(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer)
+VC_API int vc_wg_route_add(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer)
 {
     WR_LOCK(t);
     int rc = peer < t->peer_cap && t->peers[peer].in_use ? wg_routes_add(t, family, addr, cidr, peer) : -1;
@@ -579,7 +579,7 @@ int vc_wg_route_add(vc_wg_table *t, int family, const uint8_t *addr, int cidr, u
     return rc;
 }
 
-int vc_wg_route_remove(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer)
+VC_API int vc_wg_route_remove(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer)
 {
     WR_LOCK(t);
     int rc = wg_routes_remove(t, family, addr, cidr, peer);
@@ -587,7 +587,7 @@ int vc_wg_route_remove(vc_wg_table *t, int family, const uint8_t *addr, int cidr
     return rc;
 }
 
-int vc_wg_route_clear_peer(vc_wg_table *t, uint32_t peer)
+VC_API int vc_wg_route_clear_peer(vc_wg_table *t, uint32_t peer)
 {
     WR_LOCK(t);
     int rc = -1;
@@ -599,7 +599,7 @@ int vc_wg_route_clear_peer(vc_wg_table *t, uint32_t peer)
     return rc;
 }
 
-int64_t vc_wg_route_lookup(vc_wg_table *t, int family, const uint8_t *addr)
+VC_API int64_t vc_wg_route_lookup(vc_wg_table *t, int family, const uint8_t *addr)
 {
     RD_LOCK(t);
     int64_t peer = wg_routes_lookup(&t->routes, family, addr);
@@ -607,7 +607,7 @@ int64_t vc_wg_route_lookup(vc_wg_table *t, int family, const uint8_t *addr)
     return peer;
 }
 
-int vc_wg_route_list(vc_wg_table *t, uint32_t peer, uint8_t *out, int cap)
+VC_API int vc_wg_route_list(vc_wg_table *t, uint32_t peer, uint8_t *out, int cap)
 {
     RD_LOCK(t);
     int n = peer < t->peer_cap && t->peers[peer].in_use ? wg_routes_list(t, peer, out, cap) : 0;

@@ -83,24 +83,29 @@ struct impl {
 static uint8_t key[32];
 static uint64_t nonce_ctr = 1000;
 
-static void put64(uint8_t *p, uint64_t v) {
+static void put64(uint8_t *p, uint64_t v)
+{
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* ---------------- vpncrypt ---------------- */
-static int vc_op_stream(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int vc_op_stream(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     (void)im;
     return vc_chacha20_xor(out, in, len, key, n, 0, 20);
 }
-static int vc_op_seal(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int vc_op_seal(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     (void)im;
     return vc_aead_seal(out, out + len, in, len, NULL, 0, key, n);
 }
-static int vc_op_open(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int vc_op_open(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     (void)im;
     return vc_aead_open(out, in, len, in + len, NULL, 0, key, n);
 }
-static int vc_op_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int vc_op_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     (void)im;
     static uint8_t nonces[BATCH_N * 12];
     static uint32_t lens[BATCH_N];
@@ -116,7 +121,8 @@ static int vc_op_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, co
 
 /* ---------------- OpenSSL EVP ---------------- */
 #ifdef HAVE_OPENSSL
-static int ossl_stream(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int ossl_stream(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     uint8_t iv[16] = {0};             /* LE32 block counter 0, then the 12-byte nonce */
     memcpy(iv + 4, n, 12);
     EVP_CIPHER_CTX *c = im->ctx[V_STREAM];
@@ -125,7 +131,8 @@ static int ossl_stream(impl *im, uint8_t *out, const uint8_t *in, size_t len, co
     if (!EVP_EncryptUpdate(c, out, &l, in, (int)len)) return -1;
     return 0;
 }
-static int ossl_seal(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int ossl_seal(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     EVP_CIPHER_CTX *c = im->ctx[V_SEAL];
     int l = 0, l2 = 0;
     if (!EVP_EncryptInit_ex(c, NULL, NULL, NULL, n)) return -1;
@@ -134,7 +141,8 @@ static int ossl_seal(impl *im, uint8_t *out, const uint8_t *in, size_t len, cons
     if (!EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_GET_TAG, 16, out + len)) return -1;
     return 0;
 }
-static int ossl_open(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int ossl_open(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     EVP_CIPHER_CTX *c = im->ctx[V_OPEN];
     int l = 0, l2 = 0;
     if (!EVP_DecryptInit_ex(c, NULL, NULL, NULL, n)) return -1;
@@ -143,7 +151,8 @@ static int ossl_open(impl *im, uint8_t *out, const uint8_t *in, size_t len, cons
     if (EVP_DecryptFinal_ex(c, out + l, &l2) <= 0) return -1;
     return 0;
 }
-static int ossl_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int ossl_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     uint8_t nn[12];
     memcpy(nn, n, 4);
     for (int i = 0; i < BATCH_N; i++) {
@@ -152,7 +161,8 @@ static int ossl_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, con
     }
     return 0;
 }
-static int ossl_setup(impl *im) {
+static int ossl_setup(impl *im)
+{
     static const uint8_t zero[16];
     for (int v = 0; v < 3; v++)
         if (!(im->ctx[v] = EVP_CIPHER_CTX_new())) return -1;
@@ -169,21 +179,25 @@ static int ossl_setup(impl *im) {
 
 /* ---------------- libsodium ---------------- */
 #ifdef HAVE_SODIUM
-static int na_stream(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int na_stream(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     (void)im;
     return crypto_stream_chacha20_ietf_xor_ic(out, in, len, n, 0, key);
 }
-static int na_seal(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int na_seal(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     (void)im;
     unsigned long long clen;
     return crypto_aead_chacha20poly1305_ietf_encrypt(out, &clen, in, len, NULL, 0, NULL, n, key);
 }
-static int na_open(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int na_open(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     (void)im;
     unsigned long long mlen;
     return crypto_aead_chacha20poly1305_ietf_decrypt(out, &mlen, NULL, in, len + 16, NULL, 0, n, key);
 }
-static int na_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n) {
+static int na_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
+{
     uint8_t nn[12];
     memcpy(nn, n, 4);
     for (int i = 0; i < BATCH_N; i++) {
@@ -209,13 +223,15 @@ static int vc_default_index;
 
 static size_t roundup64(size_t s) { return (s + 63) & ~(size_t)63; }
 
-static double now_ns(void) {
+static double now_ns(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-static int name_listed(const char *list, const char *name) {
+static int name_listed(const char *list, const char *name)
+{
     if (!list) return 1;
     size_t n = strlen(name);
     const char *short_name = strncmp(name, "vpncrypt:", 9) == 0 ? name + 9 : NULL;
@@ -231,7 +247,8 @@ static int name_listed(const char *list, const char *name) {
     return 0;
 }
 
-static void add_impls(void) {
+static void add_impls(void)
+{
     vc_default_index = vc_chacha_impl_active();
     for (int i = 0; i < vc_chacha_impl_count() && n_impls < 12; i++) {
         if (!vc_chacha_impl_available(i)) continue;
@@ -275,7 +292,8 @@ static void add_impls(void) {
     for (int i = 0; i < n_impls; i++) impls[i].verified = 1;
 }
 
-static int find_lib(int lib) {
+static int find_lib(int lib)
+{
     for (int i = 0; i < n_impls; i++) if (impls[i].lib == lib) return i;
     return -1;
 }
@@ -284,7 +302,8 @@ static int find_lib(int lib) {
 static uint8_t *src_buf, *dst_buf, *open_ring;   /* open_ring: OPEN_RING sealed packets */
 static size_t open_ring_len = (size_t)-1;
 
-static void make_open_ring(size_t len) {
+static void make_open_ring(size_t len)
+{
     if (open_ring_len == len) return;
     int saved = vc_chacha_impl_active();
     vc_chacha_impl_select(0);
@@ -298,7 +317,8 @@ static void make_open_ring(size_t len) {
     open_ring_len = len;
 }
 
-static double cpu_ns(void) {
+static double cpu_ns(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
@@ -308,7 +328,8 @@ static double cpu_ns(void) {
  * *preempted is set when the thread was off the CPU for more than 3% of the
  * batch (wall time minus thread CPU time): another process's time, not ours. */
 static long op_failures, preempted_batches;
-static double run_batch_ex(impl *im, int view, size_t len, long iters, int *preempted) {
+static double run_batch_ex(impl *im, int view, size_t len, long iters, int *preempted)
+{
     if (im->lib == L_VPNCRYPT) vc_chacha_impl_select(im->vc_index);
     op_fn f = im->ops[view];
     uint8_t n[12] = {0};
@@ -334,13 +355,15 @@ static double run_batch_ex(impl *im, int view, size_t len, long iters, int *pree
     return t / (double)iters;
 }
 
-static double run_batch(impl *im, int view, size_t len, long iters) {
+static double run_batch(impl *im, int view, size_t len, long iters)
+{
     return run_batch_ex(im, view, len, iters, NULL);
 }
 
 /* A timed sample: a batch that was preempted is run again (up to 8 times; the
  * fastest is kept if every try was), so descheduling does not count as time. */
-static double timed_batch(impl *im, int view, size_t len, long iters) {
+static double timed_batch(impl *im, int view, size_t len, long iters)
+{
     double best = 0;
     for (int tries = 0; tries < 8; tries++) {
         int pre = 0;
@@ -352,7 +375,8 @@ static double timed_batch(impl *im, int view, size_t len, long iters) {
     return best;
 }
 
-static long calibrate(impl *im, int view, size_t len) {
+static long calibrate(impl *im, int view, size_t len)
+{
     double min_ns = opt_min_time * 1e9;
     long it = 1;
     for (int guard = 0; guard < 40; guard++) {
@@ -366,12 +390,14 @@ static long calibrate(impl *im, int view, size_t len) {
     return it;
 }
 
-static int cmp_double(const void *a, const void *b) {
+static int cmp_double(const void *a, const void *b)
+{
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-static double median_sorted(const double *v, int n) {
+static double median_sorted(const double *v, int n)
+{
     return n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -392,7 +418,8 @@ typedef struct {
 static result *results;
 static size_t n_results, cap_results;
 
-static void add_result(result r) {
+static void add_result(result r)
+{
     if (n_results == cap_results) {
         cap_results = cap_results ? 2 * cap_results : 256;
         results = realloc(results, cap_results * sizeof *results);
@@ -412,7 +439,8 @@ static const result *find_result(const char *group, int view, size_t size, int i
 /* Throughput of a over throughput of b: the median over repetitions of b's time
  * over a's time in the same round (neighbours in time, so a burst of load on
  * the machine hits both); -1 if either is missing. */
-static double paired_ratio(const result *a, const result *b) {
+static double paired_ratio(const result *a, const result *b)
+{
     if (!a || !b) return -1;
     double q[64];
     int n = a->reps < b->reps ? a->reps : b->reps;
@@ -423,7 +451,8 @@ static double paired_ratio(const result *a, const result *b) {
 }
 
 static int progress_on, progress_tty, progress_total, progress_done;
-static void progress(const char *what, size_t size) {
+static void progress(const char *what, size_t size)
+{
     progress_done++;
     if (!progress_on) return;
     if (!progress_tty) {              /* a log: one line per 10% */
@@ -442,7 +471,8 @@ static void progress(const char *what, size_t size) {
  * same rounds, for a paired size-cliff ratio that a burst of load cannot fake.
  * An open point also times every vpncrypt kernel's seal of the same size in the
  * same rounds, for a paired open-against-seal ratio. */
-static void measure_point_ex(const char *group, int view, size_t len, int with_cliff) {
+static void measure_point_ex(const char *group, int view, size_t len, int with_cliff)
+{
     if (view == V_OPEN) make_open_ring(len);
     size_t up = roundup64(len);
     int n_jobs = n_impls;
@@ -498,7 +528,8 @@ static void measure_point_ex(const char *group, int view, size_t len, int with_c
 static void measure_point(const char *group, int view, size_t len) { measure_point_ex(group, view, len, 0); }
 
 /* ---------------- self-check against vpncrypt generic ---------------- */
-static int verify(void) {
+static int verify(void)
+{
     static const size_t lens[] = {1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512, 513,
                                   1000, 1024, 1472, 1500, 4096, 8191, 8192};
     uint8_t *ref = malloc(MAX_SIZE + 16), *got = malloc(MAX_SIZE + 16), *sealed = malloc(MAX_SIZE + 16);
@@ -544,18 +575,21 @@ typedef struct {
 
 #define N_TARGETS 8
 
-static double ratio(const char *group, int view, size_t size, int a, int b) {
+static double ratio(const char *group, int view, size_t size, int a, int b)
+{
     return paired_ratio(find_result(group, view, size, a), find_result(group, view, size, b));
 }
 
-static void set_target(target *t, const char *id, const char *desc, double threshold, double value) {
+static void set_target(target *t, const char *id, const char *desc, double threshold, double value)
+{
     t->id = id;
     t->desc = desc;
     t->threshold = threshold;
     t->value = value;
 }
 
-static int compute_targets(int im, target *t) {
+static int compute_targets(int im, target *t)
+{
     int ossl = find_lib(L_OPENSSL), na = find_lib(L_SODIUM);
     int n = 0;
     memset(t, 0, N_TARGETS * sizeof *t);
@@ -634,12 +668,14 @@ static int compute_targets(int im, target *t) {
 }
 
 /* ---------------- output ---------------- */
-static int ref_impl(void) {
+static int ref_impl(void)
+{
     int r = find_lib(L_OPENSSL);
     return r >= 0 ? r : -1;
 }
 
-static void print_table(const char *group, int view, const char *title) {
+static void print_table(const char *group, int view, const char *title)
+{
     int any = 0;
     for (size_t i = 0; i < n_results; i++)
         if (results[i].view == view && !strcmp(results[i].group, group)) { any = 1; break; }
@@ -671,7 +707,8 @@ static void print_table(const char *group, int view, const char *title) {
     }
 }
 
-static void print_sweep_summary(void) {
+static void print_sweep_summary(void)
+{
     int ref = ref_impl();
     int any = 0;
     for (size_t i = 0; i < n_results; i++) if (!strcmp(results[i].group, "sweep")) { any = 1; break; }
@@ -699,7 +736,8 @@ static void print_sweep_summary(void) {
     }
 }
 
-static void print_targets(void) {
+static void print_targets(void)
+{
     printf("\nC-level targets (report only)\n");
     for (int j = 0; j < n_impls; j++) {
         if (impls[j].lib != L_VPNCRYPT) continue;
@@ -716,7 +754,8 @@ static void print_targets(void) {
     }
 }
 
-static void json_str(const char *s) {
+static void json_str(const char *s)
+{
     putchar('"');
     for (; *s; s++) {
         if (*s == '"' || *s == '\\') putchar('\\');
@@ -726,7 +765,8 @@ static void json_str(const char *s) {
     putchar('"');
 }
 
-static void print_json(void) {
+static void print_json(void)
+{
     printf("{\n  \"tool\": \"cbench\",\n  \"level\": \"c\",\n");
     printf("  \"config\": {\"repeat\": %d, \"min_time\": %g, \"quick\": %s, \"sweep\": %s, \"batch\": %s,"
            " \"batch_packets\": %d, \"batch_len\": %d},\n",
@@ -804,14 +844,16 @@ static void print_json(void) {
            preempted_batches);
 }
 
-static void usage(FILE *f) {
+static void usage(FILE *f)
+{
     fprintf(f,
             "usage: cbench [--quick] [--json] [--repeat N] [--min-time SECONDS] [--sizes 16,64,...]\n"
             "              [--views stream,seal,open] [--impls NAME,...] [--no-sweep] [--no-batch]\n"
             "              [--poly NAME] [--progress] [--no-verify]\n");
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;

@@ -30,7 +30,8 @@
 
 #define HDR 96
 
-static void fail(const char *what, int ci, int pi, size_t len) {
+static void fail(const char *what, int ci, int pi, size_t len)
+{
     fprintf(stderr, "fuzz_aead: %s (chacha=%s poly=%s len=%zu)\n", what,
             ci >= 0 ? vc_chacha_impl_name(ci) : "-", pi >= 0 ? vc_poly1305_impl_name(pi) : "-", len);
     abort();
@@ -41,7 +42,8 @@ static void fail(const char *what, int ci, int pi, size_t len) {
 /* A block of n bytes starting `mis` bytes into its allocation, ending exactly at
  * the allocation's end. */
 typedef struct { uint8_t *base, *p; } buf_t;
-static buf_t balloc(size_t n, unsigned mis) {
+static buf_t balloc(size_t n, unsigned mis)
+{
     buf_t b;
     b.base = malloc(n + mis ? n + mis : 1);
     if (!b.base) abort();
@@ -50,20 +52,24 @@ static buf_t balloc(size_t n, unsigned mis) {
 }
 static void bfree(buf_t b) { free(b.base); }
 
-static uint32_t le32(const uint8_t *p) {
+static uint32_t le32(const uint8_t *p)
+{
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static int zeroed(const uint8_t *p, size_t n) {
+static int zeroed(const uint8_t *p, size_t n)
+{
     for (size_t i = 0; i < n; i++) if (p[i]) return 0;
     return 1;
 }
 
-static void select_kernels(int ci, int pi) {
+static void select_kernels(int ci, int pi)
+{
     if (vc_chacha_impl_select(ci) != VC_OK || vc_poly1305_impl_select(pi) != VC_OK) abort();
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     uint8_t hdr[HDR] = {0};
     memcpy(hdr, data, size < HDR ? size : HDR);
     const uint8_t *body = size > HDR ? data + HDR : data + size;

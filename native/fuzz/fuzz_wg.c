@@ -46,7 +46,8 @@ static const slot_t SLOTS[5] = {
 };
 #define NSLOTS 5
 
-static void slot_key(int s, uint8_t key[32]) {
+static void slot_key(int s, uint8_t key[32])
+{
     for (int j = 0; j < 32; j++) key[j] = (uint8_t)(s * 37 + j * 11 + 1);
 }
 
@@ -59,7 +60,8 @@ static const uint8_t SRC6[2][16] = {
     {0xfd, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
 };
 
-static void fail(const char *what, size_t i) {
+static void fail(const char *what, size_t i)
+{
     fprintf(stderr, "fuzz_wg: %s (datagram %zu)\n", what, i);
     abort();
 }
@@ -72,16 +74,19 @@ typedef struct {
 static unsigned rbyte(rd_t *r) { return r->pos < r->n ? r->d[r->pos++] : 0; }
 static unsigned ru16(rd_t *r) { unsigned a = rbyte(r); return a | rbyte(r) << 8; }
 
-static uint64_t le64(const uint8_t *p) {
+static uint64_t le64(const uint8_t *p)
+{
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
     return v;
 }
-static uint32_t le32(const uint8_t *p) {
+static uint32_t le32(const uint8_t *p)
+{
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static vc_wg_table *make_table(void) {
+static vc_wg_table *make_table(void)
+{
     vc_wg_config cfg = {180.0, 120.0, 165.0, 0xFFFFFFFFFFFFDFFFULL, 1ULL << 60, 1420, 0};
     vc_wg_table *t = vc_wg_table_new(&cfg);
     if (!t) abort();
@@ -106,7 +111,8 @@ static vc_wg_table *make_table(void) {
 }
 
 /* Seal `pt` (len bytes) as a type-4 message for slot s, counter c, into out. */
-static size_t seal_msg(uint8_t *out, int s, uint64_t c, const uint8_t *pt, size_t len) {
+static size_t seal_msg(uint8_t *out, int s, uint64_t c, const uint8_t *pt, size_t len)
+{
     uint8_t key[32], nonce[12] = {0};
     slot_key(s, key);
     memcpy(out, "\x04\0\0\0", 4);
@@ -116,12 +122,14 @@ static size_t seal_msg(uint8_t *out, int s, uint64_t c, const uint8_t *pt, size_
     return len + 32;
 }
 
-static int key_slot(uint32_t index) {
+static int key_slot(uint32_t index)
+{
     for (int s = 0; s < NSLOTS; s++) if (SLOTS[s].index == index) return s;
     return -1;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     rd_t r = {data, size, 0};
     static uint8_t dg[MAXD][MAXLEN + 64];
     static size_t dlen[MAXD];

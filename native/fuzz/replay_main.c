@@ -26,7 +26,8 @@ typedef struct { uint8_t *d; size_t n; char *name; } input_t;
 static input_t *inputs;
 static size_t n_inputs, cap_inputs;
 
-static void add_file(const char *path) {
+static void add_file(const char *path)
+{
     FILE *f = fopen(path, "rb");
     if (!f) { perror(path); exit(2); }
     fseek(f, 0, SEEK_END);
@@ -46,11 +47,13 @@ static void add_file(const char *path) {
     n_inputs++;
 }
 
-static int cmp_str(const void *a, const void *b) {
+static int cmp_str(const void *a, const void *b)
+{
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void add_path(const char *path) {
+static void add_path(const char *path)
+{
     struct stat st;
     if (stat(path, &st)) { perror(path); exit(2); }
     if (!S_ISDIR(st.st_mode)) { add_file(path); return; }
@@ -81,7 +84,8 @@ static const uint8_t *cur_data;
 static size_t cur_size;
 static const char *artifact_prefix = "./";
 
-static void write_crash(void) {
+static void write_crash(void)
+{
     static volatile sig_atomic_t done;
     if (done || !cur_data) return;
     done = 1;
@@ -111,7 +115,8 @@ static void write_crash(void) {
     }
 }
 
-static void on_signal(int sig) {
+static void on_signal(int sig)
+{
     write_crash();
     signal(sig, SIG_DFL);
     raise(sig);
@@ -119,7 +124,8 @@ static void on_signal(int sig) {
 
 void __sanitizer_set_death_callback(void (*callback)(void));
 
-static void run_one(const uint8_t *d, size_t n) {
+static void run_one(const uint8_t *d, size_t n)
+{
     /* a private copy of exactly the input's size, as libFuzzer does */
     uint8_t *copy = malloc(n ? n : 1);
     if (!copy) abort();
@@ -140,7 +146,8 @@ static uint64_t rnd(void) {   /* splitmix64 */
 }
 
 /* A libFuzzer-like mutation: a few byte-level edits, sometimes a splice. */
-static size_t mutate(uint8_t *d, size_t n, size_t max_len) {
+static size_t mutate(uint8_t *d, size_t n, size_t max_len)
+{
     int edits = 1 + (int)(rnd() % 4);
     for (int e = 0; e < edits; e++) {
         switch (rnd() % 7) {
@@ -162,7 +169,8 @@ static size_t mutate(uint8_t *d, size_t n, size_t max_len) {
     return n;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     long mutations = 0;
     size_t max_len = 8192;
     for (int i = 1; i < argc; i++) {
