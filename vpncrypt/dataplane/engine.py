@@ -42,6 +42,12 @@ log = logging.getLogger("vpncrypt.dataplane")
 
 # How many batches one readiness callback may take before yielding.
 MAX_ROUNDS = 16
+# Batch results that only say "data went in or out" (timers to restart) reach
+# the Device at most this long after the batch, merged per peer; anything else
+# (a key confirmed, a rekey due, roaming, packets without a key) at once.  The
+# held results are also handed over before the Device's timers run.
+HOLD = 0.001
+_ROUTINE = S.EV_AUTH | S.EV_DATA | S.EV_SENT | S.EV_DATA_SENT
 _SEAL_ROOM = S.OVERHEAD + 16
 _IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
@@ -97,6 +103,8 @@ class Engine:
         self._wake_r = self._wake_w = None
         self._lock = threading.Lock()
         self._pending = None          # (touches, waiting, control) from the threads
+        self._held = {}               # peer -> merged routine batch results (HOLD)
+        self._held_timer = None
         self.last_kernels = None      # (chacha, poly1305) that served a data thread last
 
     @property
@@ -159,6 +167,9 @@ class Engine:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
 
     def replace_udp(self, udp) -> None:
         """Switch to another UdpBatchSocket (same batch size), e.g. after a
@@ -203,6 +214,7 @@ class Engine:
         self._timer_at = None
         if not self._running:
             return
+        self._flush_held()
         self.emit(self.device.handle_timers(self.loop.time()))
 
     def _arm_timer(self) -> None:
@@ -225,11 +237,35 @@ class Engine:
 
     def _to_device(self, touches, waiting, control) -> None:
         """Batch results and handshake messages (on the loop's thread)."""
+        if touches and not waiting and all(not (t.flags & ~_ROUTINE) for t in touches):
+            held = self._held
+            for t in touches:
+                h = held.get(t.peer)
+                held[t.peer] = t if h is None else h._replace(flags=h.flags | t.flags,
+                                                               packets=h.packets + t.packets,
+                                                               bytes=h.bytes + t.bytes)
+            if self._held_timer is None:
+                self._held_timer = self.loop.call_later(HOLD, self._flush_held)
+            touches = ()
         now = self.loop.time()
         if touches or waiting:
+            if self._held:
+                touches = list(self._take_held()) + list(touches)
             self.emit(self.device.on_transport(touches, now, waiting))
         if control:
             self.emit(self.device.receive_handshakes(control, now))
+
+    def _take_held(self):
+        held, self._held = self._held, {}
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
+        return held.values()
+
+    def _flush_held(self) -> None:
+        self._held_timer = None
+        if self._held and self._running:
+            self.emit(self.device.on_transport(list(self._take_held()), self.loop.time()))
 
     def _post(self, touches=(), waiting=(), control=()) -> None:
         """From a data thread: hand results to the loop, one callback at a time."""
