@@ -68,8 +68,11 @@ def test_python_json_has_every_field_and_implementation(capsys):
     rep = json.loads(out)
     assert crypto.active_implementation() == before      # the bench restores the kernel
     for key in ("tool", "level", "config", "platform", "default_impl", "poly1305", "reference",
-                "implementations", "results", "c_level", "oneshot", "targets", "notes"):
+                "implementations", "results", "c_level", "oneshot", "threads", "targets", "notes"):
         assert key in rep, key
+    # the data path sealing on 1 and 2 threads: measured, and the ratio is to one thread
+    assert [r["threads"] for r in rep["threads"]] == [1, 2]
+    assert all(r["gbps"] > 0 for r in rep["threads"]) and rep["threads"][0]["scaling"] == 1.0
     names = [i["name"] for i in rep["implementations"]]
     assert names == _expected_python_impls()
     assert all(i["verified"] for i in rep["implementations"])

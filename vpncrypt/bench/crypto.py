@@ -150,6 +150,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--batch", dest="batch", action="store_true", default=True,
                    help="seal_batch of 64 x 1472 B in one call (default)")
     g.add_argument("--no-batch", dest="batch", action="store_false")
+    g.add_argument("--threads", default="1,2", metavar="N,N",
+                   help="the data path's sealing (the session table, 64 x 1472 B a call, the "
+                        "GIL released) on N threads at once, for each N (default 1,2; empty: none)")
     g.add_argument("--c-level", dest="c_level", action="store_true", default=True,
                    help="build and run the C bench too (default)")
     g.add_argument("--no-c-level", dest="c_level", action="store_false")
@@ -853,6 +856,50 @@ def plot(path: str, report: dict, plt) -> None:
 
 # --------------------------------------------------------------------------- main
 
+def thread_scaling(counts, seconds: float, repeat: int) -> list:
+    """Seal 64 x 1472 B batches for one peer in the native session table on
+    each of N threads at once (as the daemon's data threads do); GB/s of
+    plaintext, the median of `repeat` runs, and the ratio to one thread."""
+    import threading
+    from vpncrypt._native import ffi
+    from vpncrypt.transport import new_table
+    table = new_table("native")
+    pid = table.add_peer()
+    table.route_add(pid, "10.0.0.0/8")
+    table.set_endpoint(pid, ("192.0.2.1", 51820))
+    table.reserve_index(1, pid)
+    table.install(pid, 1, 2, bytes(range(32)), bytes(range(32, 64)), True, 0.0)
+    pkt = bytes.fromhex("450005c000000000401100000a0000010a000002") + bytes(1452)
+    out = []
+    for n in counts:
+        runs = []
+        for _ in range(repeat):
+            done, stop = [0] * n, threading.Event()
+
+            def work(k):
+                b = table.batch(BATCH_N, 1536)
+                slab = ffi.new("uint8_t[]", BATCH_N * 1536)
+                off = ffi.new("uint32_t[]", [i * 1536 for i in range(BATCH_N)])
+                lens = ffi.new("uint32_t[]", [len(pkt)] * BATCH_N)
+                for i in range(BATCH_N):
+                    ffi.memmove(slab + i * 1536, pkt, len(pkt))
+                while not stop.is_set():
+                    done[k] += b.seal(slab, off, lens, BATCH_N, 1.0)
+            ts = [threading.Thread(target=work, args=(k,)) for k in range(n)]
+            t0 = time.perf_counter()
+            for t in ts:
+                t.start()
+            time.sleep(seconds)
+            stop.set()
+            for t in ts:
+                t.join()
+            runs.append(sum(done) * len(pkt) / (time.perf_counter() - t0) / 1e9)
+        out.append({"threads": n, "gbps": statistics.median(runs), "runs": runs})
+    for r in out:
+        r["scaling"] = r["gbps"] / out[0]["gbps"] if out[0]["gbps"] else None
+    return out
+
+
 def run(args) -> int:
     """Run the benchmark for parsed args; returns the exit status."""
     plt = None
@@ -963,6 +1010,12 @@ def run(args) -> int:
             notes.append(f"C level: cbench exited with status {c['exit_status']} "
                          "(3: an implementation gave wrong output; 4: an operation failed)")
 
+    try:
+        thread_counts = [int(x) for x in _csv(args.threads)] if args.threads else []
+    except ValueError:
+        thread_counts = []
+    threads = thread_scaling(thread_counts, 0.2 if args.quick else 0.5, 3) if thread_counts else []
+
     targets = python_targets(results, vpn) + c_targets(c)
     oneshot = oneshot_summary(results, default_impl)
     report = {
@@ -985,6 +1038,7 @@ def run(args) -> int:
         "results": results,
         "c_level": c,
         "oneshot": oneshot,
+        "threads": threads,
         "targets": targets,
         "notes": notes + problems,
         "preempted_batches_rerun": PREEMPTED[0],
@@ -1016,6 +1070,12 @@ def run(args) -> int:
             out += format_table(cres, "batch", "batch", cn, C_REFERENCE,
                                 f"C seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: one packed call)", "GB/s")
         out += format_oneshot(oneshot, default_impl)
+        if threads:
+            out.append("")
+            out.append(f"Data path sealing on N threads at once (session table, {BATCH_N} x 1472 B "
+                       f"a call, GIL released), median of 3")
+            for r in threads:
+                out.append(f"  {r['threads']} thread(s): {r['gbps']:6.2f} GB/s   x{r['scaling']:.2f}")
         out += format_targets(targets, default_impl)
         for n in notes + problems:
             out.append(f"note: {n}")
