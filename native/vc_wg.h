@@ -106,14 +106,10 @@ typedef struct {
 vc_wg_table *vc_wg_table_new(const vc_wg_config *cfg);   /* NULL on a bad config or no memory */
 void vc_wg_table_free(vc_wg_table *t);                     /* wipes every key */
 int  vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg);   /* 0 or -1 (bad value) */
-void vc_wg_table_get_config(vc_wg_table *t, vc_wg_config *out);
 double vc_wg_clock(vc_wg_table *t, double now);           /* the caller's now on the table's clock */
 double vc_wg_clock_offset(vc_wg_table *t);                /* table time - caller time */
 /* Drops that belong to no peer (unknown index, malformed, no route), by status. */
 void vc_wg_table_drops(vc_wg_table *t, uint64_t out[13]);
-/* Count n drops of `status` against `peer` (or the table when peer < 0): for
- * messages the caller refused before they reached a batch call. */
-void vc_wg_count_drops(vc_wg_table *t, int64_t peer, int status, uint64_t n);
 
 /* ---- peers: ids are small integers chosen by the table and reused after removal ---- */
 int64_t vc_wg_peer_add(vc_wg_table *t);                   /* id, or -1 */

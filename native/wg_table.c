@@ -73,13 +73,6 @@ VC_API int vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg)
     return 0;
 }
 
-VC_API void vc_wg_table_get_config(vc_wg_table *t, vc_wg_config *out)
-{
-    RD_LOCK(t);
-    *out = t->cfg;
-    UNLOCK(t);
-}
-
 /* The table's clock: the caller's time plus an offset that grows by the size
  * of every backward jump larger than WG_CLOCK_JUMP, so it never runs back
  * and ages never shrink.  Smaller steps back (two threads that read the
@@ -120,16 +113,6 @@ VC_API void vc_wg_table_drops(vc_wg_table *t, uint64_t out[VC_WG_STATUS_COUNT])
 void wg_peer_drop(vc_wg_table *t, wg_peer *p, int status, uint64_t n)
 {
     WG_ADD(p ? &p->drops[status] : &t->drops[status], n);
-}
-
-VC_API void vc_wg_count_drops(vc_wg_table *t, int64_t peer, int status, uint64_t n)
-{
-    if (status < 0 || status >= VC_WG_STATUS_COUNT)
-        return;
-    RD_LOCK(t);
-    wg_peer *p = peer >= 0 && (uint64_t)peer < t->peer_cap && t->peers[peer].in_use ? &t->peers[peer] : NULL;
-    wg_peer_drop(t, p, status, n);
-    UNLOCK(t);
 }
 
 /* ---------------------------------------------------------------- indices */

@@ -21,7 +21,7 @@ each peer's endpoint and the AllowedIPs routing table.  The protocol core
     table.maintain()        frees keypairs a batch retired
     table.route_add(id, cidr); route_remove(id, cidr) -> bool; routes_clear(id);
         routes(id) -> [ip_network]; lookup(address) -> id | None
-    table.stats(id, now) -> PeerStats; drops() -> {reason: n}; count_drop(id, reason, n)
+    table.stats(id, now) -> PeerStats; drops() -> {reason: n}
     table.open([(datagram, addr)], now) -> OpenResult
     table.seal([packet], now, peer=None) -> SealResult
 

@@ -250,9 +250,6 @@ class NativeTable:
         lib.vc_wg_table_drops(self.ptr, arr)
         return {name: arr[code] for code, name in S.DROP_NAMES.items() if arr[code]}
 
-    def count_drop(self, pid, reason: str, n: int = 1) -> None:
-        lib.vc_wg_count_drops(self.ptr, -1 if pid is None else pid, S.DROP_CODES[reason], n)
-
     # ------------------------------------------------------------ list-form batches
 
     def _batch_for(self, n, stride=S.OVERHEAD):

@@ -228,10 +228,6 @@ class ReferenceTable:
     def drops(self) -> dict:
         return {k: v for k, v in self._drops.items() if v}
 
-    def count_drop(self, pid, reason: str, n: int = 1) -> None:
-        counters = self._peers[pid].stats.drops if pid is not None and pid in self._peers else self._drops
-        counters[reason] = counters.get(reason, 0) + n
-
     def _drop(self, p, code):
         counters = p.stats.drops if p is not None else self._drops
         counters[S.DROP_NAMES[code]] += 1
