@@ -107,6 +107,11 @@ int vc_cpu_has_avx512ifma(void)
 #if defined(__aarch64__)
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
+
+#ifndef HWCAP_CPUID
+#define HWCAP_CPUID (1UL << 11)
+#endif
 
 /* In-order cores: Cortex-A53 (0xd03) and Cortex-A55 (0xd05), implementer Arm
  * (0x41).  They run the pure 4-way NEON kernel faster than the 4+1 one. */
@@ -182,6 +187,15 @@ static int detect_inorder(void)
                 inorder = vc_cpu_inorder_from_midr(strtoull(line, NULL, 16));
             fclose(f);
         }
+    }
+    if (inorder < 0 && (getauxval(AT_HWCAP) & HWCAP_CPUID)) {
+        /* No cpuinfo part and no sysfs (qemu-user, some containers): read
+         * MIDR_EL1 itself, which the kernel (and qemu-user) emulates for EL0
+         * when it sets HWCAP_CPUID.  The value is that of the core the
+         * thread runs on now, hence the last resort on big.LITTLE. */
+        uint64_t midr;
+        __asm__ volatile("mrs %0, midr_el1" : "=r"(midr));
+        inorder = vc_cpu_inorder_from_midr(midr);
     }
     return inorder;
 }

@@ -4,8 +4,8 @@
 #   - Python packages into a venv (.venv, or $VPNCRYPT_VENV), with vpncrypt
 #     installed in editable mode so the native core is built from this tree;
 #   - pytest over tests/ on the host (every kernel this CPU has);
-#   - the arm64 run: the crypto suite cross-compiled and run under qemu-aarch64
-#     (tests/arm64/run.sh).
+#   - the arm64 run: the crypto suite and the daemon end to end, cross-compiled
+#     and run under qemu-aarch64 (tests/arm64/run.sh).
 # Arguments are passed to the host pytest.  --host-only leaves out the arm64 run
 # (for quick local work; CI never passes it).
 set -euo pipefail

@@ -13,6 +13,13 @@
 #     as on the host, on every arm64 kernel.
 #  3. QEMU_CPU=cortex-a57 qemu-aarch64-static ... python3 -m pytest tests/crypto tests/arm64
 #     (ARMv8.0: nothing newer may slip in).
+#  4. The daemon end to end (tests/arm64/daemon_e2e.py, driven by the host venv's
+#     Python, as root): `vpncrypt up` of the arm64 build under qemu in a network
+#     namespace against Debian's x86 wireguard-go, with 1 and 2 data-plane
+#     threads: handshake, ping both ways, 1472-byte UDP round trips through
+#     asyncio-dgram with every byte checked, `wg show` through its UAPI, and the
+#     kernels it reports (`vpncrypt show`, loopback-bench --json); once as a
+#     cortex-a57 (NEON kernel "neon") and once as a cortex-a53 ("neon4").
 # Anything missing is an error; nothing is skipped.  Extra arguments go to pytest.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,7 +29,7 @@ packages=(python3 python3-cffi python3-nacl python3-cryptography python3-pytest
           python3-hypothesis libpython3.11-dev)
 cross_cc=${CROSS_CC:-aarch64-linux-gnu-gcc}
 qemu=${QEMU_AARCH64:-qemu-aarch64-static}
-for tool in "$cross_cc" "$qemu" apt-get dpkg python3; do
+for tool in "$cross_cc" "$qemu" apt-get dpkg python3 ip wg wireguard-go ping; do
     command -v "$tool" >/dev/null || { echo "tests/arm64/run.sh: $tool not found" >&2; exit 1; }
 done
 
@@ -111,7 +118,13 @@ cat > "$stage/bin/python3" <<WRAP
 #!/bin/sh
 QEMU_CPU=\${QEMU_CPU:-cortex-a57} exec "$qemu_path" -L "$sysroot" -0 "\$0" "$sysroot/usr/bin/python3" "\$@"
 WRAP
-chmod +x "$stage/bin/python3"
+# and the arm64 `vpncrypt` command (-P: the package from the stage, never from
+# the current directory)
+cat > "$stage/bin/vpncrypt" <<WRAP
+#!/bin/sh
+PYTHONPATH="$stage" exec "$stage/bin/python3" -P -m vpncrypt "\$@"
+WRAP
+chmod +x "$stage/bin/python3" "$stage/bin/vpncrypt"
 run_arm() { "$stage/bin/python3" "$@"; }
 if "$host_py" -c "import cffi" 2>/dev/null; then
     (cd "$repo" && "$host_py" native/build_native.py --emit-c "$stage/_native.c")
@@ -150,4 +163,21 @@ print("arm64:", platform.machine(), "chacha", c.implementations(), "default", c.
 status=0
 run_arm -m pytest -p no:cacheprovider -q tests/crypto tests/arm64 "$@" || status=$?
 if [ "$status" = 5 ]; then echo "tests/arm64/run.sh: no tests collected" >&2; exit 1; fi
+
+# The daemon end to end: the host venv's Python (asyncio-dgram, the interop lab)
+# drives it from the repo; the daemon is the stage's arm64 vpncrypt.
+host_venv_py="${VPNCRYPT_VENV:-$repo/.venv}/bin/python"
+if [ "$(id -u)" != 0 ]; then
+    echo "tests/arm64/run.sh: the daemon end to end needs root (network namespaces)" >&2
+    exit 1
+fi
+"$host_venv_py" -c "import asyncio_dgram, vpncrypt._native" 2>/dev/null || {
+    echo "tests/arm64/run.sh: $host_venv_py lacks asyncio_dgram or vpncrypt (tests/run.sh builds the venv)" >&2
+    exit 1; }
+for model in cortex-a57:neon cortex-a53:neon4; do
+    t0=$SECONDS
+    (cd "$repo" && env -u PYTHONPATH "$host_venv_py" -m tests.arm64.daemon_e2e \
+        --cpu "${model%%:*}" --chacha "${model#*:}" --vpncrypt "$stage/bin/vpncrypt") || status=1
+    echo "tests/arm64/run.sh: the daemon end to end as a ${model%%:*}: $((SECONDS - t0)) s" >&2
+done
 exit "$status"

@@ -55,6 +55,27 @@ def test_default_follows_cpuinfo(tmp_path, parts, want):
     assert out.stdout.strip() == want
 
 
+# What qemu-user shows an arm64 guest: the x86 host's cpuinfo, no CPU part.
+HOST_CPUINFO = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)\n\n"
+
+
+@pytest.mark.parametrize("qemu_cpu,want", [("cortex-a53", "neon4"), ("cortex-a57", "neon"),
+                                           ("cortex-a72", "neon")])
+def test_default_from_midr_when_cpuinfo_names_no_part(tmp_path, qemu_cpu, want):
+    """No CPU part in cpuinfo and no sysfs MIDR (qemu-user): the core is read
+    from MIDR_EL1 itself, which the kernel emulates under HWCAP_CPUID."""
+    _need("VPNCRYPT_ARM64_QEMU", QEMU)   # QEMU_CPU picks the core the wrapper emulates
+    info = tmp_path / "cpuinfo"
+    info.write_text(HOST_CPUINFO)
+    env = dict(os.environ, VPNCRYPT_NEON_CPUINFO=str(info), QEMU_CPU=qemu_cpu)
+    env.pop("VPNCRYPT_CHACHA_IMPL", None)
+    code = "import vpncrypt.crypto as c; print(c.active_implementation())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == want
+
+
 def test_every_kernel_pair_agrees_on_a_packet():
     key, nonce = bytes(range(32)), bytes(12)
     msg = bytes(range(256)) * 5 + b"tail"

@@ -270,12 +270,14 @@ class Lab:
         return s, path
 
     def spawn_vpncrypt(self, side, iface, conf_path, *, env=None, wait_ready=True,
-                       extra_args=(), prefix=(), log_level="debug"):
+                       extra_args=(), prefix=(), log_level="debug", command=None):
         """Start `vpncrypt up` in a namespace with a NOTIFY_SOCKET; wait for
-        READY=1.  `prefix`: a command to run it under (e.g. prlimit)."""
+        READY=1.  `prefix`: a command to run it under (e.g. prlimit);
+        `command`: the vpncrypt to run (default: the venv's)."""
         ns_sock, ns_path = self.notify_socket()
         log = os.path.join(self.tmp, f"{iface}.log")
-        args = [*prefix, script("vpncrypt"), "up", iface, "--log-level", log_level, *extra_args]
+        args = [*prefix, command or script("vpncrypt"), "up", iface, "--log-level", log_level,
+                *extra_args]
         if conf_path:
             args += ["-c", conf_path]
         with open(log, "wb") as f:
