@@ -283,7 +283,7 @@ def _parse_value(key: str, value: str):
 def load_config(path: str | os.PathLike) -> Config:
     """Read and parse ``path``. Refuses a file holding a PrivateKey or
     PresharedKey that group/others can read, or that another user owns."""
-    from ..daemon.keyfile import secret_file_problem
+    from ..permissions import secret_file_problem
 
     path = os.fspath(path)
     try:

@@ -37,7 +37,7 @@ from ..config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
                           SetAddresses, SetFwmark, SetListenPort, SetMTU,
                           SetPrivateKey)
 from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
-from .keyfile import ensure_private_dir
+from ..permissions import ensure_private_dir
 from .logsetup import RateLimitedLog
 
 __all__ = [
