@@ -1,4 +1,4 @@
-"""Batch data-plane I/O on the native core: UDP (recvmmsg/sendmmsg, GRO/GSO) and TUN."""
+"""The data plane: batch UDP (recvmmsg/sendmmsg, GRO/GSO) and TUN (TSO/USO split, GRO coalescing) I/O on the native core, and the engine that moves batches between them, the session table and the protocol Device."""
 from vpncrypt.dataplane.io import (
     EndpointCache,
     TunBatch,
