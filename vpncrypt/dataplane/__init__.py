@@ -1,4 +1,6 @@
-"""The data plane: batch UDP (recvmmsg/sendmmsg, GRO/GSO) and TUN (TSO/USO split, GRO coalescing) I/O on the native core, and the engine that moves batches between them, the session table and the protocol Device."""
+"""The data plane: batch UDP (recvmmsg/sendmmsg, GRO/GSO) and TUN (TSO/USO split,
+GRO coalescing) I/O on the native core, and the engine that moves batches between
+them, the session table and the protocol Device."""
 from vpncrypt.dataplane.io import (
     EndpointCache,
     TunBatch,
