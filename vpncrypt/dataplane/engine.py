@@ -37,17 +37,17 @@ import threading
 import time
 
 from vpncrypt.transport import status as S
+from vpncrypt.transport.model import Touch
 
 log = logging.getLogger("vpncrypt.dataplane")
 
 # How many batches one readiness callback may take before yielding.
 MAX_ROUNDS = 16
 # Batch results that only say "data went in or out" (timers to restart) reach
-# the Device at most this long after the batch, merged per peer; anything else
+# the Device at most this long (10 ms) after the batch, merged per peer; anything else
 # (a key confirmed, a rekey due, roaming, packets without a key) at once.  The
 # held results are also handed over before the Device's timers run.
-HOLD = 0.001
-_ROUTINE = S.EV_AUTH | S.EV_DATA | S.EV_SENT | S.EV_DATA_SENT
+HOLD = 0.01
 _SEAL_ROOM = S.OVERHEAD + 16
 _IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
@@ -236,36 +236,43 @@ class Engine:
     # ------------------------------------------------------------ results to the Device
 
     def _to_device(self, touches, waiting, control) -> None:
-        """Batch results and handshake messages (on the loop's thread)."""
-        if touches and not waiting and all(not (t.flags & ~_ROUTINE) for t in touches):
-            held = self._held
-            for t in touches:
-                h = held.get(t.peer)
-                held[t.peer] = t if h is None else h._replace(flags=h.flags | t.flags,
-                                                               packets=h.packets + t.packets,
-                                                               bytes=h.bytes + t.bytes)
-            if self._held_timer is None:
-                self._held_timer = self.loop.call_later(HOLD, self._flush_held)
-            touches = ()
+        """Batch results and handshake messages (on the loop's thread):
+        routine results held (see HOLD), the rest at once."""
+        urgent = []
+        held = self._held
+        for t in touches:
+            if t.flags & ~S.EV_ROUTINE:
+                urgent.append(t)
+                continue
+            h = held.get(t.peer)
+            if h is None:
+                held[t.peer] = [t.flags, t.packets, t.bytes]
+            else:
+                h[0] |= t.flags
+                h[1] += t.packets
+                h[2] += t.bytes
+        self._deliver(urgent, waiting, control)
+
+    def _deliver(self, urgent, waiting, control) -> None:
         now = self.loop.time()
-        if touches or waiting:
-            if self._held:
-                touches = list(self._take_held()) + list(touches)
-            self.emit(self.device.on_transport(touches, now, waiting))
+        if urgent or waiting:
+            self.emit(self.device.on_transport(self._take_held() + urgent, now, waiting))
+        elif self._held and self._held_timer is None:
+            self._held_timer = self.loop.call_later(HOLD, self._flush_held)
         if control:
             self.emit(self.device.receive_handshakes(control, now))
 
-    def _take_held(self):
+    def _take_held(self) -> list:
         held, self._held = self._held, {}
         if self._held_timer is not None:
             self._held_timer.cancel()
             self._held_timer = None
-        return held.values()
+        return [Touch(pid, f, n, b) for pid, (f, n, b) in held.items()]
 
     def _flush_held(self) -> None:
         self._held_timer = None
         if self._held and self._running:
-            self.emit(self.device.on_transport(list(self._take_held()), self.loop.time()))
+            self.emit(self.device.on_transport(self._take_held(), self.loop.time()))
 
     def _post(self, touches=(), waiting=(), control=()) -> None:
         """From a data thread: hand results to the loop, one callback at a time."""
@@ -297,8 +304,8 @@ class Engine:
     def _on_udp_readable(self) -> None:
         try:
             if self.native:
-                touches, control = self._receive_native(self.rx)
-                self._to_device(touches, (), control)
+                urgent, control = self._receive_native(self.rx, self._held)
+                self._deliver(urgent, (), control)
             else:
                 self._receive_python()
         except OSError as e:
@@ -315,10 +322,11 @@ class Engine:
             datagrams = [(bytes(view[off[i]:off[i] + lens[i]]), to_addr(ep + i)) for i in range(n)]
             self.emit(self.device.receive_datagrams(datagrams, self.loop.time()))
 
-    def _receive_native(self, d):
+    def _receive_native(self, d, held=None):
         """Open every transport datagram of up to MAX_ROUNDS batches in the
         table and deliver them; returns the batch results and the handshake
-        messages for the Device."""
+        messages for the Device.  With `held` (the loop's thread), routine
+        results are folded into it and only the others returned."""
         tnow = self.table.clock(time.monotonic())
         udp, rx, inner, c = d.udp, d.batch, d.inner, d.counters
         to_addr = udp.endpoints.to_addr
@@ -335,7 +343,10 @@ class Engine:
                     c.inner_dropped += delivered - w
                     c.inner_write_errors += 1
             if rx.n_touched:
-                touches.extend(rx.touches())
+                if held is None:
+                    touches.extend(rx.touches())
+                else:
+                    rx.fold(held, touches)
             for k in range(n_other):
                 j = rx.other[k]
                 control.append((bytes(view[off[j]:off[j] + lens[j]]), to_addr(ep + j)))
@@ -361,24 +372,27 @@ class Engine:
             pkts = [bytes(view[off[i]:off[i] + lens[i]]) for i in range(n)]
             self.emit(self.device.send_packets(pkts, self.loop.time()))
             return
-        touches, waiting = self._seal(self.tx, slab, view, off, lens, n)
-        if touches:
-            self._to_device(touches, waiting, ())
+        urgent, waiting = self._seal(self.tx, slab, view, off, lens, n, self._held)
+        self._deliver(urgent, waiting, ())
 
-    def _seal(self, d, slab, view, off, lens, n: int):
+    def _seal(self, d, slab, view, off, lens, n: int, held=None):
         """Seal and send; returns the batch results (and the packets that
-        found no key) for the Device."""
+        found no key) for the Device (with `held`: see _receive_native)."""
         cap = d.batch.capacity
         touches, waiting = [], []
-        for first in range(0, n, cap):            # in pieces the batch arrays can hold
-            m = min(cap, n - first)
-            self._seal_send(d, slab, view, off + first, lens + first, m, touches, waiting)
+        tnow = self.table.clock(time.monotonic())
+        if n <= cap:
+            self._seal_send(d, slab, view, off, lens, n, tnow, touches, waiting, held)
+        else:
+            for first in range(0, n, cap):        # in pieces the batch arrays can hold
+                self._seal_send(d, slab, view, off + first, lens + first, min(cap, n - first),
+                                tnow, touches, waiting, held)
         return touches, waiting
 
-    def _seal_send(self, d, slab, view, off, lens, n, touches, waiting) -> None:
+    def _seal_send(self, d, slab, view, off, lens, n, tnow, touches, waiting, held) -> None:
         tx, c = d.batch, d.counters
         c.tx_batches += 1
-        k = tx.seal(slab, off, lens, n, self.table.clock(time.monotonic()))
+        k = tx.seal(slab, off, lens, n, tnow)
         if k:
             sent, err = d.udp.send(tx.tx_slab, tx.tx_off, tx.tx_len, tx.tx_ep, k)
             if sent < k:
@@ -386,12 +400,17 @@ class Engine:
                 c.tx_send_errors += 1
                 self._check_gso(d.udp, err)
         if tx.n_touched:
-            t = tx.touches()
-            touches.extend(t)
-            if any(x.flags & S.EV_NEED_KEY for x in t):
-                st, peer_of = tx.status, tx.peer_of
-                waiting.extend((peer_of[i], bytes(view[off[i]:off[i] + lens[i]]))
-                               for i in range(n) if st[i] == S.NO_KEY)
+            first = len(touches)
+            if held is None:
+                touches.extend(tx.touches())
+            else:
+                tx.fold(held, touches)
+            for t in touches[first:]:
+                if t.flags & S.EV_NEED_KEY:
+                    st, peer_of = tx.status, tx.peer_of
+                    waiting.extend((peer_of[i], bytes(view[off[i]:off[i] + lens[i]]))
+                                   for i in range(n) if st[i] == S.NO_KEY)
+                    break
 
     # ------------------------------------------------------------ the data threads
 

@@ -15,6 +15,7 @@ from vpncrypt.transport.routing import parse_network
 MAX_BATCH = 1024        # messages per native batch call (WG_MAX_BATCH)
 _FAIL = ffi.cast("size_t", -1)
 _ROUTE_ENTRY = 18       # vc_wg_route_list: family, cidr, 16 address bytes
+_NOT_ROUTINE = ~S.EV_ROUTINE
 
 
 def _c_config(config: TableConfig):
@@ -91,6 +92,25 @@ class Batch:
 
     def touches(self) -> list:
         return _touches(self.touched, self.n_touched)
+
+    def fold(self, held: dict, urgent: list) -> None:
+        """The last call's results without a Touch per batch: routine ones
+        (S.EV_ROUTINE only) merged into held[peer] = [flags, messages, bytes],
+        the others appended to urgent as Touches."""
+        arr = self.touched
+        for i in range(self.n_touched):
+            e = arr[i]
+            f = e.flags
+            if f & _NOT_ROUTINE:
+                urgent.append(Touch(e.peer, f, e.packets, e.bytes))
+                continue
+            h = held.get(e.peer)
+            if h is None:
+                held[e.peer] = [f, e.packets, e.bytes]
+            else:
+                h[0] |= f
+                h[1] += e.packets
+                h[2] += e.bytes
 
 
 class NativeTable:

@@ -34,6 +34,9 @@ EV_SENT = 0x020         # something was sealed (data or keepalive)
 EV_DATA_SENT = 0x040    # a non-empty packet was sealed
 EV_REKEY_TX = 0x080     # current is past rekey_after_messages, or ours and past rekey_after_time
 EV_NEED_KEY = 0x100     # a packet found no usable sending key
+# what only restarts timers (data went in or out): the data plane may hand
+# these to the Device a little later, merged per peer
+EV_ROUTINE = EV_AUTH | EV_DATA | EV_SENT | EV_DATA_SENT
 
 WINDOW = 8128           # replay window: counters this far behind the greatest are still checked
 HEADER = 16
