@@ -103,7 +103,7 @@ class Engine:
         self._wake_r = self._wake_w = None
         self._lock = threading.Lock()
         self._pending = None          # (touches, waiting, control) from the threads
-        self._held = {}               # peer -> merged routine batch results (HOLD)
+        self._held = {}               # peer -> [received?, flags, messages, bytes, data batches]
         self._held_timer = None
         self.last_kernels = None      # (chacha, poly1305) that served a data thread last
 
@@ -239,19 +239,36 @@ class Engine:
         """Batch results and handshake messages (on the loop's thread):
         routine results held (see HOLD), the rest at once."""
         urgent = []
-        held = self._held
         for t in touches:
             if t.flags & ~S.EV_ROUTINE:
                 urgent.append(t)
-                continue
-            h = held.get(t.peer)
-            if h is None:
-                held[t.peer] = [t.flags, t.packets, t.bytes]
             else:
-                h[0] |= t.flags
-                h[1] += t.packets
-                h[2] += t.bytes
+                self._hold(t)
         self._deliver(urgent, waiting, control)
+
+    def _hold(self, t) -> None:
+        self._hold_raw(t.peer, t.flags, t.packets, t.bytes)
+
+    def _hold_raw(self, peer, flags, packets, nbytes) -> None:
+        """Merge a routine result into the held ones.  Results of one
+        direction merge; a result of the other direction first hands over
+        what is held, because the Device's timers depend on the order of
+        "sent" and "received" (sending stops the keepalive timer, receiving
+        data starts it).  A second merged data reception is handed over as
+        such (it asks for another keepalive)."""
+        rx = bool(flags & (S.EV_AUTH | S.EV_DATA))
+        h = self._held.get(peer)
+        if h is not None and h[0] != rx:
+            self.emit(self.device.on_transport(self._take_held(), self.loop.time()))
+            h = None
+        data = 1 if flags & S.EV_DATA else 0
+        if h is None:
+            self._held[peer] = [rx, flags, packets, nbytes, data]
+        else:
+            h[1] |= flags
+            h[2] += packets
+            h[3] += nbytes
+            h[4] += data
 
     def _deliver(self, urgent, waiting, control) -> None:
         now = self.loop.time()
@@ -267,7 +284,12 @@ class Engine:
         if self._held_timer is not None:
             self._held_timer.cancel()
             self._held_timer = None
-        return [Touch(pid, f, n, b) for pid, (f, n, b) in held.items()]
+        out = []
+        for pid, (rx, f, n, b, data) in held.items():
+            out.append(Touch(pid, f, n, b))
+            if rx and data > 1:
+                out.append(Touch(pid, S.EV_AUTH | S.EV_DATA, 0, 0))
+        return out
 
     def _flush_held(self) -> None:
         self._held_timer = None
@@ -342,11 +364,19 @@ class Engine:
                 if w < delivered:
                     c.inner_dropped += delivered - w
                     c.inner_write_errors += 1
-            if rx.n_touched:
+            nt = rx.n_touched
+            if nt == 1 and held is not None and not rx.touched[0].flags & ~S.EV_ROUTINE:
+                e = rx.touched[0]
+                self._hold_raw(e.peer, e.flags, e.packets, e.bytes)
+            elif nt:
                 if held is None:
                     touches.extend(rx.touches())
                 else:
-                    rx.fold(held, touches)
+                    for t in rx.touches():
+                        if t.flags & ~S.EV_ROUTINE:
+                            touches.append(t)
+                        else:
+                            self._hold(t)
             for k in range(n_other):
                 j = rx.other[k]
                 control.append((bytes(view[off[j]:off[j] + lens[j]]), to_addr(ep + j)))
@@ -399,12 +429,23 @@ class Engine:
                 c.tx_dropped += k - sent
                 c.tx_send_errors += 1
                 self._check_gso(d.udp, err)
-        if tx.n_touched:
+        nt = tx.n_touched
+        if nt == 1 and held is not None:        # the common case, without a Touch
+            e = tx.touched[0]
+            f = e.flags
+            if not f & ~S.EV_ROUTINE:
+                self._hold_raw(e.peer, f, e.packets, e.bytes)
+                return
+        if nt:
             first = len(touches)
             if held is None:
                 touches.extend(tx.touches())
             else:
-                tx.fold(held, touches)
+                for t in tx.touches():
+                    if t.flags & ~S.EV_ROUTINE:
+                        touches.append(t)
+                    else:
+                        self._hold(t)
             for t in touches[first:]:
                 if t.flags & S.EV_NEED_KEY:
                     st, peer_of = tx.status, tx.peer_of

@@ -15,7 +15,6 @@ from vpncrypt.transport.routing import parse_network
 MAX_BATCH = 1024        # messages per native batch call (WG_MAX_BATCH)
 _FAIL = ffi.cast("size_t", -1)
 _ROUTE_ENTRY = 18       # vc_wg_route_list: family, cidr, 16 address bytes
-_NOT_ROUTINE = ~S.EV_ROUTINE
 
 
 def _c_config(config: TableConfig):
@@ -65,52 +64,43 @@ class Batch:
         self._n_other = ffi.new("size_t *")
         self._n_touched = ffi.new("size_t *")
         self.n_touched = 0
+        self._make_calls()
 
-    def _check(self, n):
-        if not 0 <= n <= self.capacity:
-            raise ValueError(f"{n} messages do not fit a batch of {self.capacity}")
+    def _make_calls(self):
+        """open() and seal() as closures over the arrays: the data plane
+        calls them once per batch, so their Python cost is kept to a call."""
+        ptr, cap, fail, nt, no = self.table.ptr, self.capacity, _FAIL, self._n_touched, self._n_other
+        status, touched = self.status, self.touched
+        open_batch, seal_batch = lib.vc_wg_open_batch, lib.vc_wg_seal_batch
+        d_off, d_len, other = self.deliver_off, self.deliver_len, self.other
+        tx_slab, stride, tx_len, tx_ep, peer_of = (self.tx_slab, self.stride, self.tx_len,
+                                                   self.tx_ep, self.peer_of)
+        batch = self
 
-    def open(self, slab, off, lens, ep, n: int, now: float):
-        self._check(n)
-        got = lib.vc_wg_open_batch(self.table.ptr, slab, off, lens, ep, n, now, self.status,
-                                   self.deliver_off, self.deliver_len, self.other, self._n_other,
-                                   self.touched, self.capacity, self._n_touched)
-        if got == _FAIL:
-            raise ValueError("vc_wg_open_batch refused the batch")
-        self.n_touched = self._n_touched[0]
-        return got, self._n_other[0]
+        def open_(slab, off, lens, ep, n: int, now: float):
+            if not 0 <= n <= cap:
+                raise ValueError(f"{n} messages do not fit a batch of {cap}")
+            got = open_batch(ptr, slab, off, lens, ep, n, now, status, d_off, d_len, other, no,
+                             touched, cap, nt)
+            if got == fail:
+                raise ValueError("vc_wg_open_batch refused the batch")
+            batch.n_touched = nt[0]
+            return got, no[0]
 
-    def seal(self, slab, off, lens, n: int, now: float, peer: int = -1) -> int:
-        self._check(n)
-        got = lib.vc_wg_seal_batch(self.table.ptr, slab, off, lens, n, peer, now, self.tx_slab,
-                                   self.stride, self.capacity, self.tx_len, self.tx_ep, self.status,
-                                   self.peer_of, self.touched, self.capacity, self._n_touched)
-        if got == _FAIL:
-            raise ValueError("vc_wg_seal_batch refused the batch")
-        self.n_touched = self._n_touched[0]
-        return got
+        def seal(slab, off, lens, n: int, now: float, peer: int = -1) -> int:
+            if not 0 <= n <= cap:
+                raise ValueError(f"{n} messages do not fit a batch of {cap}")
+            got = seal_batch(ptr, slab, off, lens, n, peer, now, tx_slab, stride, cap, tx_len,
+                             tx_ep, status, peer_of, touched, cap, nt)
+            if got == fail:
+                raise ValueError("vc_wg_seal_batch refused the batch")
+            batch.n_touched = nt[0]
+            return got
+
+        self.open, self.seal = open_, seal
 
     def touches(self) -> list:
         return _touches(self.touched, self.n_touched)
-
-    def fold(self, held: dict, urgent: list) -> None:
-        """The last call's results without a Touch per batch: routine ones
-        (S.EV_ROUTINE only) merged into held[peer] = [flags, messages, bytes],
-        the others appended to urgent as Touches."""
-        arr = self.touched
-        for i in range(self.n_touched):
-            e = arr[i]
-            f = e.flags
-            if f & _NOT_ROUTINE:
-                urgent.append(Touch(e.peer, f, e.packets, e.bytes))
-                continue
-            h = held.get(e.peer)
-            if h is None:
-                held[e.peer] = [f, e.packets, e.bytes]
-            else:
-                h[0] |= f
-                h[1] += e.packets
-                h[2] += e.bytes
 
 
 class NativeTable:
