@@ -1,6 +1,8 @@
-"""vpncrypt.bench.streamcheck, the byte check of `bench tunnel`, on loopback:
-an intact stream passes; a flipped byte, a short stream, a duplicated or
-foreign datagram fail it; UDP loss is counted, not failed."""
+"""vpncrypt.bench.streamcheck, the byte check of `bench tunnel` and of the
+offload tests, on loopback: an intact stream passes (TCP in odd chunks, UDP
+in fixed and mixed sizes and as UDP_SEGMENT super-datagrams); a flipped byte,
+a short stream, a duplicated, foreign or mislabelled datagram fail it; UDP
+loss is counted, not failed."""
 import socket
 import struct
 import threading
@@ -10,8 +12,6 @@ import pytest
 
 from vpncrypt.bench import streamcheck as sc
 
-N = 300_000
-
 
 def free_port(kind):
     with socket.socket(socket.AF_INET, kind) as s:
@@ -19,32 +19,47 @@ def free_port(kind):
         return s.getsockname()[1]
 
 
-def receive(proto, port, data):
+def args(role, proto, port, count, seed, *extra):
+    return sc._args([role, proto, "127.0.0.1", str(port), str(count), str(seed),
+                     "--timeout", "10", *extra])
+
+
+def receive(proto, count, seed, *extra):
+    port = free_port(socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM)
     out = {}
     fn = sc.recv_tcp if proto == "tcp" else sc.recv_udp
-    t = threading.Thread(target=lambda: out.update(fn("127.0.0.1", port, data, 10)))
+    t = threading.Thread(target=lambda: out.update(fn(args("recv", proto, port, count, seed,
+                                                           *extra))))
     t.start()
     time.sleep(0.3)
-    return t, out
+    return port, t, out
 
 
-@pytest.mark.parametrize("proto", ["tcp", "udp"])
-def test_intact_stream_passes(proto):
-    data = sc.stream(N, 7)
-    port = free_port(socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM)
-    t, out = receive(proto, port, data)
-    (sc.send_tcp if proto == "tcp" else sc.send_udp)("127.0.0.1", port, data)
+def test_intact_tcp_stream_passes():
+    port, t, out = receive("tcp", 300_000, 7)
+    sc.send_tcp(args("send", "tcp", port, 300_000, 7))
     t.join(15)
-    assert out == {"proto": proto, "bytes": N, "checked": N, "corrupt": 0, "duplicates": 0,
-                   "lost": 0, "ok": True}
+    assert out == {"proto": "tcp", "expected": 300_000, "checked": 300_000, "datagrams": 0,
+                   "corrupt": 0, "duplicates": 0, "lost": 0, "ok": True}
+
+
+@pytest.mark.parametrize("extra", [(), ("--size", "1200"), ("--gso", "1000")])
+def test_intact_udp_stream_passes(extra):
+    port, t, out = receive("udp", 400, 5, *extra)
+    sc.send_udp(args("send", "udp", port, 400, 5, *extra))
+    t.join(15)
+    assert (out["ok"], out["corrupt"], out["duplicates"], out["lost"], out["datagrams"]) == \
+        (True, 0, 0, 0, 400), out
+    if extra[:1] == ("--size",):
+        assert out["checked"] == 400 * 1200
 
 
 def test_tcp_flipped_byte_or_short_stream_fails():
-    data = sc.stream(N, 7)
+    data = sc.tcp_stream(300_000, 7)
     for bad, want in ((data[:1000] + bytes([data[1000] ^ 1]) + data[1001:], {"corrupt": 1}),
-                      (data[:-1], {"lost": 1})):
-        port = free_port(socket.SOCK_STREAM)
-        t, out = receive("tcp", port, data)
+                      (data[:-1], {"lost": 1}),
+                      (data + b"x", {"corrupt": 1})):
+        port, t, out = receive("tcp", 300_000, 7)
         with socket.create_connection(("127.0.0.1", port)) as s:
             s.sendall(bad)
             s.shutdown(socket.SHUT_WR)
@@ -56,26 +71,26 @@ def test_tcp_flipped_byte_or_short_stream_fails():
 
 
 def test_udp_loss_duplicates_and_corruption_are_counted():
-    data = sc.stream(N, 3)
-    count = -(-N // 1200)                      # 1200-byte datagrams
-    port = free_port(socket.SOCK_DGRAM)
-    t, out = receive("udp", port, data)
-
-    def gram(i):
-        return struct.pack("!I", i) + data[i * 1200:(i + 1) * 1200]
+    count = 40
+    port, t, out = receive("udp", count, 3)
+    dst = ("127.0.0.1", port)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for i in range(count):
-            if i == 5:
+            if i in (5, 6):
                 continue                                       # lost
-            g = gram(i)
+            g = sc.datagram(3, i, 500)
             if i == 9:
                 g = g[:-1] + bytes([g[-1] ^ 0x80])             # corrupted
-            s.sendto(g, ("127.0.0.1", port))
+            if i == 10:
+                g = g[:4] + struct.pack("!H", 499) + g[6:]     # length field wrong
+            s.sendto(g, dst)
             if i == 11:
-                s.sendto(g, ("127.0.0.1", port))               # duplicated
+                s.sendto(g, dst)                               # duplicated
             time.sleep(0.0002)
-        s.sendto(struct.pack("!I", count + 3) + b"x" * 10, ("127.0.0.1", port))   # foreign
-        s.sendto(b"END", ("127.0.0.1", port))
+        s.sendto(sc.datagram(3, count + 3, 50), dst)           # beyond the stream
+        s.sendto(b"x" * 5, dst)                                # too short for a header
+        s.sendto(b"END", dst)
     t.join(15)
     assert out["ok"] is False
-    assert (out["corrupt"], out["duplicates"], out["lost"]) == (2, 1, 2)
+    # 9, 10, the foreign and the short one are corrupt; 5, 6, 9, 10 never arrived intact
+    assert (out["corrupt"], out["duplicates"], out["lost"]) == (4, 1, 4), out

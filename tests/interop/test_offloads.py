@@ -25,17 +25,22 @@ def _tunnel(lab, kind_a, kind_b, env=None):
 
 
 def _stream(lab, src, dst, proto, n, seed, extra=0, v6=False):
+    """n bytes (TCP, extra: the MSS) or n datagrams (UDP, extra: the GSO
+    segment size) from src to dst, every byte checked at dst."""
     host = V6[dst.side] if v6 else dst.inner
     port = 7000 + seed
-    recv = lab.popen_in(dst.side, sys.executable, "-m",
-                        "tests.interop.streams", "recv", proto, host, str(port), str(n), str(seed),
-                        *([str(extra)] if proto == "tcp" and extra else []))
+    args = [proto, host, str(port), str(n), str(seed)]
+    if extra:
+        args += ["--mss" if proto == "tcp" else "--gso", str(extra)]
+    check = (sys.executable, "-m", "vpncrypt.bench.streamcheck")
+    recv = lab.popen_in(dst.side, *check, "recv", *args)
     assert "listening" in recv.stdout.readline(), recv.stderr.read()
-    lab.run_in(src.side, sys.executable, "-m", "tests.interop.streams", "send", proto,
-               host, str(port), str(n), str(seed), str(extra), timeout=120)
+    lab.run_in(src.side, *check, "send", *args, timeout=120)
     out, err = recv.communicate(timeout=120)
     res = json.loads(out.strip().splitlines()[-1])
     assert res["ok"], (proto, host, extra, res, err)
+    if proto == "tcp":
+        assert res["checked"] == n and res["lost"] == 0, res
     return res
 
 

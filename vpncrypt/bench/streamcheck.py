@@ -1,17 +1,27 @@
-"""Byte-checked TCP and UDP streams for `vpncrypt bench tunnel` (iperf3 checks
-nothing it carries).  Run in the two network namespaces of the bench:
+"""Byte-checked TCP and UDP streams through a tunnel (iperf3 checks nothing it
+carries), for `vpncrypt bench tunnel` and the offload tests.  Run in the two
+network namespaces:
 
-    python -m vpncrypt.bench.streamcheck recv tcp|udp HOST PORT BYTES SEED [TIMEOUT]
-    python -m vpncrypt.bench.streamcheck send tcp|udp HOST PORT BYTES SEED
+    python -m vpncrypt.bench.streamcheck recv|send tcp HOST PORT BYTES SEED [--mss N]
+    python -m vpncrypt.bench.streamcheck recv|send udp HOST PORT DATAGRAMS SEED
+                                         [--size N] [--gso N]
+    (recv also takes --timeout S: how long to wait for the first byte; default 60)
 
-The payload is a pseudo-random byte stream from SEED (random.Random), the
-same on both ends.  TCP: the receiver compares every byte in order.  UDP: each
-datagram carries its sequence number and UDP_PAYLOAD bytes of the stream at
-that sequence number; the receiver checks each one it gets (no corruption, no
-duplicate) and counts the lost ones; the sender paces itself so that a
-working tunnel loses none.  The receiver prints one JSON line:
-{"proto", "bytes", "checked", "corrupt", "duplicates", "lost", "ok"}.
+Both ends derive the same pseudo-random bytes from SEED.  TCP: the sender
+writes BYTES in odd-sized chunks, the receiver compares every byte in order.
+UDP: datagram i is (i: 4 bytes, its length: 2 bytes, then bytes derived from
+SEED and i); every datagram is --size bytes, or by default a mix of 6, 100,
+1000 and 1300.  With --gso N the sender hands the kernel UDP_SEGMENT
+super-datagrams of N-byte segments, some ending in a shorter one.  The
+receiver checks each datagram it gets (no corruption, no duplicate) and counts
+the missing ones; the sender paces itself so that a working tunnel loses next
+to none.
+
+recv prints {"listening": true} once bound, then one result line:
+{"proto", "expected", "checked", "datagrams", "corrupt", "duplicates", "lost", "ok"}
+(expected and lost count bytes for TCP, datagrams for UDP; checked is bytes).
 """
+import argparse
 import json
 import random
 import socket
@@ -19,77 +29,116 @@ import struct
 import sys
 import time
 
-UDP_PAYLOAD = 1200          # fits any tunnel MTU the bench allows (576 + ...)
-UDP_BURST = 32              # datagrams between pacing pauses
-
-
-def stream(n: int, seed: int) -> bytes:
-    return random.Random(seed).randbytes(n)
+SOL_UDP = 17
+UDP_SEGMENT = 103
+TCP_MAXSEG = getattr(socket, "TCP_MAXSEG", 2)
+HEAD = struct.Struct("!IH")
+UDP_SIZES = (6, 100, 1000, 1300)
+PACE_EVERY = 32             # datagrams (or super-datagrams) between pauses
+PACE_SECONDS = 0.0005
+SILENCE = 3.0               # once traffic flows, this long without any ends a UDP receive
 
 
 def _family(host: str):
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def send_tcp(host, port, data):
-    with socket.create_connection((host, port), timeout=30) as s:
-        s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
-        s.recv(1)                     # the receiver closes once it has checked
+def tcp_stream(nbytes: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(nbytes)
 
 
-def recv_tcp(host, port, data, timeout):
-    ls = socket.socket(_family(host), socket.SOCK_STREAM)
+def datagram(seed: int, seq: int, n: int) -> bytes:
+    return HEAD.pack(seq, n) + random.Random(seed * 1_000_003 + seq).randbytes(n - HEAD.size)
+
+
+def _result(proto, expected, checked, datagrams, corrupt, dups, lost):
+    return {"proto": proto, "expected": expected, "checked": checked, "datagrams": datagrams,
+            "corrupt": corrupt, "duplicates": dups, "lost": lost,
+            "ok": corrupt == 0 and dups == 0 and (proto == "udp" or lost == 0)}
+
+
+def send_tcp(a):
+    data = tcp_stream(a.count, a.seed)
+    s = socket.socket(_family(a.host), socket.SOCK_STREAM)
+    if a.mss:
+        s.setsockopt(socket.IPPROTO_TCP, TCP_MAXSEG, a.mss)
+    s.settimeout(60)
+    s.connect((a.host, a.port))
+    rng, pos = random.Random(a.seed + 1), 0
+    while pos < len(data):
+        n = rng.choice((1, 17, 1000, 1448, 4097, 65536, 200_000))
+        s.sendall(data[pos:pos + n])
+        pos += n
+    s.shutdown(socket.SHUT_WR)
+    s.recv(1)                       # the receiver answers once it has checked everything
+    s.close()
+
+
+def recv_tcp(a):
+    data = memoryview(tcp_stream(a.count, a.seed))
+    ls = socket.socket(_family(a.host), socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind((host, port))
+    if a.mss:
+        ls.setsockopt(socket.IPPROTO_TCP, TCP_MAXSEG, a.mss)
+    ls.bind((a.host, a.port))
     ls.listen(1)
-    print("listening", file=sys.stderr, flush=True)
-    ls.settimeout(timeout)
+    print(json.dumps({"listening": True}), flush=True)
+    ls.settimeout(a.timeout)
     c, _ = ls.accept()
-    c.settimeout(timeout)
-    view, pos, corrupt = memoryview(data), 0, 0
+    c.settimeout(a.timeout)
+    pos = corrupt = 0
     buf = bytearray(1 << 20)
     while True:
         n = c.recv_into(buf)
         if n == 0:
             break
-        end = min(pos + n, len(data))
-        if bytes(buf[:end - pos]) != view[pos:end] or pos + n > len(data):
+        if pos + n > len(data) or buf[:n] != data[pos:pos + n]:
             corrupt += 1
         pos += n
+    c.sendall(b"k")
     c.close()
     ls.close()
-    return {"proto": "tcp", "bytes": len(data), "checked": min(pos, len(data)),
-            "corrupt": corrupt, "duplicates": 0, "lost": max(0, len(data) - pos),
-            "ok": corrupt == 0 and pos == len(data)}
+    return _result("tcp", len(data), min(pos, len(data)), 0, corrupt, 0,
+                   max(0, len(data) - pos))
 
 
-def _datagrams(data):
-    count = (len(data) + UDP_PAYLOAD - 1) // UDP_PAYLOAD
-    return count, lambda i: struct.pack("!I", i) + data[i * UDP_PAYLOAD:(i + 1) * UDP_PAYLOAD]
+def send_udp(a):
+    s = socket.socket(_family(a.host), socket.SOCK_DGRAM)
+    s.connect((a.host, a.port))
+    rng = random.Random(a.seed + 2)
+    seq = sends = 0
+    while seq < a.count:
+        if a.gso:
+            k = min(a.count - seq, rng.choice((1, 2, 7, 16, 40)))
+            # every segment a full a.gso bytes but the last, which may be shorter
+            last = rng.choice((a.gso, a.gso - 1, HEAD.size + rng.randrange(a.gso - HEAD.size)))
+            sizes = [a.gso] * (k - 1) + [last]
+            s.setsockopt(SOL_UDP, UDP_SEGMENT, a.gso)
+            s.send(b"".join(datagram(a.seed, seq + i, n) for i, n in enumerate(sizes)))
+        else:
+            k = 1
+            s.send(datagram(a.seed, seq, a.size or rng.choice(UDP_SIZES)))
+        seq += k
+        sends += 1
+        if a.gso or sends % PACE_EVERY == 0:
+            time.sleep(PACE_SECONDS)
+    for _ in range(3):              # end markers (the receiver leaves at the first)
+        try:
+            s.send(b"END")
+        except ConnectionRefusedError:
+            break
+        time.sleep(0.05)
+    s.close()
 
 
-def send_udp(host, port, data):
-    count, gram = _datagrams(data)
-    with socket.socket(_family(host), socket.SOCK_DGRAM) as s:
-        for i in range(count):
-            s.sendto(gram(i), (host, port))
-            if i % UDP_BURST == UDP_BURST - 1:
-                time.sleep(0.0005)
-        for _ in range(3):            # end markers (lost ones are harmless)
-            s.sendto(b"END", (host, port))
-            time.sleep(0.05)
-
-
-def recv_udp(host, port, data, timeout):
-    count, gram = _datagrams(data)
-    s = socket.socket(_family(host), socket.SOCK_DGRAM)
+def recv_udp(a):
+    s = socket.socket(_family(a.host), socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-    s.bind((host, port))
-    print("listening", file=sys.stderr, flush=True)
-    seen = bytearray(count)
+    s.bind((a.host, a.port))
+    print(json.dumps({"listening": True}), flush=True)
+    s.settimeout(a.timeout)
+    seen = bytearray(a.count)
     corrupt = dups = checked = 0
-    s.settimeout(timeout)
     while True:
         try:
             d = s.recv(65536)
@@ -97,35 +146,50 @@ def recv_udp(host, port, data, timeout):
             break
         if d == b"END":
             break
-        s.settimeout(2.0)            # once traffic flows, a silence of 2 s ends it
-        if len(d) < 4:
+        s.settimeout(SILENCE)
+        if len(d) < HEAD.size:
             corrupt += 1
             continue
-        i = struct.unpack("!I", d[:4])[0]
-        if i >= count or d != gram(i):
+        seq, n = HEAD.unpack_from(d)
+        if seq >= a.count or n != len(d) or d != datagram(a.seed, seq, n):
             corrupt += 1
-        elif seen[i]:
+        elif seen[seq]:
             dups += 1
         else:
-            seen[i] = 1
-            checked += len(d) - 4
+            seen[seq] = 1
+            checked += n
     s.close()
-    lost = count - sum(seen)
-    return {"proto": "udp", "bytes": len(data), "checked": checked, "corrupt": corrupt,
-            "duplicates": dups, "lost": lost, "ok": corrupt == 0 and dups == 0}
+    got = sum(seen)
+    return _result("udp", a.count, checked, got, corrupt, dups, a.count - got)
+
+
+def _args(argv):
+    p = argparse.ArgumentParser(prog="python -m vpncrypt.bench.streamcheck",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("role", choices=("recv", "send"))
+    p.add_argument("proto", choices=("tcp", "udp"))
+    p.add_argument("host")
+    p.add_argument("port", type=int)
+    p.add_argument("count", type=int, help="bytes (tcp) or datagrams (udp)")
+    p.add_argument("seed", type=int)
+    p.add_argument("--mss", type=int, default=0)
+    p.add_argument("--size", type=int, default=0)
+    p.add_argument("--gso", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=60.0)
+    a = p.parse_args(argv)
+    if a.size and not HEAD.size <= a.size <= 65507:
+        p.error(f"--size must be {HEAD.size}..65507")
+    if a.gso and not HEAD.size < a.gso <= 65507:
+        p.error(f"--gso must be {HEAD.size + 1}..65507")
+    return a
 
 
 def main(argv):
-    if len(argv) < 6 or argv[0] not in ("send", "recv") or argv[1] not in ("tcp", "udp"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    role, proto, host, port, nbytes, seed = argv[:6]
-    timeout = float(argv[6]) if len(argv) > 6 else 60.0
-    data = stream(int(nbytes), int(seed))
-    if role == "send":
-        (send_tcp if proto == "tcp" else send_udp)(host, int(port), data)
+    a = _args(argv)
+    if a.role == "send":
+        (send_tcp if a.proto == "tcp" else send_udp)(a)
         return 0
-    res = (recv_tcp if proto == "tcp" else recv_udp)(host, int(port), data, timeout)
+    res = (recv_tcp if a.proto == "tcp" else recv_udp)(a)
     print(json.dumps(res), flush=True)
     return 0 if res["ok"] else 1
 

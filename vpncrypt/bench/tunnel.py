@@ -66,6 +66,7 @@ INNER = {"A": "10.77.0.1", "B": "10.77.0.2"}
 WG_PORT = 51820
 IPERF_PORT = 5201
 CHECK_PORT = 5301
+CHECK_DATAGRAM = 1200        # UDP check datagrams (under a 1228-byte MTU, IP fragments)
 UDP_LEN = 1392
 SOCKET_DIR = "/var/run/wireguard"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -456,9 +457,13 @@ def _wait_listening(lab, side, port, proc, timeout=10, udp=False, name="iperf3-s
 def _stream_check(lab, proto, target, nbytes, seed, log):
     """A byte-checked stream from A to target in B (vpncrypt.bench.streamcheck)."""
     base = [sys.executable, "-m", "vpncrypt.bench.streamcheck"]
-    args = [proto, target, str(CHECK_PORT), str(nbytes), str(seed)]
+    count = nbytes if proto == "tcp" else max(1, nbytes // CHECK_DATAGRAM)
+    args = [proto, target, str(CHECK_PORT), str(count), str(seed)]
+    if proto == "udp":
+        args += ["--size", str(CHECK_DATAGRAM)]
     name = f"streamcheck-{proto}-recv"
-    recv = lab.spawn(name, "B", base + ["recv"] + args + ["30"], stdout=subprocess.PIPE)
+    recv = lab.spawn(name, "B", base + ["recv"] + args + ["--timeout", "30"],
+                     stdout=subprocess.PIPE)
     try:
         _wait_listening(lab, "B", CHECK_PORT, recv, udp=proto == "udp", name=name)
         send = lab.spawn(f"streamcheck-{proto}-send", "A", base + ["send"] + args)
@@ -476,9 +481,14 @@ def _stream_check(lab, proto, target, nbytes, seed, log):
         res = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise BenchError(f"{proto} stream check: no result ({(err or '').strip()[-300:]})")
-    log(f"{proto} stream check: {res['checked']} of {res['bytes']} bytes checked, "
-        f"{res['corrupt']} corrupt, {res['duplicates']} duplicated, {res['lost']} lost")
+    log(f"{proto} stream check: {_check_summary(res)}")
     return res
+
+
+def _check_summary(res):
+    unit = "bytes" if res["proto"] == "tcp" else "datagrams"
+    return (f"{res['checked']} bytes checked, {res['corrupt']} corrupt, "
+            f"{res['duplicates']} duplicated, {res['lost']} of {res['expected']} {unit} lost")
 
 
 def _wait_tunnel(lab, a, b, timeout=15):
@@ -564,9 +574,7 @@ def run_pairing(lab, name, index, args, log, wg=None, vc=None):
         elif bad:
             result["ok"] = False
             result["error"] = "; ".join(
-                f"{c['proto']} stream check failed: {c['corrupt']} corrupt, "
-                f"{c['duplicates']} duplicated, {c['checked']} of {c['bytes']} bytes checked"
-                for c in bad)
+                f"{c['proto']} stream check failed: {_check_summary(c)}" for c in bad)
     except BenchError as e:
         result["error"] = str(e)
         log(f"{label}: FAILED: {e}", always=True)
@@ -822,9 +830,7 @@ def _print_table(result):
                   f"{ca:>9}{cb:>9}{cg:>11}{lr:>13}{ld:>14}")
         for c in p.get("checks", []):
             state = "ok" if c["ok"] else "FAILED"
-            print(f"{'':<{w}}{c['proto'].upper():<6}byte check {state}: {c['checked']} of "
-                  f"{c['bytes']} bytes checked, {c['corrupt']} corrupt, {c['duplicates']} "
-                  f"duplicated, {c['lost']} lost")
+            print(f"{'':<{w}}{c['proto'].upper():<6}byte check {state}: {_check_summary(c)}")
         if p["error"] and p["tests"]:
             print(f"{'':<{w}}FAILED: {p['error']}")
     for path, r in result.get("ratios_by_wireguard_go", {}).items():
