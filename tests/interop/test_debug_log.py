@@ -66,3 +66,26 @@ def test_debug_trace_is_rate_limited(lab):
     time.sleep(0.5)                                  # says how many lines were dropped
     assert any("dropped by the rate limit" in line for line in _trace(a.proc.log()))
     assert a.counters().get("drop_bad_mac1", 0) >= n * 0.9
+
+
+def test_debug_trace_names_only_well_formed_messages(lab):
+    # A message is named by its type only if it has that type's size and
+    # zero reserved bytes: a lone b"\x02" is no handshake response, and an
+    # initiation-sized datagram with reserved bytes set is no initiation.
+    a, b = pair(lab, "vpncrypt", "wggo", initiator="A")
+    a.ping(b)
+    lab.run_in("B", "python3", "-c",
+               "import os, socket\n"
+               "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+               "s.bind(('0.0.0.0', 40999))\n"
+               f"s.sendto(b'\\x02', ('{a.outer}', {PORT}))\n"
+               f"s.sendto(b'\\x01\\xff\\xff\\xff' + os.urandom(144), ('{a.outer}', {PORT}))\n"
+               f"s.sendto(b'\\x04\\0\\0\\0' + bytes(12), ('{a.outer}', {PORT}))\n")
+    time.sleep(0.5)
+    trace = "\n".join(_trace(a.proc.log()))
+    sender = f"{b.outer}:40999"
+    assert f"received a malformed datagram (1 bytes) from {sender}" in trace, trace
+    assert f"received a malformed datagram (148 bytes) from {sender}" in trace, trace
+    assert f"received a malformed datagram (16 bytes) from {sender}" in trace, trace
+    assert [line for line in trace.splitlines() if sender in line and "malformed" not in line] == []
+    assert a.counters().get("drop_malformed", 0) >= 3

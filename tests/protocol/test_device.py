@@ -515,3 +515,30 @@ def test_crossing_initiations_converge(crypto, clock):
     net.send(A_ADDR, [a2b(2)])
     net.send(B_ADDR, [b2a(2)])
     assert net.delivered[B_ADDR][-1] == a2b(2) and net.delivered[A_ADDR][-1] == b2a(2)
+
+
+def test_roaming_through_a_handshake_is_an_event(crypto, clock):
+    # B knows A at A_ADDR; A's initiation arrives from elsewhere: B answers
+    # there and says the endpoint moved.  The response, arriving at A from a
+    # new address of B's, moves A's endpoint for B the same way.
+    from vpncrypt.protocol.events import EndpointChanged
+    a, b, net = make_pair(crypto, clock, a_endpoint_for_b=A_ADDR)
+    init = a.send_packets([a2b(1)], clock.now).datagrams[0][0]
+    a_new, b_new = ("203.0.113.9", 4000), ("203.0.113.10", 5000)
+    out = b.receive_datagram(init, a_new, clock.now)
+    moved = [e for e in out.events if isinstance(e, EndpointChanged)]
+    assert [(e.peer.public_key, e.endpoint) for e in moved] == [(a.public_key, a_new)]
+    assert b.peers[a.public_key].endpoint == a_new
+    resp = out.datagrams[0][0]
+    assert resp[0] == MSG_RESPONSE
+    out = a.receive_datagram(resp, b_new, clock.now)
+    moved = [e for e in out.events if isinstance(e, EndpointChanged)]
+    assert [(e.peer.public_key, e.endpoint) for e in moved] == [(b.public_key, b_new)]
+
+
+def test_a_handshake_from_the_known_endpoint_is_no_move(crypto, clock):
+    from vpncrypt.protocol.events import EndpointChanged
+    a, b, net = make_pair(crypto, clock, a_endpoint_for_b=A_ADDR)
+    init = a.send_packets([a2b(1)], clock.now).datagrams[0][0]
+    out = b.receive_datagram(init, A_ADDR, clock.now)
+    assert out.datagrams and not [e for e in out.events if isinstance(e, EndpointChanged)]

@@ -46,6 +46,7 @@ KEEPALIVE_LEN = 32          # a data message with an empty payload: header 16 + 
 _SENT = {MSG_INITIATION: "sent handshake initiation to %s",
          MSG_RESPONSE: "sent handshake response to %s",
          MSG_COOKIE: "sent cookie reply to %s (under load)"}
+_SIZES = {MSG_INITIATION: 148, MSG_RESPONSE: 92, MSG_COOKIE: 64}    # the whitepaper's
 _RECEIVED = {MSG_INITIATION: "received handshake initiation from %s",
              MSG_RESPONSE: "received handshake response from %s",
              MSG_COOKIE: "received cookie reply from %s"}
@@ -320,14 +321,21 @@ class TracedUdpSocket(UdpBatchSocket):
         res = super().recv()
         n, view, off, lens, ep = res
         for i in range(n):
-            kind, size = view[off[i]], lens[i]
-            if kind == MSG_DATA and size != KEEPALIVE_LEN:
+            o, size = off[i], lens[i]
+            kind = view[o] if size else 0
+            # a message is its type byte, three zero bytes and its exact size
+            # (any size from a keepalive's up for data): named only if it is one
+            well_formed = (size >= 4 and view[o + 1:o + 4] == b"\0\0\0"
+                           and (size == _SIZES.get(kind) or kind == MSG_DATA and size >= KEEPALIVE_LEN))
+            if well_formed and kind == MSG_DATA and size != KEEPALIVE_LEN:
                 continue
             where = format_endpoint(self.endpoints.to_addr(ep + i))
-            if kind in _RECEIVED:
+            if not well_formed:
+                trace.debug("received a malformed datagram (%d bytes) from %s", size, where)
+            elif kind in _RECEIVED:
                 trace.debug(_RECEIVED[kind], where)
-            elif kind == MSG_DATA:
-                index = int.from_bytes(view[off[i] + 4:off[i] + 8], "little")
+            else:
+                index = int.from_bytes(view[o + 4:o + 8], "little")
                 trace.debug("received keepalive from %s%s", where, self._peer_of(index))
         return res
 

@@ -5,7 +5,8 @@ session table through vpncrypt.protocol.sessions."""
 from vpncrypt.crypto import AuthenticationError
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.cookie import addr_bytes, addr_host
-from vpncrypt.protocol.events import CookieReceived, HandshakeInitiated, HandshakeResponded, LoadChanged
+from vpncrypt.protocol.events import (CookieReceived, EndpointChanged, HandshakeInitiated,
+                                      HandshakeResponded, LoadChanged)
 from vpncrypt.protocol.handshake import (
     wg_begin_consume_initiation, wg_consume_response, wg_create_initiation, wg_create_response,
     wg_finish_consume_initiation,
@@ -154,7 +155,7 @@ class Handshakes:
             dev.drop("malformed", peer)
             return
         dev.count_rx(peer, len(data))
-        dev.table.set_endpoint(peer.pid, addr)
+        _roam(dev, peer, addr, out)
         t = dev.timers
         t.event(peer, "traversal", now)
         t.event(peer, "authenticated_received", now)
@@ -190,7 +191,7 @@ class Handshakes:
         except keys.DHError:
             dev.drop("malformed", peer)
             return
-        dev.table.set_endpoint(peer.pid, addr)
+        _roam(dev, peer, addr, out)
         dev.count_rx(peer, len(data))
         t = dev.timers
         t.event(peer, "traversal", now)
@@ -214,3 +215,14 @@ class Handshakes:
             return
         out.events.append(CookieReceived(peer))
 
+
+
+def _roam(dev, peer, addr, out) -> None:
+    """An authenticated handshake message moves the peer's endpoint to where
+    it came from (as a transport message does in the table); a move is an
+    event, so that roaming through a handshake is traced like any other."""
+    old = peer.endpoint
+    dev.table.set_endpoint(peer.pid, addr)
+    new = peer.endpoint
+    if new != old:
+        out.events.append(EndpointChanged(peer, new))
