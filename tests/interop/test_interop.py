@@ -351,6 +351,27 @@ def test_wg_quick_with_vpncrypt_go(lab):
             os.kill(int(p), signal.SIGTERM)
 
 
+def test_vpncrypt_go_is_quiet_without_log_level(lab):
+    # wireguard-go logs errors only unless LOG_LEVEL says otherwise, so that
+    # `wg-quick up` prints nothing of the daemon's; vpncrypt-go does the same.
+    go = script("vpncrypt-go")
+    a = lab.node("A", "vpncrypt")
+    env = {k: v for k, v in os.environ.items() if k != "LOG_LEVEL"}
+    r = subprocess.run(["ip", "netns", "exec", lab.ns["A"], go, a.iface], capture_output=True,
+                       text=True, env=env, timeout=60)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert (r.stdout, r.stderr) == ("", "")
+        assert os.path.exists(a.sock)
+    finally:
+        p = subprocess.run(["pgrep", "-f", f"{go} {a.iface}"], capture_output=True, text=True)
+        for pid in p.stdout.split():
+            os.kill(int(pid), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while os.path.exists(a.sock) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
 def _alive(pid):
     try:
         os.kill(pid, 0)

@@ -5,6 +5,7 @@ import os
 import socket
 import time
 
+from tests.installed import script
 from tests.interop.lab import need
 
 
@@ -121,3 +122,32 @@ def test_only_enodev_means_gone():
             assert dev.gone() is gone, errno.errorcode[err]
     finally:
         tunmod.fcntl.ioctl = real
+
+
+def test_too_few_files_is_one_clear_line(lab):
+    # below the floor of 64 open files the daemon refuses to start, with
+    # one line and nothing created, instead of tracebacks from wherever a
+    # descriptor ran out
+    need("prlimit")
+    a = lab.node("A", "vpncrypt")
+    for limit in (10, 20, 63):
+        r = lab.run_in("A", "prlimit", f"--nofile={limit}:{limit}", "--", script("vpncrypt"),
+                       "up", a.iface, check=False)
+        assert r.returncode == 1, r
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert f"the open files limit (ulimit -n) is {limit}; vpncrypt needs at least 64" \
+            in lines[0], lines
+        assert not lab.link_exists("A", a.iface)
+        assert not os.path.exists(a.sock)
+
+
+def test_soft_file_limit_raised_to_the_hard_one(lab):
+    # as Go programs (wireguard-go) do at startup
+    need("prlimit")
+    a = lab.node("A", "vpncrypt")
+    a.start(a.conf([]), prefix=("prlimit", "--nofile=40:4096", "--"), log_level="info")
+    limits = open(f"/proc/{a.proc.popen.pid}/limits").read()
+    line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
+    assert line.split()[3:5] == ["4096", "4096"], line
+    assert a.stop() == 0

@@ -69,11 +69,13 @@ def _data_plane_settings(threads=None, tun_offloads=None):
 
 def _build_daemon(interface, config, on_ready=None, threads=None, tun_offloads=None):
     from .daemon import Daemon
+    from .fdlimit import raise_open_files_limit
     from .logsetup import report_failure
     from .testtimers import timer_config_from_env
     from .tun import validate_interface_name
     try:
         validate_interface_name(interface)
+        raise_open_files_limit()
         timers = timer_config_from_env()
         threads, offloads = _data_plane_settings(threads, tun_offloads)
     except ValueError as e:
@@ -268,8 +270,9 @@ Like wireguard-go: create interface IFACE and serve the WireGuard UAPI on
 /var/run/wireguard/IFACE.sock, unconfigured (configure it with `wg setconf`).
 Without -f it forks, and the parent exits 0 once the interface, socket and
 UAPI are ready (exit 1 if the daemon failed to start).  Also honours
-WG_PROCESS_FOREGROUND=1 and LOG_LEVEL=verbose|debug|error|silent (without
-LOG_LEVEL a forked daemon logs nowhere once it is ready).  For
+WG_PROCESS_FOREGROUND=1 and LOG_LEVEL=verbose|debug|info|error|silent (the
+default, as wireguard-go's, is error; without LOG_LEVEL a forked daemon logs
+nowhere once it is ready).  For
 WG_QUICK_USERSPACE_IMPLEMENTATION=vpncrypt-go wg-quick up CONF.
 """
 
@@ -286,7 +289,7 @@ def go_main(argv=None) -> int:
                    version=f"vpncrypt-go {__import__('vpncrypt').__version__}")
     args = p.parse_args(argv)
     env_level = os.environ.get("LOG_LEVEL", "").lower()
-    level = _GO_LEVELS.get(env_level, "info")
+    level = _GO_LEVELS.get(env_level, "error")     # wireguard-go's default
     foreground = args.foreground or os.environ.get("WG_PROCESS_FOREGROUND") == "1"
     if foreground:
         setup_logging(level)

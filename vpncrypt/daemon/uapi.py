@@ -349,9 +349,12 @@ class UAPIServer:
             self._ident = (st.st_dev, st.st_ino)
             sock.listen(16)
             sock.setblocking(False)
-        except BaseException:
+        except BaseException as e:
             sock.close()
             self._unlink()
+            if isinstance(e, OSError) and e.strerror and e.filename is None:
+                # a socket call names no file: say which one could not be made
+                raise OSError(e.errno, e.strerror, self.path) from None
             raise
         self._sock = sock
         self._loop = asyncio.get_running_loop()
