@@ -54,6 +54,28 @@ def test_intact_udp_stream_passes(extra):
         assert out["checked"] == 400 * 1200
 
 
+def test_tcp_stream_across_pattern_blocks_passes():
+    count = 3 * 1024 * 1024 + 5            # the pattern is made a MiB at a time
+    port, t, out = receive("tcp", count, 9)
+    sc.send_tcp(args("send", "tcp", port, count, 9))
+    t.join(15)
+    assert (out["ok"], out["checked"], out["corrupt"]) == (True, count, 0), out
+
+
+def test_a_huge_tcp_count_is_checked_not_refused():
+    # 2**30 bytes: more than one call can make at once; a short stream of it
+    # is reported as lost bytes, its first bytes checked
+    count = 2 ** 30
+    port, t, out = receive("tcp", count, 4)
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(sc.tcp_stream(1000, 4))
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)
+    t.join(15)
+    assert (out["checked"], out["corrupt"], out["lost"], out["ok"]) == \
+        (1000, 0, 2 ** 30 - 1000, False), out
+
+
 def test_tcp_flipped_byte_or_short_stream_fails():
     data = sc.tcp_stream(300_000, 7)
     for bad, want in ((data[:1000] + bytes([data[1000] ^ 1]) + data[1001:], {"corrupt": 1}),

@@ -43,8 +43,39 @@ def _family(host: str):
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
+class TcpPattern:
+    """The TCP stream's bytes, made a block at a time (never the whole stream
+    in memory: any count works), the same on both sides for one seed."""
+
+    BLOCK = 1 << 20
+
+    def __init__(self, nbytes: int, seed: int):
+        self.nbytes, self.seed = nbytes, seed
+        self._blocks: dict = {}
+
+    def _block(self, i: int) -> bytes:
+        b = self._blocks.get(i)
+        if b is None:
+            if len(self._blocks) > 2:
+                self._blocks.clear()
+            n = min(self.BLOCK, self.nbytes - i * self.BLOCK)
+            b = self._blocks[i] = random.Random(self.seed * 1_000_003 + i).randbytes(n)
+        return b
+
+    def read(self, pos: int, n: int) -> bytes:
+        """Bytes pos .. pos+n of the stream (fewer at its end)."""
+        end = min(pos + n, self.nbytes)
+        out = []
+        while pos < end:
+            i, o = divmod(pos, self.BLOCK)
+            chunk = self._block(i)[o:o + end - pos]
+            out.append(chunk)
+            pos += len(chunk)
+        return b"".join(out)
+
+
 def tcp_stream(nbytes: int, seed: int) -> bytes:
-    return random.Random(seed).randbytes(nbytes)
+    return TcpPattern(nbytes, seed).read(0, nbytes)
 
 
 def datagram(seed: int, seq: int, n: int) -> bytes:
@@ -58,16 +89,16 @@ def _result(proto, expected, checked, datagrams, corrupt, dups, lost):
 
 
 def send_tcp(a):
-    data = tcp_stream(a.count, a.seed)
+    data = TcpPattern(a.count, a.seed)
     s = socket.socket(_family(a.host), socket.SOCK_STREAM)
     if a.mss:
         s.setsockopt(socket.IPPROTO_TCP, TCP_MAXSEG, a.mss)
     s.settimeout(60)
     s.connect((a.host, a.port))
     rng, pos = random.Random(a.seed + 1), 0
-    while pos < len(data):
+    while pos < a.count:
         n = rng.choice((1, 17, 1000, 1448, 4097, 65536, 200_000))
-        s.sendall(data[pos:pos + n])
+        s.sendall(data.read(pos, n))
         pos += n
     s.shutdown(socket.SHUT_WR)
     s.recv(1)                       # the receiver answers once it has checked everything
@@ -75,7 +106,7 @@ def send_tcp(a):
 
 
 def recv_tcp(a):
-    data = memoryview(tcp_stream(a.count, a.seed))
+    data = TcpPattern(a.count, a.seed)
     ls = socket.socket(_family(a.host), socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if a.mss:
@@ -92,14 +123,13 @@ def recv_tcp(a):
         n = c.recv_into(buf)
         if n == 0:
             break
-        if pos + n > len(data) or buf[:n] != data[pos:pos + n]:
+        if pos + n > a.count or buf[:n] != data.read(pos, n):
             corrupt += 1
         pos += n
     c.sendall(b"k")
     c.close()
     ls.close()
-    return _result("tcp", len(data), min(pos, len(data)), 0, corrupt, 0,
-                   max(0, len(data) - pos))
+    return _result("tcp", a.count, min(pos, a.count), 0, corrupt, 0, max(0, a.count - pos))
 
 
 def send_udp(a):
