@@ -54,7 +54,7 @@ class Peer:
 
     @property
     def allowed_ips(self) -> list[str]:
-        return [str(n) for n in self.device.table.routes(self.pid)]
+        return self.device.table.routes(self.pid, text=True)
 
     def stats(self, now: float):
         """The table's transport counters and sessions for this peer."""

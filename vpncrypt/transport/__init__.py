@@ -20,7 +20,7 @@ each peer's endpoint and the AllowedIPs routing table.  The protocol core
     table.zero(id)          every keypair and reservation of the peer, wiped
     table.maintain()        frees keypairs a batch retired
     table.route_add(id, cidr); route_remove(id, cidr) -> bool; routes_clear(id);
-        routes(id) -> [ip_network]; lookup(address) -> id | None
+        routes(id, text=False) -> [ip_network] (or [str]); lookup(address) -> id | None
     table.stats(id, now) -> PeerStats; drops() -> {reason: n}
     table.open([(datagram, addr)], now) -> OpenResult
     table.seal([packet], now, peer=None) -> SealResult

@@ -5,6 +5,7 @@ Two ways in: the list form (``open``/``seal`` on bytes, as the reference
 table) for the protocol core's own traffic and for tests, and ``Batch``, the
 zero-copy form the data plane uses on its receive and send slabs."""
 import ipaddress
+import socket
 
 from vpncrypt._native import ffi, lib
 from vpncrypt.transport import status as S
@@ -208,7 +209,7 @@ class NativeTable:
     def routes_clear(self, pid: int) -> None:
         lib.vc_wg_route_clear_peer(self.ptr, pid)
 
-    def routes(self, pid: int) -> list:
+    def routes(self, pid: int, *, text: bool = False) -> list:
         cap = len(self._route_buf) // _ROUTE_ENTRY
         n = lib.vc_wg_route_list(self.ptr, pid, self._route_buf, cap)
         if n > cap:
@@ -219,9 +220,13 @@ class NativeTable:
         for i in range(n):
             e = raw[_ROUTE_ENTRY * i:_ROUTE_ENTRY * (i + 1)]
             if e[0] == 4:
-                out.append(ipaddress.IPv4Network((e[2:6], e[1])))
+                # as text straight from the bytes: a UAPI get of many routes
+                # would spend most of its time making objects to print them
+                out.append(f"{socket.inet_ntop(socket.AF_INET, e[2:6])}/{e[1]}" if text
+                           else ipaddress.IPv4Network((e[2:6], e[1])))
             else:
-                out.append(ipaddress.IPv6Network((e[2:18], e[1])))
+                net = ipaddress.IPv6Network((e[2:18], e[1]))
+                out.append(str(net) if text else net)
         return out
 
     def lookup(self, addr) -> int | None:

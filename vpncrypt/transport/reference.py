@@ -198,8 +198,9 @@ class ReferenceTable:
     def routes_clear(self, pid: int) -> None:
         self._routes.remove_peer(pid)
 
-    def routes(self, pid: int) -> list:
-        return self._routes.entries(pid)
+    def routes(self, pid: int, *, text: bool = False) -> list:
+        nets = self._routes.entries(pid)
+        return [str(n) for n in nets] if text else nets
 
     def lookup(self, addr) -> int | None:
         if isinstance(addr, str):
