@@ -150,3 +150,30 @@ def test_config_that_never_loads_stops_restarting(container):
                           for line in errors), log
     assert len(errors) <= int(s["NRestarts"]) + 1, log    # one line per try, no more
     assert " down" not in log, log
+
+
+def test_unit_lets_the_full_tunnel_set_src_valid_mark(container):
+    """ProtectKernelTunables= makes /proc/sys read-only; the unit opens the
+    one file a full tunnel writes (net.ipv4.conf.all.src_valid_mark, in the
+    container's own network namespace), and the daemon's nft table goes in
+    and out with it."""
+    c = container
+    _install(c, _visible_dirs())
+    c.run("sysctl", "-q", "-w", "net.ipv4.conf.all.src_valid_mark=0")
+    _write(c, "vct2", "[Interface]\n"
+                      f"PrivateKey = {keys.genkey()}\nListenPort = 51820\n"
+                      "Address = 10.211.0.1/24\n[Peer]\n"
+                      f"PublicKey = {keys.pubkey(keys.genkey())}\nAllowedIPs = 0.0.0.0/0\n")
+    c.run("systemctl", "start", "vpncrypt@vct2")
+    log = c.run("journalctl", "-u", "vpncrypt@vct2", "-o", "cat", "--no-pager").stdout
+    assert c.run("cat", "/proc/sys/net/ipv4/conf/all/src_valid_mark").stdout.strip() == "1", log
+    assert "src_valid_mark" not in log, log        # no "cannot set" warning
+    assert "table ip vpncrypt-vct2" in c.run("nft", "list", "tables").stdout, log
+    # the rest of /proc/sys stays read-only in the service's mount namespace
+    pid = c.show("vpncrypt@vct2", "MainPID")["MainPID"]
+    r = c.run("nsenter", "-t", pid, "-m", "sh", "-c",
+              "echo 1 > /proc/sys/net/ipv4/conf/all/forwarding", check=False)
+    assert r.returncode != 0 and "Read-only file system" in r.stderr, r
+    c.run("systemctl", "stop", "vpncrypt@vct2")
+    assert "vpncrypt-vct2" not in c.run("nft", "list", "tables").stdout
+    assert "suppress_prefixlength" not in c.run("ip", "-4", "rule", "show").stdout

@@ -14,11 +14,17 @@ removed again when the daemon stops.
     ``not fwmark T lookup T`` sends everything but the tunnel's own UDP
     (which carries the mark) into the tunnel, and ``lookup main
     suppress_prefixlength 0`` keeps the main table's more specific routes.
-    As wg-quick does, net.ipv4.conf.all.src_valid_mark is set to 1.
+    As wg-quick does, net.ipv4.conf.all.src_valid_mark is set to 1, and an
+    nft table per family (tunnelfilter.py) gives the peer's replies the
+    fwmark back, for the reverse path check, and keeps the interface's
+    addresses from being reached from outside the tunnel.
 
 Routes are applied at startup and after each reload; changes made with
 `wg set` do not touch routes (as with wg-quick).  Only what this object
-added is removed.
+added is removed, with one exception: before the two policy rules are added,
+copies of exactly those rules are deleted (a daemon killed with SIGKILL
+leaves them behind), and on removal every copy goes, as wg-quick's down
+does.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ import json
 import logging
 import subprocess
 from typing import Callable, Iterable, Optional, Union
+
+from .tunnelfilter import TunnelFilter
 
 log = logging.getLogger("vpncrypt.routes")
 
@@ -45,6 +53,16 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return r
 
 
+def _delete_rule_copies(v: str, rule) -> int:
+    """Delete every copy of an `ip rule` (`ip rule del` takes one at a time),
+    as wg-quick's down does; the number deleted."""
+    n = 0
+    # bounded, in case `ip` ever answered 0 without deleting anything
+    while n < 1000 and _ip(v, "rule", "del", *rule, check=False).returncode == 0:
+        n += 1
+    return n
+
+
 class Routes:
     def __init__(self, interface: str, table: Union[None, str, int], *,
                  get_fwmark: Callable[[], int], set_fwmark: Callable[[int], None]):
@@ -55,6 +73,7 @@ class Routes:
         self.routes: dict = {}           # network -> table it was added to (None: main)
         self.rules: list = []            # [(family flag, rule args...)] in the order added
         self.default_table: Optional[int] = None
+        self.filter = TunnelFilter(interface)
 
     # ------------------------------------------------------------ applying
 
@@ -106,6 +125,10 @@ class Routes:
                          f" table {table}" if table is not None else "")
             if len(batch) > 20:
                 log.info("... and %d more routes dev %s", len(batch) - 20, self.interface)
+        # the full tunnel's nft table, made again after each change: a reload
+        # may have changed the interface's addresses
+        for net in [n for n in self.routes if n.prefixlen == 0 and self.table is None]:
+            self.filter.apply(net.version, self.default_table)
 
     def _interface_routes(self, table=None) -> list:
         """The networks routed through the interface (main table, or `table`)."""
@@ -149,6 +172,12 @@ class Routes:
         for rule in (("not", "fwmark", str(table), "table", str(table)),
                      ("table", "main", "suppress_prefixlength", "0")):
             if (v, rule) not in self.rules:
+                # copies left by a daemon that was killed (SIGKILL, a crash)
+                # would otherwise stay for good, one more pair per restart
+                stale = _delete_rule_copies(v, rule)
+                if stale:
+                    log.info("removed %d leftover copies of `ip %s rule %s`", stale, v,
+                             " ".join(rule))
                 _ip(v, "rule", "add", *rule)
                 self.rules.append((v, rule))
                 log.info("ip %s rule add %s", v, " ".join(rule))
@@ -175,8 +204,9 @@ class Routes:
         if net.prefixlen == 0 and self.table is None:
             v = f"-{net.version}"
             for rule in [r for r in self.rules if r[0] == v]:
-                _ip(v, "rule", "del", *rule[1], check=False)
+                _delete_rule_copies(*rule)
                 self.rules.remove(rule)
+            self.filter.remove(net.version)
 
     def clear(self) -> None:
         """Remove every route and rule this object added (the routes may
@@ -184,5 +214,6 @@ class Routes:
         for net in list(self.routes):
             self._remove_route(net)
         for v, rule in self.rules:
-            _ip(v, "rule", "del", *rule, check=False)
+            _delete_rule_copies(v, rule)
         self.rules.clear()
+        self.filter.clear()
