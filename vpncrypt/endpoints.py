@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 
 __all__ = ["Endpoint", "parse_config_endpoint", "parse_uapi_endpoint", "resolve_endpoint",
-           "format_endpoint", "pack_endpoint", "unpack_endpoint"]
+           "format_endpoint", "pack_endpoint", "unpack_endpoint", "zone_index"]
 
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
 _V4MAPPED = b"\0" * 10 + b"\xff\xff"
@@ -58,8 +58,29 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _is_v6(host: str) -> bool:
+    """An IPv6 address, with or without a zone (``%eth0``, ``%2``)."""
+    try:
+        return isinstance(ipaddress.ip_address(host.split("%", 1)[0]), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
+def zone_index(zone: str) -> int:
+    """The interface index a zone names: a number, or an interface name.
+    Raises OSError(EADDRNOTAVAIL) for a name no interface has."""
+    if zone.isascii() and zone.isdigit():
+        return int(zone)
+    try:
+        return socket.if_nametoindex(zone)
+    except (OSError, ValueError):   # ValueError: a NUL or a character not encodable
+        raise OSError(errno.EADDRNOTAVAIL, f"no interface named {zone!r} (the zone "
+                      "of an IPv6 endpoint)") from None
+
+
 def parse_config_endpoint(value: str) -> Endpoint:
-    """``host:port`` or ``[v6]:port`` from a config file. Hostnames are kept
+    """``host:port``, ``[v6]:port`` or ``v6:port`` (split at the last colon,
+    as wg does) from a config file. Hostnames are kept
     for later resolution. Raises ValueError with a short reason."""
     v = value.strip()
     if v.startswith("["):
@@ -67,18 +88,17 @@ def parse_config_endpoint(value: str) -> Endpoint:
         if close < 0 or not v[close + 1:].startswith(":"):
             raise ValueError("expected [IPv6]:port")
         host, port_s = v[1:close], v[close + 2:]
-        try:
-            if not isinstance(ipaddress.ip_address(host.split("%", 1)[0]),
-                              ipaddress.IPv6Address):
-                raise ValueError
-        except ValueError:
-            raise ValueError("brackets must hold an IPv6 address") from None
+        if not _is_v6(host):
+            raise ValueError("brackets must hold an IPv6 address")
     else:
+        # as wg: the port is after the last colon, so `::1:51820` is [::1]:51820
         host, sep, port_s = v.rpartition(":")
         if not sep or not host:
             raise ValueError("expected host:port")
         if ":" in host:
-            raise ValueError("an IPv6 endpoint needs brackets: [address]:port")
+            if not _is_v6(host):
+                raise ValueError("not a valid IPv6 address before the port")
+            return Endpoint(host=host, port=_port(port_s), text=v)
         try:
             ipaddress.ip_address(host)
         except ValueError:
@@ -128,9 +148,7 @@ def resolve_endpoint(ep: Endpoint, v6: bool = True) -> tuple:
         if ip.version == 6 and ip.ipv4_mapped is not None:
             return (str(ip.ipv4_mapped), port)
         if "%" in host:
-            scope = host.split("%", 1)[1]
-            scope_id = int(scope) if scope.isdigit() else socket.if_nametoindex(scope)
-            return (bare, port, 0, scope_id)
+            return (bare, port, 0, zone_index(host.split("%", 1)[1]))
         return (str(ip), port)
     try:
         infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC if v6 else socket.AF_INET,
@@ -189,7 +207,7 @@ def pack_endpoint(addr) -> bytes:
         pass
     if "%" in host:
         host, _, ifname = host.partition("%")
-        scope = int(ifname) if ifname.isdigit() else socket.if_nametoindex(ifname)
+        scope = zone_index(ifname)
     raw = socket.inet_pton(socket.AF_INET6, host)       # OSError if not an IP literal
     if raw[:12] == _V4MAPPED:
         return _HEAD.pack(4, 0, port, 0) + raw[12:] + b"\0" * 12

@@ -88,7 +88,8 @@ def test_defaults():
     ("[Interface]\nPrivateKey =\n", f"{P}:2: [Interface] PrivateKey: empty value"),
     ("[Interface]\nPostUp = iptables -A FORWARD\n", f"{P}:2: [Interface] PostUp: running commands"),
     ("[Interface]\nPreDown = x\n", f"{P}:2: [Interface] PreDown: running commands"),
-    ("[Interface]\nTable = 0x10\n", f"{P}:2: [Interface] Table: '0x10' is not 'off', 'auto' or a routing table"),
+    ("[Interface]\nTable = 0x10\n", f"{P}:2: [Interface] Table: '0x10' is not 'off', 'auto', a table "
+     "number (1-4294967295) or a table name from iproute2's rt_tables files"),
     ("[Interface]\nSaveConfig = true\n", f"{P}:2: [Interface] SaveConfig: not supported"),
     ("[Interface]\nFoo = 1\n", f"{P}:2: [Interface] Foo: unknown key"),
     ("[Interface]\nEndpoint = 1.2.3.4:5\n", f"{P}:2: [Interface] Endpoint: unknown key (it belongs in [Peer])"),
@@ -99,9 +100,10 @@ def test_defaults():
     ("[Interface]\njunk\n", f"{P}:2: [Interface]: expected 'Key = Value'"),
     ("[Peer]\nAllowedIPs = 10.0.0.0/8\n", f"{P}:1: [Peer]: missing PublicKey"),
     (f"[Peer]\nPublicKey = {B[1]}\n[Peer]\nPublicKey = {B[1]}\n",
-     f"{P}:4: [Peer] PublicKey: the same peer is already defined on line 1"),
-    (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = 2001:db8::1:51820\n",
-     f"{P}:3: [Peer] Endpoint: '2001:db8::1:51820': an IPv6 endpoint needs brackets"),
+     f"{P}:4: [Peer] PublicKey: the same peer is already defined on line 1 (wg would merge "
+     "the two [Peer] sections; vpncrypt refuses)"),
+    (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = 2001:db8::g:51820\n",
+     f"{P}:3: [Peer] Endpoint: '2001:db8::g:51820': not a valid IPv6 address before the port"),
     (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = host.example\n",
      f"{P}:3: [Peer] Endpoint: 'host.example': expected host:port"),
     (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = h:0\n", f"{P}:3: [Peer] Endpoint: 'h:0': port must be 1-65535"),

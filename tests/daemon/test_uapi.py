@@ -80,7 +80,6 @@ def test_parse_set_empty_is_no_op():
     f"public_key={K1.hex()}\nprotocol_version=2\n",
     f"public_key={K1.hex()}\npersistent_keepalive_interval=65536\n",
     f"public_key={K1.hex()}\nremove=yes\n",
-    "no equals sign\n",
     "listen_port=1\n\nlisten_port=2\n",
 ])
 def test_parse_set_rejects(body):
@@ -178,7 +177,9 @@ def test_socket_mode_and_many_requests_per_connection(raw_server):
         assert _recv_reply(s) == b"errno=-22\n\n"
         s.sendall(b"get=1\nextra=1\n\n")                     # get with arguments
         assert _recv_reply(s) == b"errno=-22\n\n"
-        s.sendall(b"set=1\n\xff\xfe\n\n")                    # not text
+        s.sendall(b"set=1\n\xff\xfe\n\n")                    # not text, no '='
+        assert _recv_reply(s) == b"errno=-71\n\n"
+        s.sendall(b"set=1\nlisten_port=\xff\n\n")           # not text
         assert _recv_reply(s) == b"errno=-22\n\n"
         s.sendall(b"get=1\n\n")
         reply = _recv_reply(s).decode()
@@ -409,3 +410,54 @@ def test_wg_setconf_and_syncconf(wg_server, wg_tool, tmp_path):
     assert ("remove_peer", K2) in control.calls
     assert list(control.peers) == [K3]
     assert control.peers[K3].allowed_ips == [net("10.0.0.3/32")]
+
+
+# ---------------------------------------------------------------- parity with wireguard-go
+
+@pytest.mark.parametrize("value", [
+    "10.1.0.0/255.255.0.0", "10.0.0.0/0.0.255.255", "fe80::1%eth0/128", "10.0.0.0/024",
+    "10.0.0.0/00", "10.0.0.0/+8", "10.0.0.0/\u0668", "10.0.0.0/33", "fd00::/129", "10.0.0.0/",
+])
+def test_allowed_ip_refused_as_netip_parseprefix(value):
+    c = FakeControl()
+    body = f"public_key={K1.hex()}\nallowed_ip={value}\n"
+    assert handle_request("set=1", body, c) == b"errno=-22\n\n"
+    assert c.calls == []
+
+
+def test_allowed_ip_zero_prefix_accepted():
+    ops = parse_set(f"public_key={K1.hex()}\nallowed_ip=10.0.0.0/0\nallowed_ip=::/0\n")
+    assert ops[0].allowed_ips == (net("0.0.0.0/0"), net("::/0"))
+
+
+@pytest.mark.parametrize("body,reply", [
+    ("listen_port\n", b"errno=-71\n\n"),                          # no '=': EPROTO
+    (f"public_key={K1.hex()}\nremove\n", b"errno=-71\n\n"),
+    ("=1\n", b"errno=-22\n\n"),                                   # an empty key is just unknown
+])
+def test_line_without_equals_is_a_protocol_error(body, reply):
+    c = FakeControl()
+    assert handle_request("set=1", "listen_port=7\n" + body, c) == reply
+    assert c.calls == []
+
+
+def test_unknown_zone_changes_nothing():
+    """The zone's interface is looked up before anything is applied."""
+    c = FakeControl()
+    body = (f"private_key={K1.hex()}\npublic_key={K2.hex()}\nallowed_ip=10.0.0.0/8\n"
+            f"public_key={K3.hex()}\nendpoint=[fe80::1%nosuchif]:5\n")
+    assert handle_request("set=1", body, c) == b"errno=-99\n\n"
+    assert c.calls == [] and c.private_key is None and c.peers == {}
+    ops = parse_set(f"public_key={K3.hex()}\nendpoint=[fe80::1%lo]:5\n")
+    assert ops[0].endpoint == Endpoint("fe80::1%lo", 5, "[fe80::1%lo]:5")
+
+
+def test_body_line_over_the_limit_is_eio(raw_server):
+    """wireguard-go's line scanner (64 KiB) fails with EIO; so does vpncrypt's."""
+    path, control, _ = raw_server
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(5)
+        s.connect(path)
+        s.sendall(b"set=1\nlisten_port=1" + b"0" * (70 * 1024) + b"\n\n")
+        assert _recv_reply(s) == b"errno=-5\n\n"
+    assert control.calls == []

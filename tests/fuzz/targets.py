@@ -496,13 +496,14 @@ def config_target(data: bytes) -> None:
         msg = str(e)
         m = _LINE_RE.match(msg)
         check(m is not None, f"ConfigError without file:line: {msg!r}")
-        n_lines = max(1, len(text.splitlines()))
+        # lines end at "\n" only, as the parser (and wg) count them
+        n_lines = text.count("\n") + 1
         check(e.line == int(m.group(1)) and 1 <= e.line <= n_lines,
               f"ConfigError line {e.line} / {m.group(1)} outside 1..{n_lines}")
         check(e.path == "fuzz.conf", f"ConfigError path {e.path!r}")
         # An error about a PrivateKey/PresharedKey line never shows its value:
         # the same text with a marker in place of the value must not echo it.
-        lines = text.splitlines()
+        lines = text.split("\n")
         key, sep, value = lines[e.line - 1].split("#", 1)[0].partition("=") if lines else ("", "", "")
         if sep and value.strip() and "".join(key.split()).lower() in ("privatekey", "presharedkey"):
             marker = "SECRET!MARKER!" + "!" * 30

@@ -1,15 +1,20 @@
 """Parser for the `wg setconf` file format, plus the wg-quick extras
 Address, MTU and DNS.
 
-Like `wg`, keys and section names are case-insensitive, ``#`` starts a
-comment, and whitespace around keys and values is ignored. Unlike `wg`, a
-single-valued key given twice in one section is an error, as is a second
-[Interface] section. Every problem raises ConfigError naming file, line and
-key; no message ever contains key material.
+Lines are read as `wg` reads them: a line ends at "\n" only (not at
+"\f", "\v", a lone "\r" or the Unicode line separators, which would let a
+comment hide a setting from `wg` and editors but not from vpncrypt); ``#``
+starts a comment that runs to the end of that line; every ASCII whitespace
+character (space, "\t", "\r", "\v", "\f") is removed from the line before it is
+parsed, also inside values (``10.1.0.0 / 24``). Comments are cut off before
+the text is decoded, so only bytes outside comments must be UTF-8. Keys and
+section names are case-insensitive. Unlike `wg`, a single-valued key given
+twice in one section is an error, as is a second [Interface] section or a
+second [Peer] with the same PublicKey (wg merges them). Every problem raises
+ConfigError naming file, line and key; no message ever contains key material.
 """
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import stat
@@ -17,6 +22,8 @@ import stat
 from ..endpoints import parse_config_endpoint
 from .keys import KeyFormatError, PresharedKey, PrivateKey, PublicKey
 from .model import Config, ConfigError, InterfaceConfig, PeerConfig
+from .prefixes import parse_interface, parse_network
+from .rttables import table_names
 
 log = logging.getLogger("vpncrypt.config")
 
@@ -38,6 +45,8 @@ _REFUSED = {
                    "file); remove the line"),
 }
 MIN_MTU, MAX_MTU = 68, 65535
+# wg's char_is_space() less "\n", which ends the line
+_BLANKS = b" \t\r\v\f"
 
 
 class _Ctx:
@@ -55,20 +64,25 @@ class _Ctx:
         return ConfigError(where + msg, path=self.path, line=line)
 
 
-def _parse_int(value: str, lo: int, hi: int, *, allow_off: bool = False,
+def _digits(v: str) -> bool:
+    """ASCII decimal digits only: str.isdigit() alone takes '١٢٣' or '²'."""
+    return v.isascii() and v.isdigit()
+
+
+def _parse_int(v: str, lo: int, hi: int, *, allow_off: bool = False,
                allow_hex: bool = False) -> int:
-    v = value.strip()
+    """``off`` (any case, as wg's strcasecmp), decimal digits, or (with
+    allow_hex) a lowercase ``0x`` and hex digits, as wg's parse_fwmark: no
+    sign, no ``0X``, no ``_`` as int() would allow."""
     if allow_off and v.lower() == "off":
         return 0
-    try:
-        if allow_hex and v.lower().startswith("0x"):
-            n = int(v[2:], 16)
-        elif v.isdigit():
-            n = int(v, 10)
-        else:
-            raise ValueError
-    except ValueError:
-        raise ValueError from None
+    if allow_hex and v.startswith("0x") and len(v) > 2 and \
+            all(c in "0123456789abcdefABCDEF" for c in v[2:]):
+        n = int(v[2:], 16)
+    elif _digits(v):
+        n = int(v, 10)
+    else:
+        raise ValueError
     if not lo <= n <= hi:
         raise ValueError
     return n
@@ -77,12 +91,26 @@ def _parse_int(value: str, lo: int, hi: int, *, allow_off: bool = False,
 parse_endpoint = parse_config_endpoint
 
 
-def _split_list(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",")]
+def _lines(data: bytes, ctx: _Ctx):
+    """(line number, text) of each line that has something besides comment
+    and whitespace: split at "\n" only, the comment cut off and the blanks
+    removed before decoding, so a comment may hold any bytes."""
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        raw = raw.split(b"#", 1)[0].translate(None, _BLANKS)
+        if not raw:
+            continue
+        try:
+            yield lineno, raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ctx.err(lineno, None, None, "not valid UTF-8") from None
 
 
-def parse_config(text: str, path: str = "<string>") -> Config:
+def parse_config(text: str | bytes, path: str = "<string>") -> Config:
+    """Parse a config file's contents (bytes as read, or text)."""
     ctx = _Ctx(path)
+    if isinstance(text, str):
+        # a lone surrogate becomes bytes that are not UTF-8: refused with its line
+        text = text.encode("utf-8", "surrogatepass")
     warnings: list[str] = []
     section: str | None = None
     seen_interface_line = 0
@@ -92,14 +120,11 @@ def parse_config(text: str, path: str = "<string>") -> Config:
     cur: dict | None = None
     cur_lines: dict | None = None
 
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
+    for lineno, line in _lines(text, ctx):
         if line.startswith("["):
             if not line.endswith("]"):
                 raise ctx.err(lineno, None, None, "a section header must end with ']'")
-            name = "".join(line[1:-1].split()).lower()
+            name = line[1:-1].lower()
             if name == "interface":
                 if seen_interface_line:
                     raise ctx.err(lineno, "Interface", None,
@@ -112,20 +137,19 @@ def parse_config(text: str, path: str = "<string>") -> Config:
                 peers.append((lineno, cur, cur_lines))
             else:
                 raise ctx.err(lineno, None, None,
-                              f"unknown section [{line[1:-1].strip()}] "
+                              f"unknown section [{line[1:-1]}] "
                               "(expected [Interface] or [Peer])")
             continue
         key_raw, sep, value = line.partition("=")
         if not sep:
             raise ctx.err(lineno, section, None,
                           "expected 'Key = Value' or a [Section] header")
-        key_l = "".join(key_raw.split()).lower()
-        value = value.strip()
+        key_l = key_raw.lower()
         if key_l in _REFUSED:
             canon, why = _REFUSED[key_l]
             raise ctx.err(lineno, section, canon, why)
         if section is None:
-            raise ctx.err(lineno, None, key_raw.strip(),
+            raise ctx.err(lineno, None, key_raw,
                           "outside of any section (put [Interface] or [Peer] first)")
         table = _INTERFACE_KEYS if section == "Interface" else _PEER_KEYS
         key = table.get(key_l)
@@ -134,7 +158,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             hint = ""
             if key_l in other:
                 hint = f" (it belongs in [{'Peer' if section == 'Interface' else 'Interface'}])"
-            raise ctx.err(lineno, section, key_raw.strip(), "unknown key" + hint)
+            raise ctx.err(lineno, section, key_raw, "unknown key" + hint)
         if key not in _MULTI_KEYS and key in cur:
             raise ctx.err(lineno, section, key,
                           f"given twice (first on line {cur_lines[key]})")
@@ -179,7 +203,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             raise ctx.err(header, "Peer", None, "missing PublicKey")
         if pk in first_line:
             raise ctx.err(lines["PublicKey"], "Peer", "PublicKey",
-                          f"the same peer is already defined on line {first_line[pk]}")
+                          f"the same peer is already defined on line {first_line[pk]} "
+                          "(wg would merge the two [Peer] sections; vpncrypt refuses)")
         first_line[pk] = header
         if own_public is not None and pk == own_public:
             warnings.append(f"{path}:{lines['PublicKey']}: [Peer] PublicKey: is this "
@@ -246,37 +271,36 @@ def _parse_value(key: str, value: str):
         out = []
         if not value:
             return out
-        for item in _split_list(value):
+        for item in value.split(","):
             try:
-                if not item:
-                    raise ValueError
-                out.append(ipaddress.ip_network(item, strict=False))
-            except ValueError:
-                raise ValueError(f"'{item}' is not an IP network") from None
+                out.append(parse_network(item))
+            except ValueError as e:
+                raise ValueError(f"'{item}' is not an IP network ({e})") from None
         return out
     if key == "Address":
         out = []
-        for item in _split_list(value):
+        for item in value.split(","):
             try:
-                if not item:
-                    raise ValueError
-                out.append(ipaddress.ip_interface(item))
-            except ValueError:
-                raise ValueError(f"'{item}' is not an IP address (with optional /prefix)") from None
+                out.append(parse_interface(item))
+            except ValueError as e:
+                raise ValueError(f"'{item}' is not an IP address with an optional "
+                                 f"/prefix ({e})") from None
         return out
     if key == "DNS":
-        return [item for item in _split_list(value) if item]
+        return [item for item in value.split(",") if item]
     if key == "Table":
         v = value.lower()
         if v == "auto":
             return None
         if v == "off":
             return "off"
-        if value.isascii() and value.isdigit() and 0 < int(value) < 1 << 32:
-            return int(value)
-        if value.isascii() and value[0].isalpha() and value.replace("_", "").replace("-", "").isalnum():
-            return value          # a name from /etc/iproute2/rt_tables
-        raise ValueError(f"'{value}' is not 'off', 'auto' or a routing table")
+        if _digits(value):
+            if 0 < int(value) < 1 << 32:
+                return int(value)
+        elif value in table_names():
+            return value          # `ip` would fail on any other name, after the interface is up
+        raise ValueError(f"'{value}' is not 'off', 'auto', a table number (1-4294967295) "
+                         "or a table name from iproute2's rt_tables files")
     raise AssertionError(key)  # pragma: no cover
 
 
@@ -298,12 +322,7 @@ def load_config(path: str | os.PathLike) -> Config:
             data = f.read()
     finally:
         os.close(fd)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        lineno = data[:e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{lineno}: not valid UTF-8", path=path, line=lineno) from None
-    cfg = parse_config(text, path)
+    cfg = parse_config(data, path)
     has_secret = cfg.interface.private_key is not None or any(
         p.preshared_key is not None for p in cfg.peers)
     if has_secret:

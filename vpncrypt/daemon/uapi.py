@@ -8,7 +8,10 @@ Wire format (as spoken by `wg`, wireguard-go and others)::
 Keys and preshared keys are lowercase hex. The pieces:
 
 * parse_set(text) -> list of operations (vpncrypt.config.ops); validates the
-  whole request first, so a malformed request changes nothing (-EINVAL).
+  whole request first, so a malformed request changes nothing: -EINVAL, or
+  as wireguard-go -EPROTO for a line without '=', and -EADDRNOTAVAIL for an
+  endpoint whose zone names no interface (looked up here, before anything
+  is applied).
 * format_get(snapshot) -> str, from InterfaceSnapshot/PeerSnapshot.
 * apply_operations(ops, control) -> calls the Control interface.
 * start_uapi_server(path, control) -> asyncio unix-socket server.
@@ -31,8 +34,9 @@ import stat
 import struct
 from typing import Iterable, Optional
 
-from ..endpoints import format_endpoint, parse_uapi_endpoint
+from ..endpoints import format_endpoint, parse_uapi_endpoint, zone_index
 from ..config.keys import KeyFormatError, PresharedKey, PrivateKey, PublicKey
+from ..config.prefixes import parse_network
 from ..config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
                           SetAddresses, SetFwmark, SetListenPort, SetMTU,
                           SetPrivateKey)
@@ -90,9 +94,17 @@ def _parse_true(key: str, value: str) -> None:
 
 def _parse_uapi_endpoint(value: str) -> Endpoint:
     try:
-        return parse_uapi_endpoint(value)
+        ep = parse_uapi_endpoint(value)
     except ValueError as e:
         raise _invalid(f"endpoint: {e}") from None
+    if "%" in ep.host:
+        # resolved now, in the validation pass, so that a zone naming no
+        # interface refuses the whole request before any of it is applied
+        try:
+            zone_index(ep.host.split("%", 1)[1])
+        except OSError as e:
+            raise UAPIError(e.errno, f"endpoint: {e.strerror}") from None
+    return ep
 
 
 def _parse_key(cls, key: str, value: str):
@@ -127,9 +139,11 @@ def parse_set(text: str) -> list:
                 allowed_ips=tuple(peer["allowed_ips"]), update_only=peer["update_only"]))
 
     for n, line in enumerate(lines, start=1):
+        if not line:
+            raise _invalid(f"line {n}: a blank line inside the request")
         key, sep, value = line.partition("=")
-        if not sep or not key:
-            raise _invalid(f"line {n}: expected key=value")
+        if not sep:     # wireguard-go: a protocol error, not an invalid value
+            raise UAPIError(errno.EPROTO, f"line {n}: expected key=value")
         if peer is None and key in ("private_key", "listen_port", "fwmark", "replace_peers"):
             if key == "private_key":
                 k = _parse_key(PrivateKey, key, value)
@@ -160,12 +174,10 @@ def parse_set(text: str) -> list:
             _parse_true(key, value)
             peer["replace_allowed_ips"] = True
         elif key == "allowed_ip":
-            if "/" not in value:
-                raise _invalid("allowed_ip: expected address/prefix")
             try:
-                peer["allowed_ips"].append(ipaddress.ip_network(value, strict=False))
-            except ValueError:
-                raise _invalid("allowed_ip: not an IP network") from None
+                peer["allowed_ips"].append(parse_network(value, need_bits=True))
+            except ValueError as e:
+                raise _invalid(f"allowed_ip: {e}") from None
         elif key == "update_only":
             _parse_true(key, value)
             peer["update_only"] = True
@@ -543,11 +555,9 @@ async def _read_request(reader: asyncio.StreamReader):
     body = await _read_body(reader)
     if isinstance(body, int):
         return None, body
-    try:
-        text = body.decode("ascii")
-    except UnicodeDecodeError:
-        return "set=1", "\x00"              # forces EINVAL
-    return "set=1", text
+    # Non-ASCII bytes are kept (as surrogates) to be judged like any other
+    # text: a line without '=' is EPROTO, a key or value no parser takes EINVAL.
+    return "set=1", body.decode("ascii", "surrogateescape")
 
 
 async def _read_body(reader: asyncio.StreamReader):
@@ -558,7 +568,7 @@ async def _read_body(reader: asyncio.StreamReader):
     while True:
         line = await _read_line(reader)
         if line is None:
-            return errno.EINVAL
+            return errno.EIO                  # a line over the limit: wireguard-go's scanner says EIO
         if not line or line == b"\n":
             break                             # EOF or the blank line: the request is complete
         total += len(line)

@@ -1,0 +1,51 @@
+"""IP prefixes (``address/bits``) as AllowedIPs, Address and the UAPI
+``allowed_ip=`` write them, under one rule for files and UAPI alike.
+
+The address is a plain numeric IPv4 or IPv6 address: no zone (``%eth0``),
+which neither `wg` (inet_pton) nor wireguard-go (netip.ParsePrefix) takes.
+The prefix length is ASCII decimal digits without a leading zero (``/0``
+but not ``/00`` or ``/024``), 0-32 for IPv4 and 0-128 for IPv6: no netmask
+(``/255.255.0.0``), no sign, no other script's digits. That is wireguard-go's
+rule; `wg` also takes a leading zero in a file (strtoul), which vpncrypt
+refuses there as well, so that a prefix means the same in a file and over
+the UAPI.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+
+def split_prefix(text: str, *, need_bits: bool) -> tuple:
+    """(address, bits) of ``text``; bits default to the full length (32 or
+    128) when there is no ``/`` and ``need_bits`` is false. Raises
+    ValueError with a short reason."""
+    addr_text, slash, bits_text = text.partition("/")
+    if not slash and need_bits:
+        raise ValueError("expected address/prefix length")
+    if "%" in addr_text:
+        raise ValueError("an address with a zone (%...) cannot be a prefix")
+    try:
+        addr = ipaddress.ip_address(addr_text)
+    except ValueError:
+        raise ValueError("not a numeric IP address") from None
+    if not slash:
+        return addr, addr.max_prefixlen
+    # str.isdigit() alone would take '²' or Arabic-Indic digits
+    if not (bits_text.isascii() and bits_text.isdigit()) or (
+            len(bits_text) > 1 and bits_text[0] == "0"):
+        raise ValueError(f"the prefix length must be a number 0-{addr.max_prefixlen} "
+                         "(decimal, no leading zero)")
+    bits = int(bits_text)
+    if bits > addr.max_prefixlen:
+        raise ValueError(f"the prefix length must be 0-{addr.max_prefixlen}")
+    return addr, bits
+
+
+def parse_network(text: str, *, need_bits: bool = False):
+    """An IPv4Network/IPv6Network with the host bits cleared."""
+    return ipaddress.ip_network(split_prefix(text, need_bits=need_bits), strict=False)
+
+
+def parse_interface(text: str):
+    """An IPv4Interface/IPv6Interface (an address with its prefix length)."""
+    return ipaddress.ip_interface(split_prefix(text, need_bits=False))
