@@ -28,7 +28,7 @@ class PeerSnapshot:
     preshared_key: Optional[bytes] = None      # None or all-zero: no PSK
     endpoint: object = None                    # None, Endpoint, "host:port" or (host, port[, ...])
     persistent_keepalive: int = 0              # seconds, 0 = off
-    allowed_ips: Sequence = ()                 # ip_network objects or strings "a.b.c.d/n"
+    allowed_ips: Sequence = ()                 # ip_network objects, or their str() (as the table lists them)
     last_handshake_time_sec: int = 0           # wall clock (Unix time); 0 = never
     last_handshake_time_nsec: int = 0
     rx_bytes: int = 0
