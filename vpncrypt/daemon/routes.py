@@ -2,7 +2,7 @@
 removed again when the daemon stops.
 
 * ``Table = off``: no routes at all.
-* ``Table = N`` (a number, or a name from /etc/iproute2/rt_tables): every
+* ``Table = N`` (a number, or a name from iproute2's rt_tables files): every
   AllowedIPs network is routed to the interface in table N; nothing else.
 * ``Table = auto`` (the default):
   - a network that a route through the interface already covers (the
