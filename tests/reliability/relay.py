@@ -177,11 +177,15 @@ def _relay_main():
             by_name[name].out.append(data)
         for d in (to_a, to_b):
             _flush(d)
-    # stdin closed: deliver everything still held, then report
+    # stdin closed: deliver everything still held, then report.  The endpoints
+    # have stopped counting by now, so these are counted apart ("late"): a
+    # starved relay can leave a few (held back 50 ms at most while it runs).
     for d in (to_a, to_b):
+        d.c["late"] = len(d.held)
         d.out.extend(e[3] for e in sorted(d.held))
         d.held = []
     for _, _, name, data in sorted(delayed):
+        by_name[name].c["late"] += 1
         by_name[name].out.append(data)
     for d in (to_a, to_b):
         _flush(d)

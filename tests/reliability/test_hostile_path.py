@@ -31,9 +31,7 @@ TIMERS = dict(rekey_after_time=1.5, reject_after_time=4.0, rekey_timeout=0.5,
 # make that visible.  It is accounted for separately below.)
 DROP_REASONS_FROM_PATH = {
     "bad_tag", "replay", "unknown_index", "malformed", "source_not_allowed",
-    "protocol_bad_mac1", "protocol_bad_mac2", "protocol_bad_tag", "protocol_replay",
-    "protocol_unknown_index", "protocol_unknown_peer", "protocol_malformed",
-    "protocol_rate_limited", "protocol_cookie_sent",
+    "bad_mac1", "unknown_peer", "rate_limited", "cookie_sent",
 }
 
 
@@ -96,12 +94,16 @@ def test_hostile_path_vpncrypt_to_vpncrypt(crypto, impairments, tmp_path):
     # When half the handshake messages are lost too, sessions are replaced in
     # bursts, and an undamaged packet still in flight on a keypair that has just
     # been retired is dropped as unknown_index: allow 1% of those there.
+    # What the relay released only after the endpoints had stopped counting
+    # (a relay starved of CPU) or could not send never met a receiver.
     for raw, st in ((ra, to_a), (rb, to_b)):
         counted = sum(_path_drops(raw).values())
         expired = raw["drops"].get("expired", 0)
         damaged = st["duplicated"] + st["tampered"]
         slack = damaged // 100 if impairments.handshake_drop else 0
-        assert damaged - expired <= counted <= damaged + slack, (report, counted, expired)
+        late = st["late"] + st["send_errors"]      # never reached a counting receiver
+        assert damaged - expired - late <= counted <= damaged + slack, \
+            (report, counted, expired, late)
     # and every sent packet is accounted for: delivered, lost on the path,
     # tampered with, dropped at the sender while a handshake was lost, or expired
     assert delivered + lost_on_path + to_a["tampered_data"] + to_b["tampered_data"] \
