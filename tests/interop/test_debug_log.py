@@ -89,3 +89,22 @@ def test_debug_trace_names_only_well_formed_messages(lab):
     assert f"received a malformed datagram (16 bytes) from {sender}" in trace, trace
     assert [line for line in trace.splitlines() if sender in line and "malformed" not in line] == []
     assert a.counters().get("drop_malformed", 0) >= 3
+
+
+def test_roaming_through_a_handshake_is_traced_from_the_configured_endpoint(lab):
+    # A has B at PORT from its file; B's first initiation comes from PORT + 1:
+    # the trace names the move from the configured endpoint, not "(none)"
+    a, b = pair(lab, "vpncrypt", "wggo", initiator="A")
+    b.wg("set", b.iface, "listen-port", str(PORT + 1), "peer", a.public,
+         "endpoint", f"{a.outer}:{PORT}")
+    b.ping(a)
+    time.sleep(0.3)
+    trace = "\n".join(_trace(a.proc.log()))
+    assert f"endpoint changed from {b.outer}:{PORT} to {b.outer}:{PORT + 1}" in trace, trace
+    # and after `wg set ... endpoint`, a move is traced from the endpoint set
+    a.wg("set", a.iface, "peer", b.public, "endpoint", f"{b.outer}:{PORT + 7}")
+    b.wg("set", b.iface, "listen-port", str(PORT + 2))
+    b.ping(a)
+    time.sleep(0.3)
+    trace = "\n".join(_trace(a.proc.log()))
+    assert f"endpoint changed from {b.outer}:{PORT + 7} to {b.outer}:{PORT + 2}" in trace, trace

@@ -527,13 +527,15 @@ def test_roaming_through_a_handshake_is_an_event(crypto, clock):
     a_new, b_new = ("203.0.113.9", 4000), ("203.0.113.10", 5000)
     out = b.receive_datagram(init, a_new, clock.now)
     moved = [e for e in out.events if isinstance(e, EndpointChanged)]
-    assert [(e.peer.public_key, e.endpoint) for e in moved] == [(a.public_key, a_new)]
+    assert [(e.peer.public_key, e.endpoint, e.previous) for e in moved] == \
+        [(a.public_key, a_new, A_ADDR)]
     assert b.peers[a.public_key].endpoint == a_new
     resp = out.datagrams[0][0]
     assert resp[0] == MSG_RESPONSE
     out = a.receive_datagram(resp, b_new, clock.now)
     moved = [e for e in out.events if isinstance(e, EndpointChanged)]
-    assert [(e.peer.public_key, e.endpoint) for e in moved] == [(b.public_key, b_new)]
+    assert [(e.peer.public_key, e.endpoint, e.previous) for e in moved] == \
+        [(b.public_key, b_new, B_ADDR)]
 
 
 def test_a_handshake_from_the_known_endpoint_is_no_move(crypto, clock):

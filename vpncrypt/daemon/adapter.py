@@ -300,7 +300,11 @@ class DeviceControl(Control):
             dev.update_peer(pk, allowed_ips=allowed,
                             replace_allowed_ips=update.replace_allowed_ips, **kw)
             if traced and (after := set(peer.allowed_ips)) != before:
-                log.debug("peer %s: allowed IPs %s", name, ", ".join(sorted(after)) or "(none)")
+                shown = sorted(after)
+                log.debug("peer %s: allowed IPs %s%s", name, ", ".join(shown[:20]) or "(none)",
+                          f", ... ({len(shown)} in all)" if len(shown) > 20 else "")
+        if endpoint is not None:
+            self.d.dataplane.trace.endpoint_set(pk, dev.peers[pk].endpoint)
         self._changed()
 
     def set_mtu(self, mtu: int) -> None:
@@ -368,6 +372,11 @@ class EventTrace:
     def __init__(self):
         self._endpoints = {}      # public key -> the last endpoint traced
 
+    def endpoint_set(self, public_key: bytes, endpoint) -> None:
+        """An endpoint set by configuration (file or UAPI): where a later
+        move is traced from."""
+        self._endpoints[public_key] = endpoint
+
     def events(self, events) -> None:
         if not trace.isEnabledFor(logging.DEBUG):
             return
@@ -394,7 +403,7 @@ class EventTrace:
             return (f"peer {name}: handshake completed: keypair confirmed by the initiator's "
                     "first message; it is now current")
         if isinstance(ev, E.EndpointChanged):
-            old = self._endpoints.get(peer.public_key)
+            old = ev.previous if ev.previous is not None else self._endpoints.get(peer.public_key)
             self._endpoints[peer.public_key] = ev.endpoint
             return (f"peer {name}: endpoint changed from {format_endpoint(old) or '(none)'} "
                     f"to {format_endpoint(ev.endpoint)}")

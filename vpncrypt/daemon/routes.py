@@ -176,8 +176,8 @@ class Routes:
                 # would otherwise stay for good, one more pair per restart
                 stale = _delete_rule_copies(v, rule)
                 if stale:
-                    log.info("removed %d leftover copies of `ip %s rule %s`", stale, v,
-                             " ".join(rule))
+                    log.info("removed %d leftover %s of `ip %s rule %s`", stale,
+                             "copy" if stale == 1 else "copies", v, " ".join(rule))
                 _ip(v, "rule", "add", *rule)
                 self.rules.append((v, rule))
                 log.info("ip %s rule add %s", v, " ".join(rule))

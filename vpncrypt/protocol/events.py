@@ -64,6 +64,7 @@ class CookieReceived(Event):
 class EndpointChanged(Event):
     peer: object
     endpoint: object
+    previous: object = None     # known for a handshake's move; a data packet's move is the table's
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,4 +225,4 @@ def _roam(dev, peer, addr, out) -> None:
     dev.table.set_endpoint(peer.pid, addr)
     new = peer.endpoint
     if new != old:
-        out.events.append(EndpointChanged(peer, new))
+        out.events.append(EndpointChanged(peer, new, old))
