@@ -357,6 +357,9 @@ class _StubDaemon:
     def changed(self):
         pass
 
+    def endpoint_set(self, public_key, endpoint):
+        pass
+
     def counters(self):
         return {"drop_" + k: v for k, v in self.device.drops().items()}
 

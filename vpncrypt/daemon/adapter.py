@@ -304,7 +304,7 @@ class DeviceControl(Control):
                 log.debug("peer %s: allowed IPs %s%s", name, ", ".join(shown[:20]) or "(none)",
                           f", ... ({len(shown)} in all)" if len(shown) > 20 else "")
         if endpoint is not None:
-            self.d.dataplane.trace.endpoint_set(pk, dev.peers[pk].endpoint)
+            self.d.endpoint_set(pk, dev.peers[pk].endpoint)
         self._changed()
 
     def set_mtu(self, mtu: int) -> None:

@@ -102,6 +102,11 @@ class Daemon:
         if self.dataplane is not None:
             self.dataplane.changed()
 
+    def endpoint_set(self, public_key: bytes, endpoint) -> None:
+        """A peer's endpoint set by the file or the UAPI (for the debug trace)."""
+        if self.dataplane is not None:
+            self.dataplane.trace.endpoint_set(public_key, endpoint)
+
     def counters(self) -> dict:
         return self.dataplane.counters(self.udp, loop=self.loop, pending_timers=len(self._timers))
 
