@@ -16,6 +16,12 @@ import ipaddress
 import socket
 
 
+def _decimal(text: str) -> bool:
+    """ASCII decimal digits without a leading zero (str.isdigit() alone would
+    take '²' or Arabic-Indic digits)."""
+    return text.isascii() and text.isdigit() and (len(text) == 1 or text[0] != "0")
+
+
 def split_prefix(text: str, *, need_bits: bool) -> tuple:
     """(address, bits) of ``text``; bits default to the full length (32 or
     128) when there is no ``/`` and ``need_bits`` is false. Raises
@@ -31,9 +37,7 @@ def split_prefix(text: str, *, need_bits: bool) -> tuple:
         raise ValueError("not a numeric IP address") from None
     if not slash:
         return addr, addr.max_prefixlen
-    # str.isdigit() alone would take '²' or Arabic-Indic digits
-    if not (bits_text.isascii() and bits_text.isdigit()) or (
-            len(bits_text) > 1 and bits_text[0] == "0"):
+    if not _decimal(bits_text):
         raise ValueError(f"the prefix length must be a number 0-{addr.max_prefixlen} "
                          "(decimal, no leading zero)")
     bits = int(bits_text)
@@ -57,12 +61,9 @@ def _ipv4_network(text: str):
     ip_address takes (no leading zeros, no shorthand).  None for anything
     else, which split_prefix then judges (and explains)."""
     addr_text, slash, bits_text = text.partition("/")
-    if not (slash and bits_text.isascii() and bits_text.isdigit() and len(bits_text) <= 2
-            and (len(bits_text) == 1 or bits_text[0] != "0")):
+    if not (slash and _decimal(bits_text)) or int(bits_text) > 32:
         return None
     bits = int(bits_text)
-    if bits > 32:
-        return None
     try:
         packed = socket.inet_pton(socket.AF_INET, addr_text)
     except OSError:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import ipaddress
 import logging
 import time
 from typing import Optional
@@ -148,10 +147,8 @@ class DataPlane:
         return max((p.counters.last_handshake for p in self.device.peers.values()), default=0.0)
 
     def allowed_ips(self) -> list:
-        out = []
-        for peer in self.device.peers.values():
-            out += [ipaddress.ip_network(n, strict=False) for n in peer.allowed_ips]
-        return out
+        table = self.device.table
+        return [net for peer in self.device.peers.values() for net in table.routes(peer.pid)]
 
     def counters(self, udp, *, loop=None, pending_timers: int = 0) -> dict:
         dev = self.device
@@ -264,8 +261,7 @@ class DeviceControl(Control):
                 endpoint = resolve_endpoint(update.endpoint, self.d.v6)
             except OSError as e:
                 raise ControlError(e.errno or errno.EADDRNOTAVAIL, e.strerror or str(e)) from None
-        allowed = [n if isinstance(n, (ipaddress.IPv4Network, ipaddress.IPv6Network))
-                   else ipaddress.ip_network(n, strict=False) for n in update.allowed_ips]
+        allowed = update.allowed_ips          # networks already; the table normalizes any form
         psk = bytes(update.preshared_key) if update.preshared_key is not None else None
         name = fingerprint(pk)
         if pk not in dev.peers:
