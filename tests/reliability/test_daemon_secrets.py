@@ -7,7 +7,9 @@ is the whole `vpncrypt up` at --log-level debug):
   the broken one with a key in its bad line): no private or preshared key,
   in base64 or hex, appears in either daemon's log;
 * `vpncrypt show` prints neither (only `wg showconf` does, as with `wg`);
-* the running daemon's UAPI socket is 0600 in a 0700 directory, and a
+* the running daemon's UAPI socket is 0600, in a directory owned by root
+  that group and others cannot write (0700 when the daemon made it;
+  wireguard-go makes it 0755, and a machine where it ran keeps that), and a
   process running as uid 65534 is refused: at the file permissions, and by
   SO_PEERCRED when it can reach the socket (through a hard link to it, made
   reachable for the test).
@@ -105,10 +107,12 @@ def test_no_key_in_logs_or_show_and_uapi_refuses_others(lab, tmp_path):
             for form in _forms(s):
                 assert form not in text, (what, "key material found")
 
-    # the UAPI socket: 0600 in a 0700 directory, owned by root
+    # the UAPI socket: 0600, owned by root, in a root-owned directory nobody
+    # else can write to (what the daemon guarantees, not who made the folder:
+    # wireguard-go makes it 0755)
     st, dst = os.stat(a.sock), os.stat(os.path.dirname(a.sock))
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == 0
-    assert stat.S_IMODE(dst.st_mode) == 0o700
+    assert dst.st_uid == 0 and stat.S_IMODE(dst.st_mode) & 0o022 == 0, oct(dst.st_mode)
     probe = ("import socket\ns = socket.socket(socket.AF_UNIX)\n"
              "try:\n    s.connect({path!r})\nexcept PermissionError:\n    print('EACCES'); raise SystemExit\n"
              "buf = b''  # the refusal comes before any request\nwhile True:\n    c = s.recv(4096)\n"
