@@ -115,6 +115,7 @@ class Daemon:
         self._reload_waiting = False
         self._tasks: set = set()
         self._home = True      # whether the interface is in the daemon's namespace
+        self._mtu_unknown = False  # warned that the MTU cannot be read where it is
 
     # ------------------------------------------------------------ helpers
 
@@ -160,8 +161,16 @@ class Daemon:
     def check_mtu(self) -> None:
         try:
             mtu = self.tun.get_mtu()      # wherever the interface is
-        except OSError:
+        except OSError as e:
+            if not self._home and not self._mtu_unknown:
+                # joining the other namespace takes CAP_SYS_ADMIN (the
+                # systemd unit has neither it nor setns)
+                log.warning("cannot read the MTU of %s in its network namespace (%s): "
+                            "packets stay padded to MTU %d", self.tun.name, describe(e),
+                            self.mtu)
+                self._mtu_unknown = True
             return
+        self._mtu_unknown = False
         if mtu != self.mtu:
             if self.mtu:
                 log.info("interface %s: MTU %d -> %d", self.interface, self.mtu, mtu)
@@ -423,7 +432,11 @@ class Daemon:
             self.config = new
             if new.interface.table != self.routes.table:
                 log.warning("reload: a changed Table takes effect at the next start")
-            self.routes.sync(self.dataplane.allowed_ips())
+            if self.tun.in_home_namespace():
+                self.routes.sync(self.dataplane.allowed_ips())
+            else:
+                log.warning("reload: %s is in another network namespace; its routes are for "
+                            "that namespace to set", self.tun.name)
             log.info("reloaded %s like `wg syncconf`: %d peer(s)", self.config_path,
                      self.dataplane.peer_count())
         except (ConfigError, ControlError, OSError, ValueError) as e:

@@ -19,8 +19,9 @@ descriptor, never by a name or index looked up in the daemon's namespace
   (Linux 5.2), and the MTU and flags are read and set through a socket made
   in that namespace (by a short-lived thread that joins it), so that
   `ip -n NS link set IFACE mtu N` there takes effect here;
-* on close, a device vpncrypt created is deleted by its index in its own
-  namespace (the kernel also deletes it with the last descriptor);
+* on close, a device vpncrypt created is deleted in the namespace where
+  it is now, by the index it has there (the kernel also deletes it with the
+  last descriptor);
   addresses vpncrypt added to a persistent device are removed only while
   the device is in the daemon's namespace (a move drops them anyway)."""
 from __future__ import annotations
@@ -210,12 +211,13 @@ class TunDevice:
     def _namespace_fd(self) -> Optional[int]:
         """A descriptor of the device's namespace when that is not the
         daemon's own (the caller closes it); None when it is, or when the
-        kernel cannot tell (before Linux 5.2 a device is taken to be here)."""
+        kernel cannot tell (before Linux 5.2, or without CAP_NET_ADMIN over
+        that namespace, a device is taken to be here)."""
         try:
             fd = fcntl.ioctl(self.fileno(), TUNGETDEVNETNS)
         except OSError as e:
-            if e.errno in (errno.ENOTTY, errno.EINVAL):
-                return None
+            if e.errno in (errno.ENOTTY, errno.EINVAL, errno.EPERM):
+                return None             # cannot tell: taken to be here, as before Linux 5.2
             raise
         try:
             if _ns_key(fd) == self._home:
