@@ -199,7 +199,7 @@ def _peer_up(net, peer):
 
 
 def _ping(net, ns, size=56, count=3):
-    r = net.run(ns, "ping", "-c", str(count), "-W", "2", "-i", "0.2", "-s", str(size), INNER[1],
+    r = net.run(ns, "ping", "-c", str(count), "-W", "5", "-i", "0.2", "-s", str(size), INNER[1],
                 check=False)
     assert r.returncode == 0, f"ping from {ns} failed:\n{r.stdout}\n{net.logs()}"
 

@@ -228,41 +228,43 @@ class Routes:
 
     def remove_leftovers(self) -> None:
         """Delete what an earlier run on this interface left behind (see the
-        module's text); before the first sync()."""
+        module's text); before the first sync().  The interface's own routes
+        are listed (not every table's: a host may hold a full BGP table), and
+        deleted with one `ip -batch`."""
         if self.table == "off":
             return
         for version in (4, 6):
             v = f"-{version}"
-            routes = _json(v, "route", "show", "table", "all")
-            by_table: dict = {}
-            for r in routes:
-                by_table.setdefault(str(r.get("table", "main")), []).append(r)
-            owned = {t for t, rs in by_table.items()
-                     if t not in ("main", "local", "default")
-                     and all(r.get("dev") == self.interface for r in rs)}
+            # (`dev` given, iproute2 leaves it out of each entry)
+            mine = _json(v, "route", "show", "table", "all", "dev", self.interface)
+            owned = set()
+            for table in {str(r.get("table", "main")) for r in mine} - {"main", "local",
+                                                                          "default"}:
+                if all(r.get("dev") == self.interface
+                       for r in _json(v, "route", "show", "table", table)):
+                    owned.add(table)
             gone = []
-            for r in routes:
+            for r in mine:
                 table = str(r.get("table", "main"))
-                if (r.get("dev") != self.interface or table == "local"
-                        or r.get("protocol") == "kernel"):
+                if table == "local" or r.get("protocol") == "kernel":
                     continue
-                args = [v, "route", "del"]
+                args = ["route", "del"]
                 if r.get("type") not in (None, "unicast"):
                     args.append(r["type"])
                 args += [r.get("dst", "default"), "dev", self.interface, "table", table]
                 if "metric" in r:
                     args += ["metric", str(r["metric"])]
-                res = _ip(*args, check=False)
-                if res.returncode == 0:
-                    gone.append(f"{r.get('dst', 'default')} table {table}")
-                else:
-                    log.warning("cannot remove the leftover route %s dev %s table %s: %s",
-                                r.get("dst", "default"), self.interface, table,
-                                res.stderr.strip())
+                gone.append((f"{r.get('dst', 'default')} table {table}", args))
             if gone:
+                res = subprocess.run(["ip", "-force", v, "-batch", "-"], capture_output=True,
+                                     text=True,
+                                     input="".join(" ".join(a) + "\n" for _, a in gone))
+                if res.returncode != 0:
+                    log.warning("removing leftover IPv%d routes dev %s: %s", version,
+                                self.interface, res.stderr.strip()[:500])
                 log.info("removed %d leftover IPv%d route%s dev %s (an earlier run): %s%s",
                          len(gone), version, "" if len(gone) == 1 else "s", self.interface,
-                         ", ".join(gone[:10]), ", ..." if len(gone) > 10 else "")
+                         ", ".join(w for w, _ in gone[:10]), ", ..." if len(gone) > 10 else "")
             removed_full_tunnel = False
             for rule in _json(v, "rule", "show"):
                 table = str(rule.get("table", ""))
