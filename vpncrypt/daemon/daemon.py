@@ -163,8 +163,8 @@ class Daemon:
             mtu = self.tun.get_mtu()      # wherever the interface is
         except OSError as e:
             if not self._home and not self._mtu_unknown:
-                # joining the other namespace takes CAP_SYS_ADMIN (the
-                # systemd unit has neither it nor setns)
+                # joining the other namespace takes CAP_SYS_ADMIN and setns,
+                # which the systemd unit does not grant
                 log.warning("cannot read the MTU of %s in its network namespace (%s): "
                             "packets stay padded to MTU %d", self.tun.name, describe(e),
                             self.mtu)
@@ -462,15 +462,21 @@ class Daemon:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.loop is not None:
-            for sig in (*STOP_SIGNALS, signal.SIGHUP):
-                try:
-                    self.loop.remove_signal_handler(sig)
-                except (ValueError, RuntimeError):
-                    pass
-        if self._early:
-            # a second SIGTERM while cleaning up must not cut the cleanup short
-            self._catch_signals_early()
+        # a second SIGTERM while cleaning up must not cut the cleanup short:
+        # the loop's handlers give way to the startup ones, with the signals
+        # held meanwhile (between the two they would have their default action)
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, (*STOP_SIGNALS, signal.SIGHUP))
+        try:
+            if self.loop is not None:
+                for sig in (*STOP_SIGNALS, signal.SIGHUP):
+                    try:
+                        self.loop.remove_signal_handler(sig)
+                    except (ValueError, RuntimeError):
+                        pass
+            if self._early:
+                self._catch_signals_early()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         try:
             await self._undo()
         finally:
