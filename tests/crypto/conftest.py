@@ -87,3 +87,11 @@ def rng():
 
 def rbytes(rng, n: int) -> bytes:
     return rng.getrandbits(8 * n).to_bytes(n, "little") if n else b""
+
+
+@pytest.fixture(params=vc.nh_implementations())
+def nh_impl(request):
+    before = vc.active_nh_implementation()
+    vc.use_nh_implementation(request.param)
+    yield request.param
+    vc.use_nh_implementation(before)
