@@ -44,6 +44,14 @@ static inline pair32 load2(const uint8_t *p)
         ah = vmlal_high_u32(ah, tl, th);                          \
     } while (0)
 
+/* The four passes over one pair m, with the key windows of passes 0..3. */
+#define NH_PAIR(m, k0, k1, k2, k3) do {                          \
+        NH_PASS(a0l, a0h, m, k0);                                 \
+        NH_PASS(a1l, a1h, m, k1);                                 \
+        NH_PASS(a2l, a2h, m, k2);                                 \
+        NH_PASS(a3l, a3h, m, k3);                                 \
+    } while (0)
+
 static inline uint64x2_t tail_pass(uint64x2_t acc, uint32x4_t m, const uint8_t *key)
 {
     uint32x4_t t = vaddq_u32(m, vld1q_u32((const uint32_t *)(const void *)key));
@@ -63,27 +71,15 @@ static void nh_neon(const uint8_t *key, const uint8_t *msg, size_t len, uint64_t
         pair32 m = load2(msg + off);
         e2 = load2(key + off + 32);
         o2 = load2(key + off + 48);
-        NH_PASS(a0l, a0h, m, e);
-        NH_PASS(a1l, a1h, m, o);
-        NH_PASS(a2l, a2h, m, e2);
-        NH_PASS(a3l, a3h, m, o2);
+        NH_PAIR(m, e, o, e2, o2);
         m = load2(msg + off + 32);
         e = load2(key + off + 64);
         o = load2(key + off + 80);
-        NH_PASS(a0l, a0h, m, e2);
-        NH_PASS(a1l, a1h, m, o2);
-        NH_PASS(a2l, a2h, m, e);
-        NH_PASS(a3l, a3h, m, o);
+        NH_PAIR(m, e2, o2, e, o);
     }
     NH_MCA_END();
     if (len - off >= 32) {
-        pair32 m = load2(msg + off);
-        e2 = load2(key + off + 32);
-        o2 = load2(key + off + 48);
-        NH_PASS(a0l, a0h, m, e);
-        NH_PASS(a1l, a1h, m, o);
-        NH_PASS(a2l, a2h, m, e2);
-        NH_PASS(a3l, a3h, m, o2);
+        NH_PAIR(load2(msg + off), e, o, load2(key + off + 32), load2(key + off + 48));
         off += 32;
     }
     if (len & 16) {
