@@ -270,7 +270,6 @@ static int adiantum(const vc_adiantum_key *kk, uint8_t *dst, const uint8_t *src,
         add128(dst + bulk, mid, h, 1);             /* C_R = C_M - H(T, C_L) */
     else
         add128(dst + bulk, blk, h, 1);             /* P_R = P_M - H(T, P_L) */
-    vc_note_nh(nh);
 out:
     vc_wipe(ht, sizeof ht);
     vc_wipe(h, sizeof h);
