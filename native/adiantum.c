@@ -18,12 +18,15 @@
  * AES-256 (one block a message) is OpenSSL's libcrypto, loaded at run time
  * with dlopen: the package then builds without OpenSSL's headers and links no
  * library, and the block gets libcrypto's AES-NI / ARMv8 Crypto Extensions
- * code through EVP (constant time, unlike a table AES).  The key schedule is
- * made per call in a context of that call's own, so one key may be used from
- * many threads at once.  Without libcrypto (or with a VPNCRYPT_LIBCRYPTO that
+ * code through EVP (constant time, unlike a table AES).  setkey makes one
+ * keyed context per direction and a call borrows it under a try-lock (making
+ * a context per call costs more than the rest of a 512-byte message); a call
+ * that finds it taken by another thread makes a context of its own, so one key
+ * may be used from many threads at once.  Without libcrypto (or with a VPNCRYPT_LIBCRYPTO that
  * names none) the calls return VC_ERR_AES; nothing else depends on it. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "poly1305_scalar.h"
@@ -135,28 +138,35 @@ VC_API int vc_adiantum_aes_available(void)
     return evp_ok;
 }
 
-/* out = AES-256_key(in) (encrypt) or its inverse; 0 on success. */
-static int aes_block(int encrypt, const uint8_t key[32], const uint8_t in[16], uint8_t out[16])
+static EVP_CTX *aes_ctx(int encrypt, const uint8_t key[32])
 {
     EVP_CTX *ctx = evp.ctx_new();
     if (!ctx)
-        return -1;
-    int outl = 0, ok;
-    if (encrypt)
-        ok = evp.enc_init(ctx, evp.aes_256_ecb(), NULL, key, NULL) == 1
-             && evp.set_padding(ctx, 0) == 1
-             && evp.enc_update(ctx, out, &outl, in, 16) == 1;
-    else
-        ok = evp.dec_init(ctx, evp.aes_256_ecb(), NULL, key, NULL) == 1
-             && evp.set_padding(ctx, 0) == 1
-             && evp.dec_update(ctx, out, &outl, in, 16) == 1;
-    evp.ctx_free(ctx);        /* cleanses the key schedule */
+        return NULL;
+    int ok = (encrypt ? evp.enc_init : evp.dec_init)(ctx, evp.aes_256_ecb(), NULL, key, NULL) == 1
+             && evp.set_padding(ctx, 0) == 1;
+    if (!ok) {
+        evp.ctx_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+static int aes_run(EVP_CTX *ctx, int encrypt, const uint8_t in[16], uint8_t out[16])
+{
+    int outl = 0;
+    int ok = (encrypt ? evp.enc_update : evp.dec_update)(ctx, out, &outl, in, 16) == 1;
     return ok && outl == 16 ? 0 : -1;
 }
 
 /* ---- Adiantum ---- */
 
+#define KEY_MAGIC 0x6164696e7475756dULL   /* set while ctx[] may hold contexts */
+
 typedef struct {
+    uint64_t magic;
+    EVP_CTX *ctx[2];        /* [1] encrypts, [0] decrypts; NULL: make one per call */
+    atomic_flag busy[2];
     uint8_t stream[32];     /* K: the XChaCha key */
     uint8_t aes[32];        /* K_E */
     uint8_t poly_t[16];     /* K_T: Poly1305 r of the header hash */
@@ -165,6 +175,33 @@ typedef struct {
 } adiantum_key;
 
 _Static_assert(sizeof(adiantum_key) <= sizeof(vc_adiantum_key), "vc_adiantum_key too small");
+_Static_assert(_Alignof(adiantum_key) <= _Alignof(vc_adiantum_key), "vc_adiantum_key misaligned");
+
+static void free_ctxs(adiantum_key *k)
+{
+    if (k->magic != KEY_MAGIC)
+        return;
+    for (int i = 0; i < 2; i++)
+        if (k->ctx[i])
+            evp.ctx_free(k->ctx[i]);     /* cleanses the key schedule */
+    k->ctx[0] = k->ctx[1] = NULL;
+}
+
+/* out = AES-256_{K_E}(in) (encrypt) or its inverse; 0 on success. */
+static int aes_block(adiantum_key *k, int encrypt, const uint8_t in[16], uint8_t out[16])
+{
+    if (k->ctx[encrypt] && !atomic_flag_test_and_set_explicit(&k->busy[encrypt], memory_order_acquire)) {
+        int rc = aes_run(k->ctx[encrypt], encrypt, in, out);
+        atomic_flag_clear_explicit(&k->busy[encrypt], memory_order_release);
+        return rc;
+    }
+    EVP_CTX *ctx = aes_ctx(encrypt, k->aes);
+    if (!ctx)
+        return -1;
+    int rc = aes_run(ctx, encrypt, in, out);
+    evp.ctx_free(ctx);
+    return rc;
+}
 
 #define TWEAK_MAX 32
 
@@ -179,7 +216,10 @@ VC_API int vc_adiantum_setkey(vc_adiantum_key *kk, const uint8_t key[32], int ro
         return VC_ERR_ROUNDS;
     adiantum_key *k = (adiantum_key *)(void *)kk->opaque;
     uint8_t n16[16] = {1}, nonce12[12] = {0}, sub[32], buf[32 + 16 + 1088];
+    free_ctxs(k);
     memset(kk, 0, sizeof *kk);
+    atomic_flag_clear(&k->busy[0]);
+    atomic_flag_clear(&k->busy[1]);
     memcpy(k->stream, key, 32);
     k->rounds = (uint8_t)rounds;
     vc_hchacha20(sub, key, n16, rounds);                 /* nonce 1 || 0^23 */
@@ -188,14 +228,20 @@ VC_API int vc_adiantum_setkey(vc_adiantum_key *kk, const uint8_t key[32], int ro
     memcpy(k->aes, buf, 32);
     memcpy(k->poly_t, buf + 32, 16);
     memcpy(k->nhpoly, buf + 48, 1088);
+    if (vc_adiantum_aes_available()) {
+        k->ctx[1] = aes_ctx(1, k->aes);
+        k->ctx[0] = aes_ctx(0, k->aes);
+    }
+    k->magic = KEY_MAGIC;
     vc_wipe(buf, sizeof buf);
     vc_wipe(sub, sizeof sub);
     return VC_OK;
 }
 
-VC_API void vc_adiantum_wipe(vc_adiantum_key *k)
+VC_API void vc_adiantum_wipe(vc_adiantum_key *kk)
 {
-    vc_wipe(k, sizeof *k);
+    free_ctxs((adiantum_key *)(void *)kk->opaque);
+    vc_wipe(kk, sizeof *kk);
 }
 
 /* Poly1305_{K_T}(bin128(8 bulk) || T), fully reduced, low 128 bits. */
@@ -235,7 +281,7 @@ static void hash_bulk(const vc_nh_impl *nh, const adiantum_key *k, const uint8_t
     vc_wipe(hm, sizeof hm);
 }
 
-static int adiantum(const vc_adiantum_key *kk, uint8_t *dst, const uint8_t *src, size_t len,
+static int adiantum(vc_adiantum_key *kk, uint8_t *dst, const uint8_t *src, size_t len,
                     const uint8_t *tweak, size_t tlen, int encrypt)
 {
     if (len < 16 || tlen > TWEAK_MAX || (tlen && !tweak))
@@ -245,7 +291,7 @@ static int adiantum(const vc_adiantum_key *kk, uint8_t *dst, const uint8_t *src,
         return VC_ERR_COUNTER;
     if (!vc_adiantum_aes_available())
         return VC_ERR_AES;
-    const adiantum_key *k = (const adiantum_key *)(const void *)kk->opaque;
+    adiantum_key *k = (adiantum_key *)(void *)kk->opaque;
     const vc_nh_impl *nh = vc_nh_current();
     vc_note_nh(nh);
     int rc = VC_OK;
@@ -255,11 +301,11 @@ static int adiantum(const vc_adiantum_key *kk, uint8_t *dst, const uint8_t *src,
     hash_bulk(nh, k, ht, src, bulk, h);
     add128(mid, src + bulk, h, 0);                 /* P_M, or C_M when decrypting */
     if (encrypt) {
-        if (aes_block(1, k->aes, mid, mid)) {       /* C_M */
+        if (aes_block(k, 1, mid, mid)) {            /* C_M */
             rc = VC_ERR_AES;
             goto out;
         }
-    } else if (aes_block(0, k->aes, mid, blk)) {    /* P_M, before anything is written */
+    } else if (aes_block(k, 0, mid, blk)) {         /* P_M, before anything is written */
         rc = VC_ERR_AES;
         goto out;
     }
@@ -279,13 +325,13 @@ out:
     return rc;
 }
 
-VC_API int vc_adiantum_encrypt(const vc_adiantum_key *k, uint8_t *dst, const uint8_t *src,
+VC_API int vc_adiantum_encrypt(vc_adiantum_key *k, uint8_t *dst, const uint8_t *src,
                                size_t len, const uint8_t *tweak, size_t tweak_len)
 {
     return adiantum(k, dst, src, len, tweak, tweak_len, 1);
 }
 
-VC_API int vc_adiantum_decrypt(const vc_adiantum_key *k, uint8_t *dst, const uint8_t *src,
+VC_API int vc_adiantum_decrypt(vc_adiantum_key *k, uint8_t *dst, const uint8_t *src,
                                size_t len, const uint8_t *tweak, size_t tweak_len)
 {
     return adiantum(k, dst, src, len, tweak, tweak_len, 0);

@@ -141,10 +141,12 @@ int         vc_last_nh_impl(void);
 void vc_nhpoly1305(uint8_t out[16], const uint8_t *msg, size_t len, const uint8_t key[1088]);
 
 /* An Adiantum key with its derived subkeys (the XChaCha key, AES-256 key,
- * Poly1305 key of the header and NHPoly1305 key) and its ChaCha rounds. */
-typedef struct { uint8_t opaque[1184]; } vc_adiantum_key;
+ * Poly1305 key of the header and NHPoly1305 key), its ChaCha rounds and its
+ * AES contexts.  Start from zeroed memory (or a wiped key); setkey again re-keys. */
+typedef struct { uint64_t opaque[152]; } vc_adiantum_key;
 /* rounds: 12 (adiantum(xchacha12,aes)) or 20; 8 also works.  VC_OK or VC_ERR_ROUNDS. */
 int  vc_adiantum_setkey(vc_adiantum_key *k, const uint8_t key[32], int rounds);
+/* Wipe the key and free its AES contexts (call it once per key set). */
 void vc_adiantum_wipe(vc_adiantum_key *k);
 /* 1 if AES-256 (libcrypto, loaded at run time) is there for Adiantum, else 0. */
 int  vc_adiantum_aes_available(void);
@@ -152,9 +154,9 @@ int  vc_adiantum_aes_available(void);
  * 0..32 bytes.  VC_OK, VC_ERR_LENGTH (len < 16 or tweak too long; nothing is
  * written), VC_ERR_COUNTER (len over the 32-bit block counter's 256 GiB) or
  * VC_ERR_AES. */
-int  vc_adiantum_encrypt(const vc_adiantum_key *k, uint8_t *dst, const uint8_t *src, size_t len,
+int  vc_adiantum_encrypt(vc_adiantum_key *k, uint8_t *dst, const uint8_t *src, size_t len,
                          const uint8_t *tweak, size_t tweak_len);
-int  vc_adiantum_decrypt(const vc_adiantum_key *k, uint8_t *dst, const uint8_t *src, size_t len,
+int  vc_adiantum_decrypt(vc_adiantum_key *k, uint8_t *dst, const uint8_t *src, size_t len,
                          const uint8_t *tweak, size_t tweak_len);
 
 /* ---- the one-shot table (vc_oneshot.h) for the vpncrypt._oneshot extension ---- */

@@ -216,3 +216,41 @@ def test_env_forces_the_nh_kernel():
     assert out.stdout.strip() == "generic"
     with pytest.raises(ValueError, match="unknown NH implementation"):
         vc.use_nh_implementation("sse9")
+
+
+def test_one_key_from_many_threads(rng):
+    """A key object's AES contexts are borrowed under a try-lock; threads that
+    find one taken make their own, and every result is still right."""
+    import threading
+    a = vc.Adiantum(rbytes(rng, 32))
+    jobs = [(rbytes(rng, 7), rbytes(rng, 16 + i % 700)) for i in range(200)]
+    want = [a.encrypt(t, d) for t, d in jobs]
+    errors = []
+
+    def work():
+        for _ in range(5):
+            for (t, d), w in zip(jobs, want):
+                if a.encrypt(t, d) != w or a.decrypt(t, w) != d:
+                    errors.append(len(d))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+
+
+def test_rekey_and_wipe_in_c():
+    """setkey again on a key re-keys it (its old AES contexts freed), and a
+    wiped key is zero."""
+    from vpncrypt._native import ffi, lib
+    k = ffi.new("vc_adiantum_key *")
+    data = bytes(range(48))
+    out = ffi.new("uint8_t[48]")
+    for key, rounds in ((bytes(32), 12), (bytes(range(32)), 20), (bytes(range(32)), 12)):
+        assert lib.vc_adiantum_setkey(k, ffi.from_buffer(key), rounds) == 0
+        assert lib.vc_adiantum_encrypt(k, out, ffi.from_buffer(data), 48, ffi.NULL, 0) == 0
+        assert ffi.buffer(out)[:] == vc.Adiantum(key, rounds).encrypt(b"", data)
+    lib.vc_adiantum_wipe(k)
+    assert bytes(ffi.buffer(k)) == bytes(ffi.sizeof("vc_adiantum_key"))
