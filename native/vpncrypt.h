@@ -15,6 +15,7 @@
 #define VC_ERR_ROUNDS   -3   /* rounds not in {8, 12, 20} */
 #define VC_ERR_IMPL     -4   /* no such implementation, or not available on this CPU */
 #define VC_ERR_LENGTH   -5   /* a length out of range */
+#define VC_ERR_AES      -6   /* no AES-256 for Adiantum: libcrypto could not be loaded */
 
 /* ---- implementation selection ---- */
 /* ChaCha stream implementations: index 0 is "generic"; indices are stable
@@ -120,6 +121,43 @@ size_t vc_aead_open_packed(uint8_t *out, const uint8_t *in, const uint32_t *lens
  * which kernel a call ran on, whatever binding made the call. */
 int vc_last_chacha_impl(void);
 int vc_last_poly1305_impl(void);
+
+/* ---- NHPoly1305 and Adiantum (the Adiantum paper; the kernel's nhpoly1305,
+ * adiantum(xchacha12,aes) and adiantum(xchacha20,aes)) ---- */
+/* NH kernels (for NHPoly1305 and Adiantum's hash), selected like the ChaCha ones. */
+int         vc_nh_impl_count(void);
+const char *vc_nh_impl_name(int index);
+int         vc_nh_impl_available(int index);
+int         vc_nh_impl_active(void);
+int         vc_nh_impl_select(int index);
+/* The NH kernel that served the calling thread's last NHPoly1305 or Adiantum
+ * call, or -1. */
+int         vc_last_nh_impl(void);
+
+/* NHPoly1305 of len bytes (any length): key is 16 bytes of Poly1305 r, then
+ * the 1072-byte NH key (1088 in all); the result is the Poly1305 hash of the
+ * NH hashes of the 1024-byte pieces (the last one zero-padded to 16 bytes),
+ * fully reduced mod 2^130 - 5, low 128 bits (no s is added). */
+void vc_nhpoly1305(uint8_t out[16], const uint8_t *msg, size_t len, const uint8_t key[1088]);
+
+/* An Adiantum key with its derived subkeys (the XChaCha key, AES-256 key,
+ * Poly1305 key of the header and NHPoly1305 key), its ChaCha rounds and its
+ * AES contexts.  Start from zeroed memory (or a wiped key); setkey again re-keys. */
+typedef struct { uint64_t opaque[152]; } vc_adiantum_key;
+/* rounds: 12 (adiantum(xchacha12,aes)) or 20; 8 also works.  VC_OK or VC_ERR_ROUNDS. */
+int  vc_adiantum_setkey(vc_adiantum_key *k, const uint8_t key[32], int rounds);
+/* Wipe the key and free its AES contexts (call it once per key set). */
+void vc_adiantum_wipe(vc_adiantum_key *k);
+/* 1 if AES-256 (libcrypto, loaded at run time) is there for Adiantum, else 0. */
+int  vc_adiantum_aes_available(void);
+/* Encrypt or decrypt len >= 16 bytes (dst == src allowed) under a tweak of
+ * 0..32 bytes.  VC_OK, VC_ERR_LENGTH (len < 16 or tweak too long; nothing is
+ * written), VC_ERR_COUNTER (len over the 32-bit block counter's 256 GiB) or
+ * VC_ERR_AES. */
+int  vc_adiantum_encrypt(vc_adiantum_key *k, uint8_t *dst, const uint8_t *src, size_t len,
+                         const uint8_t *tweak, size_t tweak_len);
+int  vc_adiantum_decrypt(vc_adiantum_key *k, uint8_t *dst, const uint8_t *src, size_t len,
+                         const uint8_t *tweak, size_t tweak_len);
 
 /* ---- the one-shot table (vc_oneshot.h) for the vpncrypt._oneshot extension ---- */
 typedef struct vc_oneshot_api vc_oneshot_api;

@@ -12,7 +12,11 @@
  *     VC_ERR_AUTH with the output zeroed; in-place seal and open give the
  *     same bytes as out-of-place; a failed in-place open leaves the buffer
  *     as it was;
- *   - the attached-tag and batch/packed forms agree with the one-shot form.
+ *   - the attached-tag and batch/packed forms agree with the one-shot form;
+ *   - vc_nhpoly1305 (the 1088-byte key: the input's key stretched with the
+ *     generic ChaCha) on every NH kernel equals the generic NH, and Adiantum
+ *     (12 or 20 rounds, a tweak of tsel % 33 bytes) on every NH kernel equals
+ *     the generic run, round-trips, and gives the same bytes in place.
  * Buffers are heap blocks that end exactly where the data ends (ASan catches
  * a read or write past them) and start at the derived misalignment.
  *
@@ -66,6 +70,44 @@ static int zeroed(const uint8_t *p, size_t n)
 static void select_kernels(int ci, int pi)
 {
     if (vc_chacha_impl_select(ci) != VC_OK || vc_poly1305_impl_select(pi) != VC_OK) abort();
+}
+
+/* NHPoly1305 and Adiantum on every NH kernel against the generic one. */
+static void wide_block(const uint8_t key[32], const uint8_t *tw, const uint8_t *msg, size_t len,
+                       int rounds, unsigned tsel)
+{
+    int ci = -1, pi = -1, n0 = vc_nh_impl_active(), nn = vc_nh_impl_count();
+    uint8_t nhkey[1088] = {0}, zero12[12] = {0}, ref[16], h[16];
+    vc_chacha20_xor(nhkey, nhkey, sizeof nhkey, key, zero12, 0, 20);
+    size_t tl = tsel % 33 > 24 ? 24 : tsel % 33;    /* the tweak: bytes of the nonce field */
+    vc_nh_impl_select(0);
+    vc_nhpoly1305(ref, msg, len, nhkey);
+    int ad = len >= 16 && vc_adiantum_aes_available();
+    vc_adiantum_key *k = calloc(1, sizeof *k);
+    buf_t ct = balloc(len, 0), back = balloc(len, 0), inplace = balloc(len, 0);
+    if (!k) abort();
+    CHECK(vc_adiantum_setkey(k, key, rounds) == VC_OK, "adiantum setkey failed");
+    if (ad)
+        CHECK(vc_adiantum_encrypt(k, ct.p, msg, len, tw, tl) == VC_OK, "generic adiantum failed");
+    for (int i = 0; i < nn; i++) {
+        if (vc_nh_impl_select(i) != VC_OK) continue;
+        vc_nhpoly1305(h, msg, len, nhkey);
+        CHECK(memcmp(h, ref, 16) == 0, "nhpoly1305 differs from the generic NH");
+        if (!ad) continue;
+        CHECK(vc_adiantum_encrypt(k, back.p, msg, len, tw, tl) == VC_OK
+              && memcmp(back.p, ct.p, len) == 0, "adiantum differs from the generic NH");
+        CHECK(vc_adiantum_decrypt(k, back.p, ct.p, len, tw, tl) == VC_OK
+              && memcmp(back.p, msg, len) == 0, "adiantum does not round-trip");
+        memcpy(inplace.p, msg, len);
+        CHECK(vc_adiantum_encrypt(k, inplace.p, inplace.p, len, tw, tl) == VC_OK
+              && memcmp(inplace.p, ct.p, len) == 0, "in-place adiantum differs");
+    }
+    if (len < 16)
+        CHECK(vc_adiantum_encrypt(k, back.p, msg, len, tw, tl) == VC_ERR_LENGTH, "short adiantum");
+    vc_adiantum_wipe(k);
+    free(k);
+    bfree(inplace); bfree(back); bfree(ct);
+    vc_nh_impl_select(n0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -249,5 +291,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     bfree(ref_xct); bfree(ref_ct); bfree(ref_x); bfree(aadb); bfree(src);
     select_kernels(c0, p0);
+    wide_block(key, nonce, msg, len, rounds == 20 ? 20 : 12, tsel);
     return 0;
 }

@@ -20,8 +20,14 @@
 #     asyncio-dgram with every byte checked, `wg show` through its UAPI, and the
 #     kernels it reports (`vpncrypt show`, loopback-bench --json); once as a
 #     cortex-a57 (NEON kernel "neon") and once as a cortex-a53 ("neon4").
-# Anything missing is an error; nothing is skipped.  Extra arguments go to pytest.
+#  3b. The Adiantum / NHPoly1305 tests once more as a cortex-a53 (the in-order
+#     core the NEON NH kernel is scheduled for; ARMv8.0 too).
+# Anything missing is an error; nothing is skipped.  Extra arguments go to pytest;
+# a first argument --crypto-only stops after step 3b (a developer's quick run:
+# the daemon end to end of step 4 is left out, which CI never does).
 set -euo pipefail
+crypto_only=
+if [ "${1:-}" = --crypto-only ]; then crypto_only=1; shift; fi
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 here="$repo/tests/arm64"
 
@@ -159,10 +165,18 @@ export VPNCRYPT_ARM64_MIDR_TEST="$stage/midr_test" VPNCRYPT_ARM64_QEMU="$qemu"
 unset VPNCRYPT_CHACHA_IMPL VPNCRYPT_POLY1305_IMPL
 run_arm -c 'import vpncrypt.crypto as c, platform
 print("arm64:", platform.machine(), "chacha", c.implementations(), "default", c.active_implementation(),
-      "| poly1305", c.poly1305_implementations(), "default", c.active_poly1305_implementation())'
+      "| poly1305", c.poly1305_implementations(), "default", c.active_poly1305_implementation(),
+      "| nh", c.nh_implementations(), "default", c.active_nh_implementation())'
 status=0
 run_arm -m pytest -p no:cacheprovider -q tests/crypto tests/arm64 "$@" || status=$?
 if [ "$status" = 5 ]; then echo "tests/arm64/run.sh: no tests collected" >&2; exit 1; fi
+a53=0
+QEMU_CPU=cortex-a53 run_arm -m pytest -p no:cacheprovider -q tests/crypto/test_adiantum.py "$@" || a53=$?
+if [ "$a53" != 0 ]; then
+    echo "tests/arm64/run.sh: the Adiantum tests as a cortex-a53 failed ($a53)" >&2
+    status=1
+fi
+if [ -n "$crypto_only" ]; then exit "$status"; fi
 
 # The daemon end to end: the host venv's Python (asyncio-dgram, the interop lab)
 # drives it from the repo; the daemon is the stage's arm64 vpncrypt.

@@ -23,6 +23,18 @@ def test_kernel_lists():
     assert vc.implementations() == ["generic", "neon4", "neon"]
     assert vc.poly1305_implementations() == ["generic", "neon"]
     assert vc.active_poly1305_implementation() == "neon"
+    assert vc.nh_implementations() == ["generic", "neon"]
+    assert vc.active_nh_implementation() == "neon"
+
+
+def test_adiantum_on_neon_uses_the_neon_nh_and_libcrypto():
+    """The arm64 build runs Adiantum's hash on the NEON NH kernel and gets its
+    AES-256 from the sysroot's libcrypto (dlopen under qemu)."""
+    assert vc.adiantum_aes_available()
+    vc.use_nh_implementation("neon")
+    ct = vc.adiantum_encrypt(bytes(32), b"", bytes(64))
+    assert vc.last_nh_kernel() == "neon"
+    assert vc.adiantum_decrypt(bytes(32), b"", ct) == bytes(64)
 
 
 def test_choice_logic_in_c():

@@ -12,20 +12,22 @@ import vpncrypt.crypto as vc
 GUARD_MAX = int(os.environ.get("VPNCRYPT_GUARD_MAX", "600"))
 
 
+def _pinned(request, active, use):
+    """Run the test on kernel request.param, then put the one before back."""
+    before = active()
+    use(request.param)
+    yield request.param
+    use(before)
+
+
 @pytest.fixture(params=vc.implementations())
 def impl(request):
-    before = vc.active_implementation()
-    vc.use_implementation(request.param)
-    yield request.param
-    vc.use_implementation(before)
+    yield from _pinned(request, vc.active_implementation, vc.use_implementation)
 
 
 @pytest.fixture(params=vc.poly1305_implementations())
 def poly_impl(request):
-    before = vc.active_poly1305_implementation()
-    vc.use_poly1305_implementation(request.param)
-    yield request.param
-    vc.use_poly1305_implementation(before)
+    yield from _pinned(request, vc.active_poly1305_implementation, vc.use_poly1305_implementation)
 
 
 def _kernel_pairs():
@@ -87,3 +89,8 @@ def rng():
 
 def rbytes(rng, n: int) -> bytes:
     return rng.getrandbits(8 * n).to_bytes(n, "little") if n else b""
+
+
+@pytest.fixture(params=vc.nh_implementations())
+def nh_impl(request):
+    yield from _pinned(request, vc.active_nh_implementation, vc.use_nh_implementation)

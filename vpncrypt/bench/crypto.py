@@ -1,5 +1,6 @@
 """``vpncrypt bench crypto``: ChaCha20 / ChaCha20-Poly1305 throughput, vpncrypt
-against OpenSSL (through ``cryptography``) and libsodium (through pynacl).
+against OpenSSL (through ``cryptography``) and libsodium (through pynacl); and
+NHPoly1305 and Adiantum against OpenSSL's AES-256-XTS (--wide-block, default on).
 
 Running it
     vpncrypt bench crypto [options]               (or python3 -m vpncrypt bench crypto)
@@ -153,6 +154,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", default="1,2", metavar="N,N",
                    help="the data path's sealing (the session table, 64 x 1472 B a call, the "
                         "GIL released) on N threads at once, for each N (default 1,2; empty: none)")
+    g.add_argument("--wide-block", dest="wide_block", action="store_true", default=True,
+                   help="NHPoly1305 and Adiantum at 512 and 4096 B against OpenSSL's "
+                        "AES-256-XTS (default)")
+    g.add_argument("--no-wide-block", dest="wide_block", action="store_false")
     g.add_argument("--c-level", dest="c_level", action="store_true", default=True,
                    help="build and run the C bench too (default)")
     g.add_argument("--no-c-level", dest="c_level", action="store_false")
@@ -900,6 +905,115 @@ def thread_scaling(counts, seconds: float, repeat: int) -> list:
     return out
 
 
+WIDE_SIZES = (512, 4096)
+XTS_REF = "openssl-aes-256-xts"
+
+
+class _Wide(Impl):
+    """A wide-block row: prepare() pins the NH kernel (and ChaCha's default)."""
+
+    def __init__(self, name, library, nh=None):
+        super().__init__(name, library)
+        self.nh = nh
+
+    def prepare(self):
+        if self.nh:
+            from vpncrypt import crypto
+            crypto.use_nh_implementation(self.nh)
+
+
+def wide_block(repeat: int, min_time: float) -> tuple[list[dict], list[str]]:
+    """NHPoly1305 (each NH kernel) and Adiantum encrypt / decrypt (XChaCha12 and
+    XChaCha20, the default NH kernel and the generic one; the Adiantum(key)
+    object made once, as a disk's key is), one message per call, against
+    OpenSSL's AES-256-XTS through cryptography (a Cipher per message, since XTS
+    takes its tweak there; one sector a call).  Returns (rows, problems)."""
+    from vpncrypt import crypto
+    problems: list[str] = []
+    saved = crypto.active_nh_implementation()
+    key, tweak = bytes(range(32)), bytes(range(100, 132))
+    nh_key = bytes((7 * i + 3) & 0xFF for i in range(1088))
+    rows: list[dict] = []
+    try:
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    except ImportError:
+        Cipher = None
+        problems.append("wide block: cryptography is not installed, so no AES-256-XTS reference")
+    try:
+        for size in WIDE_SIZES:
+            data = _payload(size)
+            entries = []
+            for kern in crypto.nh_implementations():
+                im = _Wide(f"vpncrypt nhpoly1305 nh:{kern}", "vpncrypt", kern)
+                entries.append((im, _loop_x(lambda d, f=crypto.nhpoly1305: f(nh_key, d), [data]),
+                                1, size, "nhpoly1305"))
+            kerns = [saved] + (["generic"] if saved != "generic" else [])
+            for rounds in (12, 20):
+                a = crypto.Adiantum(key, rounds)
+                crypto.use_nh_implementation("generic")
+                want = a.encrypt(tweak, data)
+                crypto.use_nh_implementation(saved)
+                if a.encrypt(tweak, data) != want or a.decrypt(tweak, want) != data:
+                    problems.append(f"wide block: Adiantum-{rounds} kernels disagree at {size} B")
+                for kern in kerns:
+                    for view, fn, arg in (("encrypt", a.encrypt, data), ("decrypt", a.decrypt, want)):
+                        im = _Wide(f"vpncrypt adiantum{rounds} nh:{kern}", "vpncrypt", kern)
+                        entries.append((im, _loop_x(lambda d, f=fn: f(tweak, d), [arg]), 1, size,
+                                        f"adiantum-xchacha{rounds}-aes {view}"))
+            if Cipher is not None:
+                xkey = bytes(range(64))
+                xtweak = bytes(16)
+
+                def xts_enc(d):
+                    e = Cipher(algorithms.AES(xkey), modes.XTS(xtweak)).encryptor()
+                    return e.update(d) + e.finalize()
+
+                def xts_dec(d):
+                    e = Cipher(algorithms.AES(xkey), modes.XTS(xtweak)).decryptor()
+                    return e.update(d) + e.finalize()
+
+                xct = xts_enc(data)
+                for view, fn, arg in (("encrypt", xts_enc, data), ("decrypt", xts_dec, xct)):
+                    entries.append((_Wide(XTS_REF, "cryptography"), _loop_x(fn, [arg]), 1, size,
+                                    f"aes-256-xts {view}"))
+            timed = measure_point([e[:4] for e in entries], repeat, min_time)
+            for e, r in zip(entries, timed):
+                r.update(level="python", group="wide-block", view=e[4], size=size)
+                rows.append(r)
+    finally:
+        crypto.use_nh_implementation(saved)
+    for r in rows:
+        view = r["view"].rsplit(" ", 1)[-1]
+        ref = next((x for x in rows if x["impl"] == XTS_REF and x["size"] == r["size"]
+                    and x["view"] == f"aes-256-xts {view}"), None)
+        r["ratio_vs_xts"] = paired_ratio(r, ref) if view in ("encrypt", "decrypt") else None
+    return rows, problems
+
+
+def format_wide_block(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    out = ["", "Wide-block: NHPoly1305 and Adiantum, one message per call (MB/s; x: speed over "
+           "OpenSSL AES-256-XTS in the same round)"]
+    out.append(f"  {'what':<34} {'implementation':<30}" + "".join(f"{s:>16}" for s in WIDE_SIZES))
+    seen = []
+    for r in rows:
+        k = (r["view"], r["impl"])
+        if k not in seen:
+            seen.append(k)
+    for view, impl in seen:
+        cells = []
+        for s in WIDE_SIZES:
+            r = next((x for x in rows if x["view"] == view and x["impl"] == impl and x["size"] == s), None)
+            if r is None:
+                cells.append(f"{'-':>16}")
+            else:
+                ratio = r.get("ratio_vs_xts")
+                cells.append(f"{r['mbps']:>9.0f}" + (f" x{ratio:<5.2f}" if ratio else " " * 7))
+        out.append(f"  {view:<34} {impl:<30}" + "".join(cells))
+    return out
+
+
 def run(args) -> int:
     """Run the benchmark for parsed args; returns the exit status."""
     plt = None
@@ -1016,6 +1130,9 @@ def run(args) -> int:
         thread_counts = []
     threads = thread_scaling(thread_counts, 0.2 if args.quick else 0.5, 3) if thread_counts else []
 
+    wide, wide_problems = (wide_block(args.repeat, min_time) if args.wide_block else ([], []))
+    problems += wide_problems
+
     targets = python_targets(results, vpn) + c_targets(c)
     oneshot = oneshot_summary(results, default_impl)
     report = {
@@ -1039,6 +1156,7 @@ def run(args) -> int:
         "c_level": c,
         "oneshot": oneshot,
         "threads": threads,
+        "wide_block": wide,
         "targets": targets,
         "notes": notes + problems,
         "preempted_batches_rerun": PREEMPTED[0],
@@ -1070,6 +1188,7 @@ def run(args) -> int:
             out += format_table(cres, "batch", "batch", cn, C_REFERENCE,
                                 f"C seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: one packed call)", "GB/s")
         out += format_oneshot(oneshot, default_impl)
+        out += format_wide_block(wide)
         if threads:
             out.append("")
             out.append(f"Data path sealing on N threads at once (session table, {BATCH_N} x 1472 B "

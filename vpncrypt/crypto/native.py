@@ -147,3 +147,95 @@ def poly1305(key, message) -> bytes:
     out = ffi.new("uint8_t[16]")
     lib.vc_poly1305(out, _from(message), len(message), _from(key))
     return ffi.buffer(out)[:]
+
+
+# ---- NHPoly1305 and Adiantum ----
+
+def nh_implementations() -> list[str]:
+    return _impls(lib.vc_nh_impl_count, lib.vc_nh_impl_name, lib.vc_nh_impl_available)
+
+
+def active_nh_implementation() -> str:
+    return ffi.string(lib.vc_nh_impl_name(lib.vc_nh_impl_active())).decode()
+
+
+def use_nh_implementation(name: str) -> None:
+    _select("NH", name, lib.vc_nh_impl_count, lib.vc_nh_impl_name,
+            lib.vc_nh_impl_available, lib.vc_nh_impl_select)
+
+
+def last_nh_kernel() -> str | None:
+    """The NH kernel that served this thread's last NHPoly1305 or Adiantum call."""
+    n = lib.vc_last_nh_impl()
+    return ffi.string(lib.vc_nh_impl_name(n)).decode() if n >= 0 else None
+
+
+def nhpoly1305(key, message) -> bytes:
+    """NHPoly1305 (the kernel's "nhpoly1305"): a 1088-byte key (16 bytes of
+    Poly1305 r, then the 1072-byte NH key), any message, a 16-byte hash."""
+    key = args.buf("key", key, 1088)
+    message = args.buf("message", message)
+    out = ffi.new("uint8_t[16]")
+    lib.vc_nhpoly1305(out, _from(message), len(message), _from(key))
+    return ffi.buffer(out)[:]
+
+
+class Adiantum:
+    """Adiantum (XChaCha12 or XChaCha20, AES-256, NHPoly1305) under one
+    32-byte key: the subkeys are derived once, here.  encrypt and decrypt take a
+    tweak of 0..32 bytes and data of 16 bytes or more, and return as many bytes
+    (a wide-block permutation: no tag, no expansion)."""
+
+    __slots__ = ("_key", "rounds")
+
+    def __init__(self, key, rounds: int = 12):
+        key = args.buf("key", key, 32)
+        rounds = args.rounds(rounds)
+        self._key = ffi.new("vc_adiantum_key *")
+        lib.vc_adiantum_setkey(self._key, _from(key), rounds)
+        self.rounds = rounds
+
+    def __del__(self):
+        k = getattr(self, "_key", None)
+        if k is not None:
+            lib.vc_adiantum_wipe(k)
+
+    def _run(self, fn, tweak, data) -> bytes:
+        tweak = args.buf("tweak", tweak)
+        data = args.buf("data", data)
+        if len(tweak) > 32:
+            raise ValueError(f"tweak must be at most 32 bytes, got {len(tweak)}")
+        if len(data) < 16:
+            raise ValueError(f"data must be at least 16 bytes (one AES block), got {len(data)}")
+        out = bytearray(len(data))
+        rc = fn(self._key, _from(out), _from(data), len(data), _from(tweak), len(tweak))
+        if rc == lib.VC_ERR_AES:
+            raise RuntimeError("Adiantum needs AES-256 from OpenSSL's libcrypto (libcrypto.so.3 "
+                               "or libcrypto.so.1.1), which could not be loaded")
+        if rc == lib.VC_ERR_COUNTER:
+            raise CounterOverflowError("data too long for the 32-bit ChaCha block counter")
+        if rc != lib.VC_OK:
+            raise ValueError(f"Adiantum failed with status {rc}")
+        return bytes(out)
+
+    def encrypt(self, tweak, data) -> bytes:
+        return self._run(lib.vc_adiantum_encrypt, tweak, data)
+
+    def decrypt(self, tweak, data) -> bytes:
+        return self._run(lib.vc_adiantum_decrypt, tweak, data)
+
+
+def adiantum_encrypt(key, tweak, data, rounds: int = 12) -> bytes:
+    """Adiantum encryption (rounds 12: adiantum(xchacha12,aes); 20:
+    adiantum(xchacha20,aes)); for many messages under one key, Adiantum(key)
+    derives the subkeys once."""
+    return Adiantum(key, rounds).encrypt(tweak, data)
+
+
+def adiantum_decrypt(key, tweak, data, rounds: int = 12) -> bytes:
+    return Adiantum(key, rounds).decrypt(tweak, data)
+
+
+def adiantum_aes_available() -> bool:
+    """Whether libcrypto's AES-256 could be loaded for Adiantum."""
+    return bool(lib.vc_adiantum_aes_available())
