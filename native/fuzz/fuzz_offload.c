@@ -145,6 +145,19 @@ static void put_sum(uint8_t *at, uint32_t s)
     at[0] = (uint8_t)(~s >> 8), at[1] = (uint8_t)~s;
 }
 
+/* Length, protocol and (IPv4) header checksum of a packet of n bytes. */
+static void ip_finish(uint8_t *p, int v6, size_t n, uint8_t proto)
+{
+    if (v6) {
+        p[4] = (uint8_t)((n - 40) >> 8), p[5] = (uint8_t)(n - 40);
+        p[6] = proto;
+    } else {
+        p[2] = (uint8_t)(n >> 8), p[3] = (uint8_t)n;
+        p[9] = proto;
+        put_sum(p + 10, sum16(p, 20, 0));
+    }
+}
+
 /* A packet from 8 bytes of choices (see the top). */
 static size_t make_packet(const uint8_t *c, uint8_t *p, uint32_t *seqs, uint16_t *ids)
 {
@@ -197,28 +210,14 @@ static size_t make_packet(const uint8_t *c, uint8_t *p, uint32_t *seqs, uint16_t
             memset(x + 16, (int)c[3], body);
             n = l3 + 8 + 8 + body;
         }
-        if (v6) {
-            p[4] = (uint8_t)((n - 40) >> 8), p[5] = (uint8_t)(n - 40);
-            p[6] = proto;
-        } else {
-            p[2] = (uint8_t)(n >> 8), p[3] = (uint8_t)n;
-            p[9] = proto;
-            put_sum(p + 10, sum16(p, 20, 0));
-        }
+        ip_finish(p, v6, n, proto);
         return n;
     }
     size_t n = l3 + l4 + pay;
     memset(p + l3, 0, l4);
     for (size_t i = 0; i < pay; i++)
         p[l3 + l4 + i] = (uint8_t)(c[3] + i * 7);
-    if (v6) {
-        p[4] = (uint8_t)((n - 40) >> 8), p[5] = (uint8_t)(n - 40);
-        p[6] = proto;
-    } else {
-        p[2] = (uint8_t)(n >> 8), p[3] = (uint8_t)n;
-        p[9] = proto;
-        put_sum(p + 10, sum16(p, 20, 0));
-    }
+    ip_finish(p, v6, n, proto);
     uint8_t *t = p + l3;
     t[0] = 0x9c, t[1] = (uint8_t)flow, t[2] = 0x14, t[3] = 0x51;
     if (udp) {

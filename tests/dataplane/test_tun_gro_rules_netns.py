@@ -5,44 +5,15 @@ must reach the namespace's sockets in the same order with the same bytes, and
 what the stack drops without offloads (an IPv6 UDP checksum of 0, counted in
 Udp6InCsumErrors) it must drop with them.  tun_gro_rules_child.py writes the
 batches and reports what the sockets received."""
-import json
-import os
-import shutil
-import subprocess
-import sys
-import uuid
-
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-
-
-@pytest.fixture(autouse=True)
-def _needs_root_and_tun():
-    """Tests never skip: without root, iproute2 or /dev/net/tun this fails."""
-    assert os.geteuid() == 0, "the TUN tests need root (tests/run.sh runs them as root in CI)"
-    assert shutil.which("ip"), "iproute2 is not installed"
-    assert os.path.exists("/dev/net/tun"), "no /dev/net/tun on this machine"
-
-
-def run_child(mode):
-    ns = "vcgro-" + uuid.uuid4().hex[:8]
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable,
-                            os.path.join(HERE, "tun_gro_rules_child.py"), mode],
-                           capture_output=True, text=True, timeout=120, env=env)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
-        return json.loads(r.stdout.strip().splitlines()[-1])
-    finally:
-        subprocess.run(["ip", "netns", "delete", ns], check=False)
+from tests.dataplane.netns_child import needs_root_and_tun, run_child  # noqa: F401 (autouse)
 
 
 @pytest.fixture(scope="module")
 def runs():
-    return {mode: run_child(mode) for mode in ("off", "on")}
+    return {mode: run_child("vcgro", "tun_gro_rules_child.py", mode, timeout=120)
+            for mode in ("off", "on")}
 
 
 # What the stack delivers without offloads (the off run must show it too):
