@@ -25,6 +25,7 @@ EXPECTED = {
     "atomic-fragment6": [0, 1, 2, 3],
     "fragments4": [0, 2, 1, 3],          # datagram 1 is complete with its second fragment
     "fragments6": [0, 2, 1, 3],
+    "zero-csum4": [0, 1, 2, 3],          # IPv4: 0 means no checksum (RFC 768)
     "zero-csum6": [4],                   # the four with checksum 0 dropped
     "zero-csum6-no-check6-rx": [0, 1, 2, 3, 4],   # a socket that takes checksum 0
 }
@@ -35,6 +36,7 @@ def test_the_runs_took_the_paths_compared(runs):
     assert "uso" in runs["on"]["offloads"], runs["on"]["offloads"]     # Linux 6.2+
     on = runs["on"]["scenarios"]
     assert on["merge4"]["coalesced"] == 3 and on["merge6"]["coalesced"] == 3
+    assert on["zero-csum4"]["coalesced"] == 0          # udp_gro_receive_segment: not merged
     assert all(s["coalesced"] == 0 for s in runs["off"]["scenarios"].values())
 
 

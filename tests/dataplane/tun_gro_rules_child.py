@@ -70,6 +70,10 @@ def scenarios():
             return [d(0, p), a, d(2, p), b, d(3, p)]
         return build
 
+    def zero4(p):
+        return [R.udp_packet(False, PEER4, LOCAL4, SPORT, p, G.body(i), ip_kw={"ident": 100 + i},
+                             no_csum=True) for i in range(4)]
+
     def zero(p):
         return [G.udp6_zero_csum(PEER6, LOCAL6, SPORT, p, i) for i in range(4)] + [d6(4, p)]
 
@@ -80,6 +84,7 @@ def scenarios():
         "atomic-fragment6": (6, ext(G.FRAGMENT), {}),
         "fragments4": (4, frag(False), {}),
         "fragments6": (6, frag(True), {}),
+        "zero-csum4": (4, zero4, {}),
         "zero-csum6": (6, zero, {}),
         "zero-csum6-no-check6-rx": (6, zero, {UDP_NO_CHECK6_RX: 1}),
     }
