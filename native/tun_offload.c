@@ -480,9 +480,24 @@ VC_API int vc_tun_read_offload(int fd, vc_tun_rx *rx, uint8_t *slab, size_t slab
 
 /* ---------------------------------------------------------------- coalesce */
 
+/* The rules are the Linux kernel's GRO (inet_gro_receive, ipv6_gro_receive,
+ * tcp_gro_receive, udp_gro_receive_segment and inet_gro_flush in
+ * include/net/gro.h), never looser: where vpncrypt differs it merges less.
+ *
+ * Order.  Items are written in the order their first packet came, and a
+ * packet joins only an open item of its own flow, so a flow keeps its order
+ * as long as every packet that cannot join closes its flow's item.  A packet
+ * whose flow cannot be told (no ports: an IPv4 fragment, IPv6 extension
+ * headers, ICMP, a truncated transport header) may belong to any flow between
+ * its addresses: it closes every open item of that address pair (a
+ * "barrier"), so nothing that came after it on the wire is written before it.
+ * The kernel's GRO would let such a packet overtake the held ones; the
+ * receiver without offloads sees the wire's order, and that is what vpncrypt
+ * keeps. */
+
 typedef struct {
     uint16_t l3, l4h, pay;
-    uint8_t v6, proto, cand, keyed;
+    uint8_t v6, proto, cand, keyed, pair, zero6;
     uint32_t hash;
 } pinfo;
 
@@ -490,11 +505,12 @@ typedef struct {
     int head, last;
     uint32_t total, next_seq;
     uint16_t count, gso;
-    uint8_t open, checked;
+    uint8_t open, checked, fixed_id;
 } gitem;
 
-/* Parse packet p (n bytes): keyed if it has addresses and ports of a TCP or
- * UDP flow; cand if it may be coalesced (flags: VC_GRO_TCP/UDP enabled). */
+/* Parse packet p (n bytes): pair if its IP addresses can be read; keyed if it
+ * also has the ports of a TCP or UDP flow; cand if it may be coalesced
+ * (flags: VC_GRO_TCP/UDP enabled); zero6 for IPv6 UDP with checksum 0. */
 static void gro_parse(const uint8_t *p, size_t n, int flags, pinfo *pi)
 {
     memset(pi, 0, sizeof *pi);
@@ -504,6 +520,7 @@ static void gro_parse(const uint8_t *p, size_t n, int flags, pinfo *pi)
     size_t l3;
     int cand_ip;
     if (ver == 4) {
+        pi->pair = 1;
         l3 = (size_t)(p[0] & 15) * 4;
         if (l3 < 20 || n < l3)
             return;
@@ -511,14 +528,18 @@ static void gro_parse(const uint8_t *p, size_t n, int flags, pinfo *pi)
         if (frag & 0x1FFF)           /* not the first fragment: no ports */
             return;
         pi->proto = p[9];
-        cand_ip = l3 == 20 && !(frag & 0x2000) && get16(p + 2) == n &&
+        /* 0x45 (no options), of every flag bit only DF (0x4000): not a
+         * fragment (MF 0x2000), not the reserved bit (0x8000); no padding;
+         * a valid header checksum */
+        cand_ip = l3 == 20 && !(frag & ~0x4000) && get16(p + 2) == n &&
                   csum_fold_native(csum_add(0, p, 20)) == 0xFFFF;
     } else if (ver == 6) {
         if (n < 40)
             return;
-        l3 = 40;
-        pi->proto = p[6];
+        pi->pair = 1;
         pi->v6 = 1;
+        l3 = 40;
+        pi->proto = p[6];            /* an extension header: no ports */
         cand_ip = get16(p + 4) + 40u == n;
     } else {
         return;
@@ -537,7 +558,12 @@ static void gro_parse(const uint8_t *p, size_t n, int flags, pinfo *pi)
         if (n < l3 + 8)
             return;
         l4h = 8;
-        pi->cand = cand_ip && (flags & VC_GRO_UDP) && n > l3 + 8 && get16(p + l3 + 4) == n - l3;
+        /* udp_gro_receive_segment: a checksum (not 0), a length that is the
+         * packet's and more than the header */
+        int zero = p[l3 + 6] == 0 && p[l3 + 7] == 0;
+        pi->zero6 = (uint8_t)(zero && pi->v6);
+        pi->cand = cand_ip && (flags & VC_GRO_UDP) && !zero && n > l3 + 8 &&
+                   get16(p + l3 + 4) == n - l3;
     } else {
         return;
     }
@@ -557,6 +583,14 @@ static void gro_parse(const uint8_t *p, size_t n, int flags, pinfo *pi)
     pi->hash = h;
 }
 
+/* Same source and destination address (both packets have pair set). */
+static int same_pair(const uint8_t *a, int a6, const uint8_t *b, int b6)
+{
+    if (a6 != b6)
+        return 0;
+    return a6 ? memcmp(a + 8, b + 8, 32) == 0 : memcmp(a + 12, b + 12, 8) == 0;
+}
+
 static int same_flow(const uint8_t *a, const pinfo *pa, const uint8_t *b, const pinfo *pb)
 {
     if (pa->v6 != pb->v6 || pa->proto != pb->proto)
@@ -565,14 +599,13 @@ static int same_flow(const uint8_t *a, const pinfo *pa, const uint8_t *b, const 
     return memcmp(a + at, b + at, alen) == 0 && memcmp(a + pa->l3, b + pb->l3, 4) == 0;
 }
 
-/* The transport checksum of a whole packet verifies. */
+/* The transport checksum of a whole packet verifies (UDP checksum 0 never
+ * gets here: such a datagram is no candidate). */
 static int l4_csum_ok(const uint8_t *p, const pinfo *pi, size_t n)
 {
     size_t l4len = n - pi->l3;
     const uint8_t *src = pi->v6 ? p + 8 : p + 12, *dst = pi->v6 ? p + 24 : p + 16;
     size_t alen = pi->v6 ? 16 : 4;
-    if (pi->proto == PROTO_UDP && !pi->v6 && p[pi->l3 + 6] == 0 && p[pi->l3 + 7] == 0)
-        return 1;                /* IPv4 UDP without a checksum */
     uint64_t acc = csum_add(pseudo_acc(src, dst, alen, pi->proto, (uint32_t)l4len), p + pi->l3,
                             l4len);
     return csum_fold_native(acc) == 0xFFFF;
@@ -586,10 +619,14 @@ static int can_append(const gitem *it, const uint8_t *hp, const pinfo *ph, const
     if (!it->open)
         return 0;
     if (!ph->v6) {
-        if (hp[1] != p[1] || hp[8] != p[8] || (hp[6] >> 5) != (p[6] >> 5))
-            return 0;            /* TOS, TTL, DF */
-        if (!(p[6] & 0x40) && get16(p + 4) != ((get16(hp + 4) + it->count) & 0xFFFF))
-            return 0;            /* without DF, IDs must count up */
+        if (hp[1] != p[1] || hp[8] != p[8] || hp[6] != p[6])
+            return 0;            /* TOS, TTL, flag bits (DF; the rest are 0) */
+        /* IDs count up by one from the head's, or, with DF, stay the head's
+         * (inet_gro_flush: decided by the second packet) */
+        uint16_t step = (uint16_t)(get16(p + 4) - get16(hp + 4));
+        int fixed = (p[6] & 0x40) && step == 0 && (it->count == 1 || it->fixed_id);
+        if (!fixed && (step != it->count || it->fixed_id))
+            return 0;
     } else {
         if (memcmp(hp, p, 4) != 0 || hp[7] != p[7])
             return 0;            /* traffic class, flow label, hop limit */
@@ -602,7 +639,10 @@ static int can_append(const gitem *it, const uint8_t *hp, const pinfo *ph, const
     uint8_t hf = ht[13], pf = pt[13];
     if (pf & TCP_CWR)
         return 0;
-    if ((hf ^ pf) & ~(TCP_CWR | TCP_FIN | TCP_PSH))
+    /* tcp_gro_receive compares the word at byte 12: the data offset and the
+     * four reserved bits (AccECN's AE among them), the flags but CWR, FIN and
+     * PSH, and the window */
+    if (ht[12] != pt[12] || ((hf ^ pf) & ~(TCP_CWR | TCP_FIN | TCP_PSH)))
         return 0;
     if (ph->l4h != pp->l4h || memcmp(ht + 8, pt + 8, 4) != 0 ||     /* ACK number */
         memcmp(ht + 14, pt + 14, 2) != 0 ||                          /* window */
@@ -618,6 +658,7 @@ static void item_start(gitem *it, int i, const uint8_t *p, const pinfo *pi, size
     it->count = 1;
     it->gso = pi->pay;
     it->checked = 0;
+    it->fixed_id = 0;
     it->open = pi->cand;
     if (pi->cand && pi->proto == PROTO_TCP) {
         it->next_seq = get32(p + pi->l3 + 4) + pi->pay;
@@ -675,6 +716,26 @@ static size_t item_write(const gitem *it, const int *nxt, const pinfo *pis, cons
 
 #define GRO_TABLE 512          /* open-addressing flow table, > 2 x VC_GRO_ROUND */
 
+/* A packet without ports between these addresses: close every open item of
+ * the pair.  openl lists the items that were open when started; those closed
+ * since are dropped from it on the way. */
+static void gro_barrier(gitem *items, const pinfo *pis, const uint8_t *in, const uint32_t *off,
+                        int16_t *openl, int *nopen, const uint8_t *p, int v6)
+{
+    int k = 0;
+    for (int j = 0; j < *nopen; j++) {
+        gitem *it = &items[openl[j]];
+        if (!it->open)
+            continue;
+        if (same_pair(in + off[it->head], pis[it->head].v6, p, v6)) {
+            it->open = 0;
+            continue;
+        }
+        openl[k++] = openl[j];
+    }
+    *nopen = k;
+}
+
 /* One round of at most VC_GRO_ROUND packets. */
 static int gro_round(const uint8_t *in, const uint32_t *off, const uint32_t *len, int n,
                      uint8_t *out, size_t out_size, size_t *opos, uint32_t *woff, uint32_t *wlen,
@@ -684,8 +745,9 @@ static int gro_round(const uint8_t *in, const uint32_t *off, const uint32_t *len
     gitem items[VC_GRO_ROUND];
     int nxt[VC_GRO_ROUND];
     int16_t table[GRO_TABLE];
+    int16_t openl[VC_GRO_ROUND];
     memset(table, 0xFF, sizeof table);
-    int nitems = 0;
+    int nitems = 0, nopen = 0;
     size_t need = *opos;
     int i;
     for (i = 0; i < n; i++) {
@@ -718,8 +780,7 @@ static int gro_round(const uint8_t *in, const uint32_t *off, const uint32_t *len
             if (!flow->checked) {
                 flow->checked = 1;
                 if (!l4_csum_ok(in + off[flow->head], &pis[flow->head], len[flow->head])) {
-                    flow->open = 0;
-                    ok = 0;
+                    ok = 0;          /* the head goes alone; this one may start anew */
                     if (st)
                         st->bad_csum++;
                 }
@@ -727,10 +788,12 @@ static int gro_round(const uint8_t *in, const uint32_t *off, const uint32_t *len
             if (ok && !l4_csum_ok(p, pi, plen)) {
                 if (st)
                     st->bad_csum++;
-                pi->cand = 0;            /* written alone; the kernel will drop it */
-                ok = -1;
+                pi->cand = 0;        /* written alone, in its place; the kernel drops it */
+                ok = 0;
             }
-            if (ok == 1) {
+            if (ok) {
+                if (flow->count == 1 && !pi->v6)
+                    flow->fixed_id = get16(p + 4) == get16(in + off[flow->head] + 4);
                 nxt[flow->last] = i;
                 flow->last = i;
                 flow->count++;
@@ -747,22 +810,20 @@ static int gro_round(const uint8_t *in, const uint32_t *off, const uint32_t *len
                     st->coalesced++;
                 continue;
             }
-            if (ok == -1) {
-                /* a lone item that does not take over the flow's entry */
-                if (nitems == max_writes || need + VC_VNET_HDR_LEN + plen > out_size)
-                    break;
-                item_start(&items[nitems], i, p, pi, plen);
-                items[nitems].checked = 1;
-                nitems++;
-                need += VC_VNET_HDR_LEN + plen;
-                continue;
-            }
         }
         if (nitems == max_writes || need + VC_VNET_HDR_LEN + plen > out_size)
             break;
-        if (flow && !pi->cand)
-            flow->open = 0;              /* keep the flow's packets in order */
+        /* Nothing more joins the flow's item: this packet (alone, or the head
+         * of the flow's next item) comes after it. */
+        if (flow)
+            flow->open = 0;
+        else if (!pi->keyed && pi->pair)
+            gro_barrier(items, pis, in, off, openl, &nopen, p, pi->v6);
+        if (pi->zero6 && (flags & VC_GRO_UDP) && st)
+            st->bad_csum++;              /* IPv6 UDP checksum 0: alone, as it came */
         item_start(&items[nitems], i, p, pi, plen);
+        if (items[nitems].open)
+            openl[nopen++] = (int16_t)nitems;
         if (pi->keyed && (pi->cand || !flow))
             table[slot] = (int16_t)nitems;
         nitems++;

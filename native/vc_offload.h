@@ -118,25 +118,36 @@ typedef struct {
     uint64_t packets;        /* packets given */
     uint64_t writes;         /* buffers produced (super-packets and single packets) */
     uint64_t coalesced;      /* packets appended to a previous one */
-    uint64_t bad_csum;       /* candidates with a wrong checksum: left alone */
+    uint64_t bad_csum;       /* left alone for their checksum: a wrong one, or an
+                                IPv6 UDP checksum of 0 (UDP coalescing on) */
     uint64_t write_errors;   /* write() failures (vc_tun_write_offload) */
 } vc_gro_stats;
 
 /* Coalesce n IP packets (in+off[i], len[i]) into TUN writes: each write w is
  * out+woff[w], wlen[w] bytes, a vnet header and an IP packet, and
- * wpk[w] input packets went into it.  With VC_GRO_TCP, consecutive in-flow TCP
- * segments (same addresses, ports, ACK, window, options, TOS/traffic class,
- * TTL/hop limit, DF; contiguous sequence numbers; all payloads of one size
- * but the last, which may be shorter; PSH/FIN only on the last, CWR only on
- * the first; valid checksums; no IPv4 options or fragments, no IPv6 extension
- * headers) become one GSO_TCPV4/6 super-packet of at most 65535 bytes with a
- * NEEDS_CSUM header (the checksum field holds the pseudo-header sum); with
- * VC_GRO_UDP, UDP datagrams of one flow likewise (GSO_UDP_L4, at most
- * VC_GRO_UDP_MAX_SEGS).  Anything else gets a zero vnet header.  Packets of
- * one flow keep their order.  Returns the number of writes; *consumed gets
- * the number of input packets covered (less than n only when out or
- * max_writes ran out: out_size >= sum(len) + 10*n always suffices).
- * -EINVAL for bad arguments.  st may be NULL. */
+ * wpk[w] input packets went into it.  The rules are the Linux kernel's GRO
+ * (tcp_gro_receive, udp_gro_receive_segment, inet_gro_receive,
+ * ipv6_gro_receive), never merging more.  With VC_GRO_TCP, consecutive
+ * in-flow TCP segments (same addresses, ports, ACK, window, options, data
+ * offset and reserved bits (byte 12, AccECN's AE among them), TOS/traffic
+ * class, flow label, TTL/hop limit, DF; IPv4 IDs counting up by one, or with
+ * DF all the first one's; contiguous sequence numbers; all payloads of one
+ * size but the last, which may be shorter; PSH/FIN only on the last, CWR only
+ * on the first; valid checksums; IPv4 without options, fragment bits or the
+ * reserved flag bit, IPv6 without extension headers) become one GSO_TCPV4/6
+ * super-packet of at most 65535 bytes with a NEEDS_CSUM header (the checksum
+ * field holds the pseudo-header sum); with VC_GRO_UDP, UDP datagrams of one
+ * flow likewise (GSO_UDP_L4, at most VC_GRO_UDP_MAX_SEGS; never one with
+ * checksum 0).  Anything else is written as it came, behind a zero vnet
+ * header, so the kernel judges it as without offloads (an IPv6 UDP datagram
+ * with checksum 0 is dropped there unless the socket set UDP_NO_CHECK6_RX).
+ * Order: packets of one flow (addresses, protocol, ports) keep their order,
+ * and a packet whose ports cannot be read (a fragment, IPv6 extension
+ * headers, ICMP) keeps its place among all packets between its addresses.
+ * Returns the number of writes; *consumed gets the number of input packets
+ * covered (less than n only when out or max_writes ran out: out_size >=
+ * sum(len) + 10*n always suffices).  -EINVAL for bad arguments.  st may be
+ * NULL. */
 int vc_gro_coalesce(const uint8_t *in, const uint32_t *off, const uint32_t *len, int n,
                     uint8_t *out, size_t out_size, uint32_t *woff, uint32_t *wlen,
                     uint32_t *wpk, int max_writes, int flags, int *consumed,

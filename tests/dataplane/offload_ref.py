@@ -227,29 +227,43 @@ def split(hdr, pkt: bytes, mtu: int):
 
 
 # ------------------------------------------------------------------ coalesce (GRO)
+# The kernel's GRO rules (net/ipv4/tcp_offload.c tcp_gro_receive,
+# net/ipv4/udp_offload.c udp_gro_receive_segment, net/ipv4/af_inet.c
+# inet_gro_receive, net/ipv6/ip6_offload.c ipv6_gro_receive, include/net/gro.h
+# inet_gro_flush), with the order of the wire kept: a packet without readable
+# ports closes every open item between its addresses.
+
+def _pair(pkt: bytes):
+    """(version, source, destination) if the addresses can be read."""
+    if len(pkt) < 20 or len(pkt) > MAX_PACKET:
+        return None
+    ver = pkt[0] >> 4
+    if ver == 4:
+        return (4, pkt[12:16], pkt[16:20])
+    if ver == 6 and len(pkt) >= 40:
+        return (6, pkt[8:24], pkt[24:40])
+    return None
+
 
 def _info(pkt: bytes, tcp_on: bool, udp_on: bool):
-    """None if not keyed; else dict(key, cand, l3, l4h, pay, proto)."""
-    if len(pkt) < 20:
+    """None if not keyed (no ports); else dict(key, cand, l3, l4h, pay, proto)."""
+    if _pair(pkt) is None:
         return None
     ver = pkt[0] >> 4
     if ver == 4:
         l3 = (pkt[0] & 15) * 4
         if l3 < 20 or len(pkt) < l3:
             return None
-        frag = struct.unpack("!H", pkt[6:8])[0]
-        if frag & 0x1FFF:
+        flags = struct.unpack("!H", pkt[6:8])[0]
+        if flags & 0x1FFF:                 # a later fragment
             return None
         proto = pkt[9]
-        cand_ip = l3 == 20 and not frag & 0x2000 and struct.unpack("!H", pkt[2:4])[0] == len(pkt) \
-            and ipv4_hdr_ok(pkt)
-    elif ver == 6:
-        if len(pkt) < 40:
-            return None
+        # only DF may be set of 0x8000 (reserved), 0x4000 (DF), 0x2000 (MF)
+        cand_ip = l3 == 20 and flags in (0, 0x4000) \
+            and struct.unpack("!H", pkt[2:4])[0] == len(pkt) and ipv4_hdr_ok(pkt)
+    else:
         l3, proto = 40, pkt[6]
         cand_ip = struct.unpack("!H", pkt[4:6])[0] + 40 == len(pkt)
-    else:
-        return None
     if proto == TCP:
         if len(pkt) < l3 + 20:
             return None
@@ -262,7 +276,8 @@ def _info(pkt: bytes, tcp_on: bool, udp_on: bool):
         if len(pkt) < l3 + 8:
             return None
         l4h = 8
-        cand = cand_ip and udp_on and len(pkt) > l3 + 8 and \
+        no_csum = pkt[l3 + 6:l3 + 8] == b"\0\0"
+        cand = cand_ip and udp_on and not no_csum and len(pkt) > l3 + 8 and \
             struct.unpack("!H", pkt[l3 + 4:l3 + 6])[0] == len(pkt) - l3
     else:
         return None
@@ -274,8 +289,9 @@ def _info(pkt: bytes, tcp_on: bool, udp_on: bool):
 class _Item:
     def __init__(self, pkt, info):
         self.pkts, self.infos = [pkt], [info]
+        self.pair = _pair(pkt)
         self.open = bool(info and info["cand"])
-        self.checked = False
+        self.fixed_id = False
         self.gso = info["pay"] if info else 0
         self.total = len(pkt)
         if self.open and info["proto"] == TCP:
@@ -285,15 +301,26 @@ class _Item:
                 self.open = False
 
 
+def _ipv4_id_ok(item, pkt):
+    """IDs count up by one from the head's; with DF they may instead all be the
+    head's (the choice made by the second packet)."""
+    head = item.pkts[0]
+    step = (struct.unpack("!H", pkt[4:6])[0] - struct.unpack("!H", head[4:6])[0]) & 0xFFFF
+    df = bool(pkt[6] & 0x40)
+    if len(item.pkts) == 1:
+        return step == 1 or (df and step == 0)
+    if item.fixed_id:
+        return step == 0
+    return step == len(item.pkts)
+
+
 def _can_append(item, pkt, info):
     head, hi = item.pkts[0], item.infos[0]
     if not hi["v6"]:
-        if head[1] != pkt[1] or head[8] != pkt[8] or head[6] >> 5 != pkt[6] >> 5:
+        if head[1] != pkt[1] or head[8] != pkt[8] or head[6] != pkt[6]:
             return False
-        if not pkt[6] & 0x40:
-            want = (struct.unpack("!H", head[4:6])[0] + len(item.pkts)) & 0xFFFF
-            if struct.unpack("!H", pkt[4:6])[0] != want:
-                return False
+        if not _ipv4_id_ok(item, pkt):
+            return False
     elif head[:4] != pkt[:4] or head[7] != pkt[7]:
         return False
     if info["pay"] > item.gso or item.total + info["pay"] > MAX_PACKET:
@@ -302,7 +329,7 @@ def _can_append(item, pkt, info):
         return len(item.pkts) < UDP_MAX_SEGS
     l3 = info["l3"]
     ht, pt = head[l3:], pkt[l3:]
-    if pt[13] & CWR or (ht[13] ^ pt[13]) & ~(CWR | FIN | PSH):
+    if pt[13] & CWR or ht[12] != pt[12] or (ht[13] ^ pt[13]) & ~(CWR | FIN | PSH):
         return False
     if hi["l4h"] != info["l4h"] or ht[8:12] != pt[8:12] or ht[14:16] != pt[14:16] \
             or ht[20:hi["l4h"]] != pt[20:info["l4h"]]:
@@ -345,16 +372,12 @@ def coalesce(packets, tcp=True, udp=True):
         info = _info(pkt, tcp, udp)
         flow = flows.get(info["key"]) if info else None
         if flow is not None and info["cand"] and flow.open and _can_append(flow, pkt, info):
-            ok = True
-            if not flow.checked:
-                flow.checked = True
-                if not l4_ok(flow.pkts[0], flow.infos[0]["l3"]):
-                    flow.open, ok = False, False
-            if ok and not l4_ok(pkt, info["l3"]):
-                lone = _Item(pkt, dict(info, cand=False))
-                items.append(lone)
-                continue
-            if ok:
+            head_ok = True
+            if len(flow.pkts) == 1:                  # the head is checked once, now
+                head_ok = l4_ok(flow.pkts[0], flow.infos[0]["l3"])
+            if head_ok and l4_ok(pkt, info["l3"]):
+                if len(flow.pkts) == 1 and not info["v6"]:
+                    flow.fixed_id = pkt[4:6] == flow.pkts[0][4:6]
                 flow.pkts.append(pkt)
                 flow.infos.append(info)
                 flow.total += info["pay"]
@@ -365,8 +388,14 @@ def coalesce(packets, tcp=True, udp=True):
                 if info["pay"] < flow.gso:
                     flow.open = False
                 continue
-        if flow is not None and not info["cand"]:
-            flow.open = False
+            if head_ok:                              # this one is bad: alone, in its place
+                info = dict(info, cand=False)
+        if flow is not None:
+            flow.open = False                        # whatever comes next comes after it
+        elif info is None and _pair(pkt) is not None:
+            for it in items:                         # no ports: a barrier for its addresses
+                if it.pair == _pair(pkt):
+                    it.open = False
         item = _Item(pkt, info)
         items.append(item)
         if info and (info["cand"] or flow is None):

@@ -356,9 +356,16 @@ def test_flows_interleaved_keep_their_order():
     mixed = [x for trio in zip(a, b, u) for x in trio]
     got = check_coalesce(mixed)
     assert [n for _, n in got] == [8, 8, 8]
-    # an ICMP packet and a non-first fragment pass alone, in place
+    # an ICMP packet and a non-first fragment pass alone, in place: between
+    # the flow's addresses they end its super-packet (the fragment may belong
+    # to it), between others they do not
     icmp = R.ip4(1, *V4, b"\x08\x00\xf7\xff\x00\x00\x00\x00")
     frag = R.ip4(17, *V4, b"x" * 100, df=False, frag=0x2000 | 20)
+    got = check_coalesce(a[:4] + [icmp, frag] + a[4:])
+    assert [n for _, n in got] == [4, 1, 1, 4]
+    other = ("10.1.0.9", V4[1])
+    icmp = R.ip4(1, *other, b"\x08\x00\xf7\xff\x00\x00\x00\x00")
+    frag = R.ip4(17, *other, b"x" * 100, df=False, frag=0x2000 | 20)
     got = check_coalesce(a[:4] + [icmp, frag] + a[4:])
     assert [n for _, n in got] == [8, 1, 1]
 

@@ -3,17 +3,11 @@ kernel TCP streams and UDP_SEGMENT datagrams leave through the TUN, are read
 (as GSO super-packets when offloads are on), split, reflected, coalesced and
 written back, and every byte arrives intact (tun_offload_child.py checks the
 bytes; this checks that the offload paths were really taken)."""
-import json
 import os
-import shutil
-import subprocess
-import sys
-import uuid
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+from tests.dataplane.netns_child import needs_root_and_tun, run_child  # noqa: F401 (autouse)
 
 
 def kernel_at_least(major, minor):
@@ -21,31 +15,9 @@ def kernel_at_least(major, minor):
     return (int(release[0]), int(release[1])) >= (major, minor)
 
 
-@pytest.fixture(autouse=True)
-def _needs_root_and_tun():
-    """Tests never skip: without root, iproute2 or /dev/net/tun this fails."""
-    assert os.geteuid() == 0, "the TUN tests need root (tests/run.sh runs them as root in CI)"
-    assert shutil.which("ip"), "iproute2 is not installed"
-    assert os.path.exists("/dev/net/tun"), "no /dev/net/tun on this machine"
-
-
-def run_child(family, mode, mss):
-    ns = "vcoff-" + uuid.uuid4().hex[:8]
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable,
-                            os.path.join(HERE, "tun_offload_child.py"), str(family), mode,
-                            str(mss)], capture_output=True, text=True, timeout=180, env=env)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
-        return json.loads(r.stdout.strip().splitlines()[-1])
-    finally:
-        subprocess.run(["ip", "netns", "delete", ns], check=False)
-
-
 @pytest.mark.parametrize("family,mss", [(4, 1199), (6, 1199), (6, 536)])
 def test_offloads_on_every_byte_through_superpackets(family, mss):
-    st = run_child(family, "on", mss)
+    st = run_child("vcoff", "tun_offload_child.py", family, "on", mss)
     assert {"csum", "tso"} <= set(st["offloads"])
     tcp = st["tcp_rx"]
     # TCP came as super-packets: far fewer reads than packets
@@ -65,7 +37,7 @@ def test_offloads_on_every_byte_through_superpackets(family, mss):
 
 @pytest.mark.parametrize("family", [4, 6])
 def test_offloads_forced_off_every_byte_one_packet_per_read(family):
-    st = run_child(family, "off", 1199)
+    st = run_child("vcoff", "tun_offload_child.py", family, "off", 1199)
     assert st["offloads"] == []
     assert st["rx"]["superpackets"] == 0 and st["rx"]["csum_completed"] == 0
     assert st["tx"]["coalesced"] == 0 and st["tx"]["writes"] == st["tx"]["packets"]
@@ -75,7 +47,7 @@ def test_offloads_forced_off_every_byte_one_packet_per_read(family):
 def test_tso_switched_off_like_ethtool_gives_no_tcp_superpackets():
     """How to force a TUN reader's TCP offload off from outside (wireguard-go
     has no option for it): `ethtool -K IFACE tso off`, here its ioctl."""
-    st = run_child(4, "tso-off", 1199)
+    st = run_child("vcoff", "tun_offload_child.py", 4, "tso-off", 1199)
     assert "tso" in st["offloads"]
     assert st["tcp_rx"]["superpackets"] == 0
     assert st["tcp_rx"]["reads"] > 3000      # 4 MiB of TCP one packet per read
@@ -83,5 +55,5 @@ def test_tso_switched_off_like_ethtool_gives_no_tcp_superpackets():
 
 
 def test_plain_tun_without_vnet_header_still_works():
-    st = run_child(4, "plain", 1460)
+    st = run_child("vcoff", "tun_offload_child.py", 4, "plain", 1460)
     assert st["offloads"] == [] and st["rx"] == {} and st["reflected"] > 3000
