@@ -1,7 +1,10 @@
 """The sans-I/O WireGuard device: the object the asyncio data plane drives.
 
 No sockets, no clock, no threads.  Every call that depends on time takes
-``now`` (monotonic seconds); randomness comes from ``rng(n)``; the wall clock
+``now`` (monotonic seconds); randomness comes from ``rng(n)``, except the
+cookie secret and the cookie replies' nonces, which the session table draws
+from a generator of its own, seeded from the system (``table.seed`` makes
+it deterministic for tests); the wall clock
 (``wallclock()``) is read only for the initiation timestamp and `wg show`'s
 last-handshake time.
 
@@ -79,7 +82,6 @@ class Device:
         self.crypto = get_backend(backend)
         self._ratelimit = (float(ratelimit_rate), int(ratelimit_burst))
         self.table = new_table(backend, self._table_config(mtu))
-        self.table.seed(rng(32))
         self.peers: dict[bytes, Peer] = {}
         self.by_pid: dict[int, Peer] = {}
         self.counters = Counters()

@@ -15,6 +15,7 @@ the two against each other.
 import hashlib
 import hmac
 import ipaddress
+import os
 from collections import deque
 
 from vpncrypt.transport import status as S
@@ -82,7 +83,7 @@ class Admission:
         self.index_kind = index_kind
         self.drop = drop
         self.mac1_key = self.cookie_key = None
-        self.drbg_key = bytes(32)
+        self.drbg_key = os.urandom(32)          # as the native table's getrandom
         self.drbg_counter = 0
         self.secret = None
         self.secret_born = 0.0
