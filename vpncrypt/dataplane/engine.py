@@ -372,7 +372,8 @@ class Engine:
         """Open every datagram of up to MAX_ROUNDS batches in the table,
         deliver the inner packets and send the cookie replies it made;
         returns the batch results for the Device and whether handshake
-        messages (or cookie replies: the load may have changed) wait for it.
+        messages went into the table's queue (a change of the load state
+        alone waits for the next slice or the timers).
         With `held` (the loop's thread), routine results are folded into it
         and only the others returned."""
         tnow = self.table.clock(time.monotonic())
@@ -390,7 +391,6 @@ class Engine:
                     c.tx_dropped += n_reply - sent
                     c.tx_send_errors += 1
                     self._check_gso(udp, err)
-                handshakes = True
             if rx.n_queued:
                 handshakes = True
             if delivered:
