@@ -4,6 +4,7 @@ wg_data.c) behind the interface of vpncrypt.transport.
 Two ways in: the list form (``open``/``seal`` on bytes, as the reference
 table) for the protocol core's own traffic and for tests, and ``Batch``, the
 zero-copy form the data plane uses on its receive and send slabs."""
+import dataclasses
 import ipaddress
 import socket
 
@@ -19,20 +20,10 @@ _ROUTE_ENTRY = 18       # vc_wg_route_list: family, cidr, 16 address bytes
 
 
 def _c_config(config: TableConfig):
+    """The C struct: every field of TableConfig has one of the same name."""
     c = ffi.new("vc_wg_config *")
-    c.reject_after_time = config.reject_after_time
-    c.rekey_after_time = config.rekey_after_time
-    c.rekey_on_receive_age = config.rekey_on_receive_age
-    c.reject_after_messages = config.reject_after_messages
-    c.rekey_after_messages = config.rekey_after_messages
-    c.mtu = config.mtu
-    c.handshake_queue = config.handshake_queue
-    c.under_load_depth = config.under_load_depth
-    c.under_load_hold = config.under_load_hold
-    c.cookie_secret_age = config.cookie_secret_age
-    c.ratelimit_rate = config.ratelimit_rate
-    c.ratelimit_burst = config.ratelimit_burst
-    c.ratelimit_sources = config.ratelimit_sources
+    for f in dataclasses.fields(config):
+        setattr(c, f.name, getattr(config, f.name))
     return c
 
 
