@@ -29,7 +29,7 @@
 
 /* per-datagram / per-packet status */
 #define VC_WG_OK              0
-#define VC_WG_NOT_DATA        1   /* not a transport message: for the protocol core */
+#define VC_WG_HANDSHAKE       1   /* a handshake message that passed the cheap checks: queued */
 #define VC_WG_KEEPALIVE       2   /* authenticated and empty: nothing to deliver */
 #define VC_WG_UNKNOWN_INDEX   3
 #define VC_WG_MALFORMED       4
@@ -41,7 +41,12 @@
 #define VC_WG_EXPIRED        10   /* incoming: the receiving keypair is past REJECT_AFTER_TIME */
 #define VC_WG_NO_ENDPOINT    11   /* outgoing: the peer has no endpoint */
 #define VC_WG_TOO_BIG        12   /* outgoing: the sealed message would not fit its slot */
-#define VC_WG_STATUS_COUNT   13
+#define VC_WG_BAD_MAC1       13   /* an initiation or response whose mac1 is not for our key */
+#define VC_WG_COOKIE_SENT    14   /* under load without a valid mac2: answered with a cookie reply */
+#define VC_WG_RATE_LIMITED   15   /* under load, over its source address's rate */
+#define VC_WG_QUEUE_FULL     16   /* counts the oldest queued handshake message, dropped for a new one */
+#define VC_WG_UNKNOWN_PEER   17   /* an initiation or response while the device has no private key */
+#define VC_WG_STATUS_COUNT   18
 
 /* What a batch did to a peer (vc_wg_touch.flags), for the protocol's timers. */
 #define VC_WG_EV_AUTH        0x001  /* an authenticated message arrived (data or keepalive) */
@@ -57,6 +62,8 @@
 #define VC_WG_HEADER      16
 #define VC_WG_OVERHEAD    32      /* header + tag */
 #define VC_WG_WINDOW    8128      /* replay window: counters up to this far behind the greatest are checked */
+#define VC_WG_HANDSHAKE_MAX 148   /* the largest handshake message (an initiation) */
+#define VC_WG_COOKIE_REPLY   64   /* a cookie reply's length */
 
 typedef struct vc_wg_table vc_wg_table;
 
@@ -67,7 +74,14 @@ typedef struct {
     uint64_t reject_after_messages; /* 2^64 - 2^13 - 1: counters from this one are refused */
     uint64_t rekey_after_messages;  /* 2^60 */
     uint32_t mtu;                   /* padding never goes past it (0: no cap) */
-    uint32_t _pad;
+    /* Handshake messages (a field left 0 takes WireGuard's value, given first): */
+    uint32_t handshake_queue;       /* 1024: messages that wait for the protocol core at most */
+    uint32_t under_load_depth;      /* 128: this many waiting put the device under load */
+    uint32_t ratelimit_sources;     /* 65536: source addresses the rate limiter tracks at most */
+    double   under_load_hold;       /* 1 s: under load until this long after the last deep queue */
+    double   cookie_secret_age;     /* 120 s: the cookie secret is replaced at this age */
+    double   ratelimit_rate;        /* 20: handshake messages per second per source address ... */
+    double   ratelimit_burst;       /* 5: ... with bursts of this many (under load only) */
 } vc_wg_config;
 
 /* One entry per peer a batch touched (in the order first touched). */
@@ -109,7 +123,7 @@ int  vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg);   /* 0 or -
 double vc_wg_clock(vc_wg_table *t, double now);           /* the caller's now on the table's clock */
 double vc_wg_clock_offset(vc_wg_table *t);                /* table time - caller time */
 /* Drops that belong to no peer (unknown index, malformed, no route), by status. */
-void vc_wg_table_drops(vc_wg_table *t, uint64_t out[13]);
+void vc_wg_table_drops(vc_wg_table *t, uint64_t out[18]);
 
 /* ---- peers: ids are small integers chosen by the table and reused after removal ---- */
 int64_t vc_wg_peer_add(vc_wg_table *t);                   /* id, or -1 */
@@ -164,13 +178,52 @@ size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_of
 
 /* Open received datagrams in place (datagram i at buf + off[i], len[i], from
  * ep[i]).  status[i] gets a VC_WG_* code.  Inner packets to deliver are listed
- * in deliver_off / deliver_len (their IP length: padding removed); datagrams
- * that are not transport data are listed in other[].  Returns the number to
- * deliver; *n_other and *n_touched are set.  A datagram that fails in any way
- * is left unchanged in buf (it is never decrypted unless authentic). */
+ * in deliver_off / deliver_len (their IP length: padding removed).  Every
+ * other datagram gets the cheap checks of a handshake message (see below):
+ * VC_WG_HANDSHAKE if it went into the handshake queue; the j-th cookie reply
+ * made is written at reply + j * reply_stride (reply_stride >= 64), with
+ * reply_len[j] and reply_ep[j] (room for n).  Returns the number to deliver;
+ * *n_reply, *n_queued and *n_touched are set.  A datagram that fails in any
+ * way is left unchanged in buf (it is never decrypted unless authentic). */
 size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off, const uint32_t *len,
                         const vc_endpoint *ep, size_t n, double now, int32_t *status,
                         uint32_t *deliver_off, uint32_t *deliver_len,
-                        uint32_t *other, size_t *n_other,
+                        uint8_t *reply, size_t reply_stride, uint32_t *reply_len,
+                        vc_endpoint *reply_ep, size_t *n_reply, size_t *n_queued,
                         vc_wg_touch *touched, size_t touched_cap, size_t *n_touched);
+
+/* ---- handshake messages ----
+ * The checks that need no Noise state, as WireGuard makes them, before a
+ * message may cost the protocol core a Diffie-Hellman:
+ *   - the size of its type (initiation 148, response 92, cookie reply 64),
+ *     else VC_WG_MALFORMED (so is an unknown type);
+ *   - an initiation or response: a private key is set (VC_WG_UNKNOWN_PEER),
+ *     mac1 = MAC(HASH("mac1----" || public key), message up to mac1)
+ *     (VC_WG_BAD_MAC1);
+ *   - under load (under_load_depth messages waiting, counting this one, or
+ *     until under_load_hold after that last was so): a valid mac2, made with
+ *     the cookie MAC(secret, source address || port) (the secret replaced at
+ *     cookie_secret_age), else a cookie reply (XChaCha20-Poly1305 under
+ *     HASH("cookie--" || public key), a random nonce, the message's mac1 as
+ *     AAD) goes back (VC_WG_COOKIE_SENT); then the token bucket of the
+ *     source address (ratelimit_rate per second, ratelimit_burst, a new
+ *     source starts full) must have a token (VC_WG_RATE_LIMITED);
+ *   - a response must name an index reserved for a handshake, a cookie
+ *     reply any index this side holds (VC_WG_UNKNOWN_INDEX).
+ * What passes waits in the handshake queue; when it is full the oldest
+ * message in it is dropped (VC_WG_QUEUE_FULL).  The protocol core takes them
+ * newest first, so the newest initiation of a peer is answered first and an
+ * older one it replaced fails the timestamp check. */
+/* The device's public key (NULL: no private key). */
+void vc_wg_set_public_key(vc_wg_table *t, const uint8_t *public_key);
+/* Seed the generator of cookie secrets and reply nonces (the table seeds
+ * itself from getrandom when it is made; tests make it deterministic). */
+void vc_wg_seed(vc_wg_table *t, const uint8_t seed[32]);
+/* Take up to cap queued messages, newest first: message i at
+ * out + i * VC_WG_HANDSHAKE_MAX, len[i] bytes, from ep[i].  Returns how many. */
+size_t vc_wg_handshakes_take(vc_wg_table *t, uint8_t *out, uint32_t *len, vc_endpoint *ep,
+                             size_t cap);
+/* How many messages wait; *under_load (unless NULL): whether the device is
+ * under load at now. */
+size_t vc_wg_handshakes_waiting(vc_wg_table *t, double now, int32_t *under_load);
 #endif

@@ -302,16 +302,17 @@ static uint32_t after_authentic(vc_wg_table *t, wg_peer *p, uint32_t kp, double 
 VC_API size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off, const uint32_t *len,
                         const vc_endpoint *ep, size_t n, double now, int32_t *status,
                         uint32_t *deliver_off, uint32_t *deliver_len,
-                        uint32_t *other, size_t *n_other,
+                        uint8_t *reply, size_t reply_stride, uint32_t *reply_len,
+                        vc_endpoint *reply_ep, size_t *n_reply, size_t *n_queued,
                         vc_wg_touch *touched, size_t touched_cap, size_t *n_touched)
 {
-    *n_other = *n_touched = 0;
-    if (n > WG_MAX_BATCH || touched_cap < n)
+    *n_reply = *n_queued = *n_touched = 0;
+    if (n > WG_MAX_BATCH || touched_cap < n || reply_stride < VC_WG_COOKIE_REPLY)
         return (size_t)-1;
     touch_extra extra[WG_MAX_BATCH];
     touch_set ts = {.out = touched, .extra = extra};
     double tnow = now;
-    size_t nd = 0, no = 0;
+    size_t nd = 0, nr = 0, nq = 0;
 
     wg_batch_begin(t);
     const vc_wg_config cfg = t->cfg;
@@ -319,8 +320,17 @@ VC_API size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off
         uint8_t *m = buf + off[i];
         size_t L = len[i];
         if (L < 4 || vc_load32_le(m) != 4) {
-            status[i] = VC_WG_NOT_DATA;
-            other[no++] = (uint32_t)i;
+            int hs = wg_admit(t, m, L, &ep[i], tnow, reply + nr * reply_stride);
+            status[i] = hs;
+            if (hs == VC_WG_HANDSHAKE) {
+                nq++;
+                continue;
+            }
+            if (hs == VC_WG_COOKIE_SENT) {
+                reply_len[nr] = VC_WG_COOKIE_REPLY;
+                reply_ep[nr++] = ep[i];
+            }
+            wg_peer_drop(t, NULL, hs, 1);
             continue;
         }
         wg_keypair *k = NULL;
@@ -396,7 +406,8 @@ VC_API size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off
         wg_spin_unlock(&p->lock);
     }
     wg_batch_end(t);
-    *n_other = no;
+    *n_reply = nr;
+    *n_queued = nq;
     *n_touched = ts.n;
     return nd;
 }

@@ -97,6 +97,39 @@ typedef struct {
     uint32_t id;                /* peer for IX_RESERVED, keypair for IX_KEYPAIR */
 } wg_index_slot;
 
+/* ---- handshake messages (wg_admit.c): the queue, the cookie defence, the
+ * rate limiter; all under `lock` (never held with a peer's spin lock) ---- */
+typedef struct {
+    uint8_t  data[VC_WG_HANDSHAKE_MAX];
+    uint32_t len;
+    vc_endpoint ep;
+} wg_hs_slot;
+
+typedef struct {
+    uint8_t  family, _pad[3];
+    uint8_t  addr[16];
+    uint32_t next;              /* bucket chain */
+    double   tokens, last;
+} wg_rl_entry;
+
+typedef struct {
+    pthread_mutex_t lock;
+    int32_t  has_key;
+    uint8_t  mac1_key[32], cookie_key[32];
+    uint8_t  secret[32];
+    int32_t  secret_set;
+    double   secret_born;
+    uint8_t  drbg_key[32];      /* random bytes: BLAKE2s(key = drbg_key, counter) */
+    uint64_t drbg_counter;
+    double   load_until;
+    wg_hs_slot *q;
+    uint32_t q_cap, q_head, q_count;   /* q_head: the oldest */
+    wg_rl_entry *rl;            /* allocated at first use (under load) */
+    uint32_t *rl_buckets;
+    uint32_t rl_cap, rl_count, rl_nbuckets;
+    double   rl_last_prune;
+} wg_admit_state;
+
 struct vc_wg_table {
     pthread_rwlock_t lock;      /* write: control calls; read: batches */
     vc_wg_config cfg;
@@ -118,16 +151,31 @@ struct vc_wg_table {
     double      clock_offset, clock_last;
 
     uint64_t    drops[VC_WG_STATUS_COUNT];
+
+    wg_admit_state admit;
 };
 
 /* wg_table.c */
 double wg_clock(vc_wg_table *t, double now);
 wg_keypair *wg_index_keypair(vc_wg_table *t, uint32_t index);
+int  wg_index_kind(vc_wg_table *t, uint32_t index);           /* IX_* */
 void wg_retire_keypair(vc_wg_table *t, uint32_t id);          /* write lock held */
 void wg_kill_keypair(vc_wg_table *t, uint32_t id);            /* read lock held: freed later */
 void wg_batch_begin(vc_wg_table *t);
 void wg_batch_end(vc_wg_table *t);
 void wg_peer_drop(vc_wg_table *t, wg_peer *p, int status, uint64_t n);
+
+/* blake2s.c: out = BLAKE2s(key, in), outlen 1..32, keylen 0..32 */
+void wg_blake2s(uint8_t *out, size_t outlen, const uint8_t *key, size_t keylen,
+                const uint8_t *in, size_t inlen);
+
+/* wg_admit.c (admit runs under the table's read lock, from any thread) */
+int  wg_admit_init(vc_wg_table *t);
+void wg_admit_free(vc_wg_table *t);
+int  wg_admit_configure(vc_wg_table *t, const vc_wg_config *cfg);   /* write lock held */
+int  wg_admit(vc_wg_table *t, const uint8_t *m, size_t len, const vc_endpoint *ep, double now,
+              uint8_t reply[VC_WG_COOKIE_REPLY]);
+void wg_config_defaults(vc_wg_config *c);
 
 /* wg_routes.c (the table's lock is held by the caller) */
 int  wg_routes_init(wg_routes *r);

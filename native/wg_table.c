@@ -8,18 +8,27 @@
 #define RD_LOCK(t) pthread_rwlock_rdlock(&(t)->lock)
 #define UNLOCK(t) pthread_rwlock_unlock(&(t)->lock)
 
-static int config_ok(const vc_wg_config *c)
+/* A configuration with WireGuard's values where the caller left 0, or -1 if
+ * a value is out of range. */
+static int config_ok(const vc_wg_config *in, vc_wg_config *c)
 {
+    *c = *in;
+    wg_config_defaults(c);
     return c->reject_after_time > 0 && c->rekey_after_time > 0 && c->rekey_on_receive_age > 0 &&
            !isnan(c->reject_after_time) && !isnan(c->rekey_after_time) &&
-           !isnan(c->rekey_on_receive_age) && c->reject_after_messages > 0 && c->mtu <= 65535;
+           !isnan(c->rekey_on_receive_age) && c->reject_after_messages > 0 && c->mtu <= 65535 &&
+           c->handshake_queue <= 65536 && c->under_load_hold > 0 && c->cookie_secret_age > 0 &&
+           c->ratelimit_rate > 0 && c->ratelimit_burst >= 1 && c->ratelimit_sources <= (1u << 24) &&
+           !isnan(c->under_load_hold) && !isinf(c->under_load_hold) &&
+           !isinf(c->ratelimit_rate) && !isinf(c->ratelimit_burst);
 }
 
 /* ---------------------------------------------------------------- table */
 
 VC_API vc_wg_table *vc_wg_table_new(const vc_wg_config *cfg)
 {
-    if (!cfg || !config_ok(cfg))
+    vc_wg_config c;
+    if (!cfg || !config_ok(cfg, &c))
         return NULL;
     vc_wg_table *t = calloc(1, sizeof *t);
     if (!t)
@@ -36,13 +45,20 @@ VC_API vc_wg_table *vc_wg_table_new(const vc_wg_config *cfg)
         free(t);
         return NULL;
     }
-    t->cfg = *cfg;
+    t->cfg = c;
     t->peer_free = t->kp_free = t->dead_head = WG_NIL;
     t->clock_last = -INFINITY;
     t->ix_cap = 64;
     t->ix = calloc(t->ix_cap, sizeof *t->ix);
     if (!t->ix || wg_routes_init(&t->routes)) {
         vc_wg_table_free(t);
+        return NULL;
+    }
+    if (wg_admit_init(t)) {
+        wg_routes_free(&t->routes);
+        free(t->ix);
+        pthread_rwlock_destroy(&t->lock);
+        free(t);
         return NULL;
     }
     return t;
@@ -59,18 +75,22 @@ VC_API void vc_wg_table_free(vc_wg_table *t)
     free(t->peers);
     free(t->ix);
     wg_routes_free(&t->routes);
+    wg_admit_free(t);
     pthread_rwlock_destroy(&t->lock);
     free(t);
 }
 
 VC_API int vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg)
 {
-    if (!cfg || !config_ok(cfg))
+    vc_wg_config c;
+    if (!cfg || !config_ok(cfg, &c))
         return -1;
     WR_LOCK(t);
-    t->cfg = *cfg;
+    int rc = wg_admit_configure(t, &c);
+    if (!rc)
+        t->cfg = c;
     UNLOCK(t);
-    return 0;
+    return rc;
 }
 
 /* The table's clock: the caller's time plus an offset that grows by the size
@@ -182,6 +202,14 @@ static void ix_delete(vc_wg_table *t, wg_index_slot *s)
         }
     }
     t->ix_count--;
+}
+
+int wg_index_kind(vc_wg_table *t, uint32_t index)
+{
+    wg_index_slot *s = ix_find(t, index);
+    if (!s || (s->kind == IX_KEYPAIR && WG_LOAD(&t->kps[s->id].state) != KP_LIVE))
+        return IX_EMPTY;            /* a keypair a batch retired is gone */
+    return s->kind;
 }
 
 wg_keypair *wg_index_keypair(vc_wg_table *t, uint32_t index)

@@ -1,4 +1,5 @@
-/* libFuzzer harness for vc_wg_open_batch (native/wg_data.c, the session table).
+/* libFuzzer harness for vc_wg_open_batch (native/wg_data.c, the session table,
+ * and native/wg_admit.c, the cheap checks of handshake messages).
  *
  * A fresh table per input: 3 peers with AllowedIPs, 5 keypairs with known
  * receiving keys (one of them expired, one a responder's waiting for its
@@ -7,8 +8,16 @@
  * keypair (optionally tampered), or to repeat or cut an earlier datagram, so
  * mutations reach the authenticated paths.  The batch lies in one heap block
  * that ends exactly at the last datagram (ASan catches reads past it).  Checks:
- *   - statuses are in range; exactly the non-type-4 datagrams are listed in
- *     other[]; each touched peer once; counts within bounds;
+ *   - statuses are in range; each touched peer once; counts within bounds;
+ *   - a datagram that is not transport data is MALFORMED exactly when its size
+ *     is not its type's (148, 92, 64), BAD_MAC1 exactly when an initiation's
+ *     or response's mac1 is wrong (recomputed here); a COOKIE_SENT one has
+ *     a cookie reply (64 bytes, type 3, its sender index) that opens under
+ *     HASH("cookie--" || public key) with its mac1 as AAD; what is queued
+ *     (HANDSHAKE) comes back from vc_wg_handshakes_take byte for byte,
+ *     newest first, the oldest dropped past the queue's 16 slots; and sent
+ *     again with the mac2 of the cookie it got, no message gets another
+ *     cookie reply;
  *   - every delivered packet lies inside its datagram, which has status OK, and
  *     the datagram (as received) authenticates under the key of its index with
  *     the generic kernels: nothing is delivered that a known key did not seal;
@@ -20,7 +29,9 @@
  * The kernels used for the batch are chosen by the input.
  *
  * Input: byte 0 kernel choice, then records until the end (at most 64):
- *   r & 3 == 0  raw:    u16 length, bytes
+ *   r & 3 == 0  raw:    u16 length, bytes (r & 4: a handshake message instead: type
+ *               1 + byte % 3, its exact size, receiver index byte % 4 of the known
+ *               ones, mac1 right unless r & 8, the rest from the input)
  *   r & 3 == 1  sealed: key slot, u16 counter, shift, ip-kind, u16 length, payload
  *               (r & 4: flip bit (byte) of the result at u16 position; r & 8: no padding)
  *   r & 3 == 2  repeat: the datagram at (byte % count) again
@@ -33,6 +44,7 @@
 
 #include "vpncrypt.h"
 #include "vc_wg.h"
+#include "wg_internal.h"        /* wg_blake2s, to recompute mac1 */
 
 #define MAXD 64
 #define MAXLEN 2048
@@ -85,12 +97,31 @@ static uint32_t le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* The device's public key, and indices a handshake message may name: a
+ * reservation (a handshake in flight), a keypair, and two nobody holds. */
+static const uint8_t PUBLIC[32] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+static const uint32_t HS_INDEX[4] = {0x55, 1, 0x12345678u, 0};
+#define QUEUE 16
+
+static void mac1_key(uint8_t key[32], const char *label)
+{
+    uint8_t in[40];
+    memcpy(in, label, 8);
+    memcpy(in + 8, PUBLIC, 32);
+    wg_blake2s(key, 32, NULL, 0, in, sizeof in);
+}
+
 static vc_wg_table *make_table(void)
 {
-    vc_wg_config cfg = {180.0, 120.0, 165.0, 0xFFFFFFFFFFFFDFFFULL, 1ULL << 60, 1420, 0};
+    /* a small queue, under load from 4 waiting */
+    vc_wg_config cfg = {180.0, 120.0, 165.0, 0xFFFFFFFFFFFFDFFFULL, 1ULL << 60, 1420, QUEUE, 4};
     vc_wg_table *t = vc_wg_table_new(&cfg);
     if (!t) abort();
+    static const uint8_t seed[32] = {1, 2, 3};
+    vc_wg_set_public_key(t, PUBLIC);
+    vc_wg_seed(t, seed);
     for (int p = 0; p < 3; p++) if (vc_wg_peer_add(t) != p) abort();
+    if (vc_wg_index_reserve(t, HS_INDEX[0], 0)) abort();
     uint8_t key[32], other[32] = {0};
     /* the expired one first, so that peer 1's live keypair is current */
     static const int order[NSLOTS] = {4, 0, 1, 2, 3};
@@ -146,6 +177,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t L = 0;
         switch (rec & 3) {
         case 0: {
+            if (rec & 4) {
+                unsigned type = 1 + rbyte(&r) % 3;
+                uint32_t index = HS_INDEX[rbyte(&r) % 4];
+                L = type == 1 ? 148 : type == 2 ? 92 : 64;
+                memset(d, 0, L);
+                size_t have = r.n - r.pos < L ? r.n - r.pos : L;
+                memcpy(d, r.d + r.pos, have);
+                r.pos += have;
+                memcpy(d, "\0\0\0\0", 4);
+                d[0] = (uint8_t)type;
+                if (type > 1)
+                    for (int b = 0; b < 4; b++) d[(type == 2 ? 8 : 4) + b] = (uint8_t)(index >> (8 * b));
+                if (type < 3 && !(rec & 8)) {
+                    uint8_t k[32];
+                    size_t m1 = type == 1 ? 116 : 60;
+                    mac1_key(k, "mac1----");
+                    wg_blake2s(d + m1, 16, k, 32, d, m1);
+                }
+                break;
+            }
             size_t want = ru16(&r) % (MAXLEN + 1);
             L = r.n - r.pos < want ? r.n - r.pos : want;
             memcpy(d, r.d + r.pos, L);
@@ -216,7 +267,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(orig, buf, total);
     vc_endpoint ep[MAXD];
     memset(ep, 0, sizeof ep);
-    for (size_t i = 0; i < n; i++) ep[i].port = (uint16_t)(1000 + i);
+    for (size_t i = 0; i < n; i++) {
+        ep[i].family = 4;
+        ep[i].addr[0] = 10;
+        ep[i].addr[3] = (uint8_t)(i % 3);     /* three sources, many ports */
+        ep[i].port = (uint16_t)(1000 + i);
+    }
 
     /* run the batch with the chosen kernels */
     int nc = vc_chacha_impl_count(), np = vc_poly1305_impl_count();
@@ -227,11 +283,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     vc_poly1305_impl_select(pi);
     vc_wg_table *t = make_table();
     int32_t status[MAXD];
-    uint32_t doff[MAXD], dln[MAXD], other[MAXD];
+    uint32_t doff[MAXD], dln[MAXD], rlen[MAXD];
+    static uint8_t replies[MAXD][64];
+    vc_endpoint rep[MAXD];
     vc_wg_touch touched[MAXD];
-    size_t n_other = 99, n_touched = 99;
-    size_t nd = vc_wg_open_batch(t, buf, off, len, ep, n, NOW, status, doff, dln, other,
-                                 &n_other, touched, MAXD, &n_touched);
+    size_t n_reply = 99, n_queued = 99, n_touched = 99;
+    size_t nd = vc_wg_open_batch(t, buf, off, len, ep, n, NOW, status, doff, dln, replies[0], 64,
+                                 rlen, rep, &n_reply, &n_queued, touched, MAXD, &n_touched);
     vc_chacha_impl_select(0);
     vc_poly1305_impl_select(0);
 
@@ -240,8 +298,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", status[i]);
         fprintf(stderr, "\n");
     }
-    CHECK(nd <= n && n_other <= n && n_touched <= 3, "counts out of range", 0);
-    size_t o = 0, delivered = 0;
+    CHECK(nd <= n && n_reply <= n && n_queued <= n && n_touched <= 3, "counts out of range", 0);
+    size_t o = 0, q = 0, q2 = 0, delivered = 0;
+    size_t queued_at[2 * MAXD], again_at[MAXD];     /* the batch's, then the second tries */
+    uint8_t ck[32], cookie_key[32];
+    mac1_key(ck, "mac1----");
+    mac1_key(cookie_key, "cookie--");
     uint64_t seen_ctr[MAXD];
     uint32_t seen_idx[MAXD];
     size_t n_seen = 0;
@@ -252,12 +314,58 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const uint8_t *m = orig + off[i];
         int is_data = len[i] >= 4 && le32(m) == 4;
         if (!is_data) {
-            CHECK(st == VC_WG_NOT_DATA, "a non-data datagram not passed on", i);
-            CHECK(o < n_other && other[o] == i, "other[] does not list a non-data datagram", i);
-            o++;
+            unsigned type = len[i] >= 4 ? le32(m) : 0;
+            size_t want = type == 1 ? 148 : type == 2 ? 92 : type == 3 ? 64 : 0;
+            CHECK(memcmp(buf + off[i], m, len[i]) == 0, "a handshake message was modified", i);
+            CHECK((st == VC_WG_MALFORMED) == (!want || len[i] != want), "size check", i);
+            if (st == VC_WG_MALFORMED)
+                continue;
+            if (type < 3) {
+                size_t m1 = type == 1 ? 116 : 60;
+                uint8_t mac[16];
+                wg_blake2s(mac, 16, ck, 32, m, m1);
+                CHECK((st == VC_WG_BAD_MAC1) == (memcmp(mac, m + m1, 16) != 0), "mac1 check", i);
+                if (st == VC_WG_COOKIE_SENT) {
+                    const uint8_t *rp = replies[o];
+                    uint8_t cookie[16];
+                    CHECK(o < n_reply && rlen[o] == 64 && rep[o].port == ep[i].port, "no reply", i);
+                    CHECK(le32(rp) == 3 && memcmp(rp + 4, m + 4, 4) == 0, "reply header", i);
+                    CHECK(vc_xaead_open(cookie, rp + 32, 16, rp + 48, m + m1, 16, cookie_key, rp + 8)
+                          == VC_OK, "a cookie reply that does not open", i);
+                    /* the same message with the mac2 of that cookie: no second reply */
+                    uint8_t again[148];
+                    memcpy(again, m, len[i]);
+                    wg_blake2s(again + m1 + 16, 16, cookie, 16, again, m1 + 16);
+                    uint8_t r2[64];
+                    uint32_t one_off = 0, one_len = len[i], rl2, dl2, do2;
+                    int32_t st2;
+                    vc_endpoint ep2;
+                    size_t nr2, nq2, nt2;
+                    vc_wg_touch t2[1];
+                    vc_wg_open_batch(t, again, &one_off, &one_len, &ep[i], 1, NOW, &st2, &do2, &dl2,
+                                     r2, 64, &rl2, &ep2, &nr2, &nq2, t2, 1, &nt2);
+                    CHECK(st2 != VC_WG_COOKIE_SENT && nr2 == 0, "a valid mac2 got a cookie reply", i);
+                    CHECK(st2 == VC_WG_HANDSHAKE || st2 == VC_WG_RATE_LIMITED ||
+                          st2 == VC_WG_UNKNOWN_INDEX, "a valid mac2 refused", i);
+                    if (st2 == VC_WG_HANDSHAKE) {
+                        memcpy(dg[i], again, len[i]);    /* queued after the batch's */
+                        again_at[q2++] = MAXD + i;
+                    }
+                    o++;
+                }
+            }
+            CHECK(st == VC_WG_HANDSHAKE || st == VC_WG_BAD_MAC1 || st == VC_WG_COOKIE_SENT ||
+                  st == VC_WG_UNKNOWN_INDEX, "a handshake status out of range", i);
+            if (st == VC_WG_HANDSHAKE) {
+                if (type == 2)
+                    CHECK(le32(m + 8) == HS_INDEX[0], "a response queued for a non-reserved index", i);
+                if (type == 3)
+                    CHECK(key_slot(le32(m + 4)) >= 0 || le32(m + 4) == HS_INDEX[0],
+                          "a cookie reply queued for an unknown index", i);
+                queued_at[q++] = i;
+            }
             continue;
         }
-        CHECK(st != VC_WG_NOT_DATA, "a data datagram passed on as other", i);
         int authed = st == VC_WG_OK || st == VC_WG_KEEPALIVE || st == VC_WG_NOT_ALLOWED
                      || (st == VC_WG_MALFORMED && len[i] >= 32);
         if (!authed) {
@@ -296,8 +404,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         free(pt);
     }
-    CHECK(o == n_other, "other[] lists extra datagrams", 0);
+    CHECK(o == n_reply, "replies without a COOKIE_SENT datagram", 0);
     CHECK(delivered == nd, "more deliveries than OK datagrams", 0);
+    /* the queue: what went in, newest first, the 16 newest: the batch's own,
+     * then the second tries with mac2 */
+    for (size_t k = 0; k < q2; k++)
+        queued_at[q++] = again_at[k];
+    static uint8_t taken[MAXD * 2][VC_WG_HANDSHAKE_MAX];
+    uint32_t tlen[MAXD * 2];
+    vc_endpoint tep[MAXD * 2];
+    size_t nt = vc_wg_handshakes_take(t, taken[0], tlen, tep, MAXD * 2);
+    CHECK(nt == (q < QUEUE ? q : QUEUE), "the queue holds a wrong number", 0);
+    for (size_t k = 0; k < nt; k++) {
+        size_t at = queued_at[q - 1 - k], i = at >= MAXD ? at - MAXD : at;
+        const uint8_t *want = at >= MAXD ? dg[i] : orig + off[i];
+        CHECK(tlen[k] == len[i] && memcmp(taken[k], want, len[i]) == 0, "the queue changed a message", i);
+        CHECK(tep[k].port == ep[i].port, "the queue changed a source", i);
+    }
     for (size_t a = 0; a < n_touched; a++) {
         CHECK(touched[a].peer < 3, "touched a peer that does not exist", a);
         CHECK(touched[a].flags & VC_WG_EV_AUTH, "touched without an authenticated message", a);

@@ -187,3 +187,74 @@ def test_handshake_messages_in_a_data_batch_and_roaming(backend):
             s.engine.stop()
         del loop
     run(main())
+
+
+def _stranger_initiations(victim_pub, n):
+    """n initiations from a static key the victim does not know, with a valid
+    mac1 and no mac2 (what a flood sends)."""
+    from vpncrypt.crypto import get_backend
+    from vpncrypt.protocol.cookie import CookieState
+    from vpncrypt.protocol.handshake import wg_create_initiation
+    rng = random.Random(99)
+    priv = keys.clamp(rng.randbytes(32))
+    ss = keys.dh(priv, victim_pub)
+    out = []
+    for i in range(n):
+        body, _ = wg_create_initiation(get_backend("native"), priv, keys.public_from_private(priv),
+                                       victim_pub, ss, 1000 + i, keys.clamp(rng.randbytes(32)),
+                                       1_700_000_000.0 + i, 0.0)
+        st = CookieState(victim_pub)
+        out.append((st.add_macs(body, 0.0), st))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["native", "native-threads"])
+def test_handshake_flood_is_checked_in_c_and_served_in_slices(backend):
+    """200 initiations from a stranger reach B at once, with data: the open
+    batch queues 127 (under load from 128 waiting) and answers the other 73
+    with cookie replies made in C, which the engine sends at once; the
+    Device serves the queue in slices of at most 16 messages, one per turn of
+    the loop; the established session's data keeps flowing."""
+    async def main():
+        a, b = await world(backend)
+        a.send([ipv4(A_IP, B_IP, b"first")])
+        await until(lambda: len(b.inner.packets) == 1)
+        slices = []
+        serve = b.dev.serve_handshakes
+
+        def spy(now, limit):
+            out, left = serve(now, limit)
+            slices.append((limit, left))
+            return out, left
+        b.dev.serve_handshakes = spy
+        flood = _stranger_initiations(b.dev.public_key, 200)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+        for msg, _ in flood:
+            s.sendto(msg, b.addr)
+        a.send([ipv4(A_IP, B_IP, b"during")])
+        await until(lambda: len(b.inner.packets) == 2)
+        await until(lambda: sum(b.dev.drops().get(k, 0) for k in ("unknown_peer", "cookie_sent")) == 200)
+        replies = []
+        while True:
+            try:
+                replies.append(s.recv(2048))
+            except BlockingIOError:
+                if len(replies) == b.dev.drops().get("cookie_sent", 0):
+                    break
+                await asyncio.sleep(0.002)
+        s.close()
+        # every reply is a cookie reply the stranger's own code opens
+        by_sender = {m[4:8]: st for m, st in flood}
+        assert replies and all(len(r) == 64 and r[:4] == b"\x03\x00\x00\x00" for r in replies)
+        from vpncrypt.crypto import get_backend
+        assert all(by_sender[r[4:8]].consume_reply(r, 0.0, get_backend("native")) for r in replies)
+        if backend == "native":      # one thread: the whole flood is in one readable callback
+            assert len(replies) == 73 and b.dev.drops()["unknown_peer"] == 127
+        assert slices and all(limit == 16 for limit, _ in slices)
+        assert len(slices) >= -(-b.dev.drops()["unknown_peer"] // 16)
+        assert b.inner.packets[1] == ipv4(A_IP, B_IP, b"during")
+        for side in (a, b):
+            side.engine.stop()
+    run(main())

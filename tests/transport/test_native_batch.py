@@ -71,8 +71,8 @@ def test_open_in_place_leaves_failures_untouched():
     for i in range(3):
         endpoint_from_addr(A_ADDR, eps + i)
     b = t.batch(4, 64)
-    delivered, n_other = b.open(slab, off, lens, eps, 3, 1.0)
-    assert (delivered, n_other) == (1, 0)
+    delivered, n_reply = b.open(slab, off, lens, eps, 3, 1.0)
+    assert (delivered, n_reply, b.n_queued) == (1, 0, 0)
     assert [b.status[i] for i in range(3)] == [S.OK, S.BAD_TAG, S.REPLAY]
     assert ffi.buffer(slab + 2048, len(bad))[:] == bytes(bad)
     assert ffi.buffer(slab + 4096, len(good))[:] == good

@@ -186,15 +186,15 @@ def test_keepalive_and_inner_checks(backend):
                   (message(KEY_AB, 7, 1, ipv4("10.9.9.9", "10.0.0.2")), A_ADDR),   # not A's source
                   (message(KEY_AB, 7, 2, b"\x45" + bytes(10)), A_ADDR),            # not an IP packet
                   (message(KEY_AB, 7, 3, ipv6("fd00::1", "fd00::2")), A_ADDR),
-                  (b"\x01\x00\x00\x00" + bytes(144), A_ADDR),                      # a handshake message
+                  (b"\x01\x00\x00\x00" + bytes(144), A_ADDR),                      # an initiation (no key set)
                   (b"\x04\x00\x00\x00" + bytes(20), A_ADDR),                       # too short
                   (message(KEY_AB, 8, 4, PKT), A_ADDR)], 1.0)                      # unknown index
-    assert res.status == [S.KEEPALIVE, S.NOT_ALLOWED, S.MALFORMED, S.OK, S.NOT_DATA, S.MALFORMED,
+    assert res.status == [S.KEEPALIVE, S.NOT_ALLOWED, S.MALFORMED, S.OK, S.UNKNOWN_PEER, S.MALFORMED,
                           S.UNKNOWN_INDEX]
-    assert res.packets == [ipv6("fd00::1", "fd00::2")] and res.other == [4]
+    assert res.packets == [ipv6("fd00::1", "fd00::2")] and res.queued == 0 and res.replies == []
     st = t.stats(pid, 1.0)
     assert st.rx_packets == 1 and st.drops == {"source_not_allowed": 1, "malformed": 1}
-    assert t.drops() == {"malformed": 1, "unknown_index": 1}
+    assert t.drops() == {"malformed": 1, "unknown_index": 1, "unknown_peer": 1}
 
 
 def test_padding_removed_by_ip_length(backend):

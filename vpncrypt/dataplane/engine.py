@@ -11,8 +11,13 @@ protocol Device, in batches.
 On the native backend, transport data never goes through Python one message
 at a time: one call into the session table opens or seals a whole batch
 (vpncrypt.transport.native.Batch), and the batch results go to the Device in
-one call per wakeup (Device.on_transport).  Handshake messages go to the
-Device as a list.  On the pynacl backend every packet goes through the
+one call per wakeup (Device.on_transport).  The same open batch makes the
+cheap checks of handshake messages in C (sizes, mac1; under load mac2, with
+the cookie replies it makes, which the engine sends at once, and the
+per-source rate limit) and puts what passes into the table's bounded
+handshake queue.  Data comes first: each turn of the event loop serves the
+sockets, then one slice of at most HANDSHAKE_SLICE queued handshake messages
+(Device.serve_handshakes), and schedules the next slice for the next turn.  On the pynacl backend every packet goes through the
 Device's list-form calls: that is what ``--crypto pynacl`` measures.
 
 Threads: with ``threads=1`` everything runs on the event loop.  With
@@ -48,6 +53,10 @@ MAX_ROUNDS = 16
 # (a key confirmed, a rekey due, roaming, packets without a key) at once.  The
 # held results are also handed over before the Device's timers run.
 HOLD = 0.01
+# Handshake messages the Device serves in one turn of the event loop (each
+# costs it up to 3 X25519 operations); the rest wait for the next turn, after
+# the sockets have been served again.
+HANDSHAKE_SLICE = 16
 _SEAL_ROOM = S.OVERHEAD + 16
 _IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
@@ -102,9 +111,10 @@ class Engine:
         self._threads = []
         self._wake_r = self._wake_w = None
         self._lock = threading.Lock()
-        self._pending = None          # (touches, waiting, control) from the threads
+        self._pending = None          # [touches, waiting, handshakes?] from the threads
         self._held = {}               # peer -> [received?, flags, messages, bytes, data batches]
         self._held_timer = None
+        self._serving = None          # the handle of the next handshake slice
         self.last_kernels = None      # (chacha, poly1305) that served a data thread last
 
     @property
@@ -170,6 +180,9 @@ class Engine:
         if self._held_timer is not None:
             self._held_timer.cancel()
             self._held_timer = None
+        if self._serving is not None:
+            self._serving.cancel()
+            self._serving = None
 
     def replace_udp(self, udp) -> None:
         """Switch to another UdpBatchSocket (same batch size), e.g. after a
@@ -235,16 +248,16 @@ class Engine:
 
     # ------------------------------------------------------------ results to the Device
 
-    def _to_device(self, touches, waiting, control) -> None:
-        """Batch results and handshake messages (on the loop's thread):
-        routine results held (see HOLD), the rest at once."""
+    def _to_device(self, touches, waiting, handshakes) -> None:
+        """Batch results, and whether handshake messages wait (on the loop's
+        thread): routine results held (see HOLD), the rest at once."""
         urgent = []
         for t in touches:
             if t.flags & ~S.EV_ROUTINE:
                 urgent.append(t)
             else:
                 self._hold(t)
-        self._deliver(urgent, waiting, control)
+        self._deliver(urgent, waiting, handshakes)
 
     def _hold(self, t) -> None:
         self._hold_raw(t.peer, t.flags, t.packets, t.bytes)
@@ -270,14 +283,25 @@ class Engine:
             h[3] += nbytes
             h[4] += data
 
-    def _deliver(self, urgent, waiting, control) -> None:
+    def _deliver(self, urgent, waiting, handshakes) -> None:
         now = self.loop.time()
         if urgent or waiting:
             self.emit(self.device.on_transport(self._take_held() + urgent, now, waiting))
         elif self._held and self._held_timer is None:
             self._held_timer = self.loop.call_later(HOLD, self._flush_held)
-        if control:
-            self.emit(self.device.receive_handshakes(control, now))
+        if handshakes and self._serving is None and self._running:
+            self._serving = self.loop.call_soon(self._serve_handshakes)
+
+    def _serve_handshakes(self) -> None:
+        """One slice of the table's handshake queue; the next slice in the
+        next turn of the loop, after the sockets."""
+        self._serving = None
+        if not self._running:
+            return
+        out, left = self.device.serve_handshakes(self.loop.time(), HANDSHAKE_SLICE)
+        self.emit(out)
+        if left and self._running:
+            self._serving = self.loop.call_soon(self._serve_handshakes)
 
     def _take_held(self) -> list:
         held, self._held = self._held, {}
@@ -296,18 +320,18 @@ class Engine:
         if self._held and self._running:
             self.emit(self.device.on_transport(self._take_held(), self.loop.time()))
 
-    def _post(self, touches=(), waiting=(), control=()) -> None:
+    def _post(self, touches=(), waiting=(), handshakes=False) -> None:
         """From a data thread: hand results to the loop, one callback at a time."""
         with self._lock:
             if self._pending is None:
-                self._pending = ([], [], [])
+                self._pending = [[], [], False]
                 schedule = True
             else:
                 schedule = False
             p = self._pending
             p[0].extend(touches)
             p[1].extend(waiting)
-            p[2].extend(control)
+            p[2] = p[2] or handshakes
         if schedule:
             self._note_kernels()
             try:
@@ -326,8 +350,8 @@ class Engine:
     def _on_udp_readable(self) -> None:
         try:
             if self.native:
-                urgent, control = self._receive_native(self.rx, self._held)
-                self._deliver(urgent, (), control)
+                urgent, handshakes = self._receive_native(self.rx, self._held)
+                self._deliver(urgent, (), handshakes)
             else:
                 self._receive_python()
         except OSError as e:
@@ -345,20 +369,30 @@ class Engine:
             self.emit(self.device.receive_datagrams(datagrams, self.loop.time()))
 
     def _receive_native(self, d, held=None):
-        """Open every transport datagram of up to MAX_ROUNDS batches in the
-        table and deliver them; returns the batch results and the handshake
-        messages for the Device.  With `held` (the loop's thread), routine
-        results are folded into it and only the others returned."""
+        """Open every datagram of up to MAX_ROUNDS batches in the table,
+        deliver the inner packets and send the cookie replies it made;
+        returns the batch results for the Device and whether handshake
+        messages went into the table's queue (a change of the load state
+        alone waits for the next slice or the timers).
+        With `held` (the loop's thread), routine results are folded into it
+        and only the others returned."""
         tnow = self.table.clock(time.monotonic())
         udp, rx, inner, c = d.udp, d.batch, d.inner, d.counters
-        to_addr = udp.endpoints.to_addr
-        touches, control = [], []
+        touches, handshakes = [], False
         for _ in range(MAX_ROUNDS):
             n, view, off, lens, ep = udp.recv()
             if n == 0:
                 break
             c.rx_batches += 1
-            delivered, n_other = rx.open(udp.slab, off, lens, ep, n, tnow)
+            delivered, n_reply = rx.open(udp.slab, off, lens, ep, n, tnow)
+            if n_reply:
+                sent, err = udp.send(rx.tx_slab, rx.tx_off, rx.tx_len, rx.tx_ep, n_reply)
+                if sent < n_reply:
+                    c.tx_dropped += n_reply - sent
+                    c.tx_send_errors += 1
+                    self._check_gso(udp, err)
+            if rx.n_queued:
+                handshakes = True
             if delivered:
                 w, _err = inner.write(udp.slab, rx.deliver_off, rx.deliver_len, delivered)
                 if w < delivered:
@@ -377,10 +411,7 @@ class Engine:
                             touches.append(t)
                         else:
                             self._hold(t)
-            for k in range(n_other):
-                j = rx.other[k]
-                control.append((bytes(view[off[j]:off[j] + lens[j]]), to_addr(ep + j)))
-        return touches, control
+        return touches, handshakes
 
     # ------------------------------------------------------------ send
 
@@ -479,14 +510,14 @@ class Engine:
             while self._wait(d.udp.fd):
                 while self._running:
                     try:
-                        touches, control = self._receive_native(d)
+                        touches, handshakes = self._receive_native(d)
                     except OSError as e:
                         if e.errno not in _IGNORED_RECV_ERRORS:
                             raise
                         continue
-                    if touches or control:
-                        self._post(touches, (), control)
-                    if not (touches or control):
+                    if touches or handshakes:
+                        self._post(touches, (), handshakes)
+                    else:
                         break
         except Exception as e:          # noqa: BLE001 - reported on the loop
             self._thread_failed(e)

@@ -24,6 +24,7 @@ class DataPath:
     def receive(self, datagrams, now: float, out) -> None:
         res = self.dev.table.open(datagrams, now)
         out.packets.extend(res.packets)
+        out.datagrams.extend(res.replies)
         self.apply(res.touched, now, out)
 
     # ------------------------------------------------------------ batch results

@@ -1,7 +1,10 @@
 """The sans-I/O WireGuard device: the object the asyncio data plane drives.
 
 No sockets, no clock, no threads.  Every call that depends on time takes
-``now`` (monotonic seconds); randomness comes from ``rng(n)``; the wall clock
+``now`` (monotonic seconds); randomness comes from ``rng(n)``, except the
+cookie secret and the cookie replies' nonces, which the session table draws
+from a generator of its own, seeded from the system (``table.seed`` makes
+it deterministic for tests); the wall clock
 (``wallclock()``) is read only for the initiation timestamp and `wg show`'s
 last-handshake time.
 
@@ -18,7 +21,7 @@ last-handshake time.
 
     dev.receive_datagrams([(udp_payload, addr), ...], now) -> Output
     dev.receive_datagram(udp_payload, addr, now) -> Output
-    dev.receive_handshakes([(udp_payload, addr), ...], now) -> Output
+    dev.serve_handshakes(now, limit) -> (Output, messages still waiting)
     dev.send_packets([ip_packet, ...], now) -> Output
     dev.on_transport(touches, now, waiting=()) -> Output
     dev.handle_timers(now) -> Output
@@ -26,6 +29,13 @@ last-handshake time.
 
 Output (vpncrypt.protocol.events) holds datagrams to send, inner packets for
 the TUN and events.
+
+Handshake messages pass the session table's cheap checks first (sizes,
+mac1, and under load mac2 with a cookie reply and the per-source rate
+limit: the table owns the cookie secret, the load state and the limiter)
+and wait in its bounded queue; ``serve_handshakes`` takes up to `limit` of
+them, newest first, and does what needs the Noise state.  The list-form
+``receive_datagrams`` serves the whole queue before it returns.
 
 Sessions live in the session table (vpncrypt.transport), which this object
 drives and never mirrors: keys, counters, replay windows, expiry, endpoints
@@ -44,7 +54,6 @@ import time
 
 from vpncrypt.crypto import get_backend
 from vpncrypt.protocol import keys
-from vpncrypt.protocol.cookie import CookieChecker, LoadDetector, RateLimiter
 from vpncrypt.protocol.counters import Counters
 from vpncrypt.protocol.datapath import DataPath
 from vpncrypt.protocol.events import HandshakeCompleted, HandshakeGaveUp, Output
@@ -71,13 +80,11 @@ class Device:
         self.config = c = timer_config or TimerConfig()
         self.backend = backend
         self.crypto = get_backend(backend)
+        self._ratelimit = (float(ratelimit_rate), int(ratelimit_burst))
         self.table = new_table(backend, self._table_config(mtu))
         self.peers: dict[bytes, Peer] = {}
         self.by_pid: dict[int, Peer] = {}
         self.counters = Counters()
-        self.load = LoadDetector(c.under_load_queue_depth, c.under_load_after_time)
-        self.ratelimiter = RateLimiter(ratelimit_rate, ratelimit_burst)
-        self.checker = CookieChecker(bytes(32), self.crypto, rng, c.cookie_secret_max_age)
         self.timers = TimerQueue(self._delay)
         self.handshakes = Handshakes(self)
         self.sessions = Sessions(self)
@@ -97,7 +104,12 @@ class Device:
         return TableConfig(reject_after_time=c.reject_after_time, rekey_after_time=c.rekey_after_time,
                            rekey_on_receive_age=c.rekey_on_receive_age,
                            reject_after_messages=c.reject_after_messages,
-                           rekey_after_messages=c.rekey_after_messages, mtu=mtu)
+                           rekey_after_messages=c.rekey_after_messages, mtu=mtu,
+                           handshake_queue=c.handshake_queue_size,
+                           under_load_depth=c.under_load_queue_depth,
+                           under_load_hold=c.under_load_after_time,
+                           cookie_secret_age=c.cookie_secret_max_age,
+                           ratelimit_rate=self._ratelimit[0], ratelimit_burst=self._ratelimit[1])
 
     # ------------------------------------------------------------ configuration
 
@@ -121,10 +133,11 @@ class Device:
         if private_key is None or not any(private_key):
             self.static_private = None
             self.public_key = None
+            self.table.set_public_key(None)
         else:
             self.static_private = bytearray(keys.clamp(bytes(private_key)))
             self.public_key = keys.public_from_private(bytes(self.static_private))
-            self.checker.set_public_key(self.public_key)
+            self.table.set_public_key(self.public_key)
             if self.public_key in self.peers:  # a peer cannot be ourselves
                 self.remove_peer(self.public_key)
         for peer in self.peers.values():
@@ -282,15 +295,18 @@ class Device:
     # ------------------------------------------------------------ traffic
 
     def receive_datagrams(self, datagrams, now: float) -> Output:
-        """UDP payloads of any type: handshake messages first, then transport
-        data through the table."""
+        """UDP payloads of any type: handshake messages first (the table's
+        cheap checks, then the whole queue served), then transport data
+        through the table."""
         now = self.table.clock(now)
         out = Output()
         transport, control = [], []
         for item in datagrams:
             (transport if bytes(item[0][:4]) == HDR_TRANSPORT else control).append(item)
         if control:
-            self.handshakes.receive(control, now, out)
+            self.datapath.receive(control, now, out)
+            while self.handshakes.serve(now, out, 1024):
+                pass
         if transport:
             self.datapath.receive(transport, now, out)
         return out
@@ -298,13 +314,13 @@ class Device:
     def receive_datagram(self, data: bytes, addr, now: float) -> Output:
         return self.receive_datagrams([(data, addr)], now)
 
-    def receive_handshakes(self, datagrams, now: float) -> Output:
-        """UDP payloads that are not transport data (the data plane opened
-        those itself)."""
+    def serve_handshakes(self, now: float, limit: int) -> tuple[Output, int]:
+        """Up to `limit` handshake messages from the table's queue, newest
+        first (the data plane's open batches queued them); returns the
+        Output and how many still wait."""
         out = Output()
-        self.handshakes.receive(datagrams, self.table.clock(now), out)
-        return out
-
+        self.handshakes.serve(self.table.clock(now), out, limit)
+        return out, self.handshakes.waiting
     def send_packets(self, ip_packets, now: float) -> Output:
         out = Output()
         self.datapath.send(ip_packets, self.table.clock(now), out)
@@ -329,7 +345,7 @@ class Device:
                 break
             peer, timer = due
             self._expired(peer, timer, now, out)
-        self.ratelimiter.maybe_prune(now)
+        self.handshakes.note_load(now, out)
         self.table.maintain()
         return out
 

@@ -1,26 +1,25 @@
-"""The Device's handshake side: sending initiations, and taking initiations,
-responses and cookie replies off the wire (with mac1, the cookie defence
-under load and the per-source rate limit).  Sessions are installed in the
-session table through vpncrypt.protocol.sessions."""
+"""The Device's handshake side: sending initiations, and serving the
+initiations, responses and cookie replies that passed the session table's
+cheap checks (sizes, mac1, the cookie defence under load and the per-source
+rate limit: vpncrypt.transport, native/wg_admit.c) from its handshake queue.
+Sessions are installed in the session table through
+vpncrypt.protocol.sessions."""
 from vpncrypt.crypto import AuthenticationError
 from vpncrypt.protocol import keys
-from vpncrypt.protocol.cookie import addr_bytes, addr_host
 from vpncrypt.protocol.events import (CookieReceived, EndpointChanged, HandshakeInitiated,
                                       HandshakeResponded, LoadChanged)
 from vpncrypt.protocol.handshake import (
     wg_begin_consume_initiation, wg_consume_response, wg_create_initiation, wg_create_response,
     wg_finish_consume_initiation,
 )
-from vpncrypt.protocol.messages import (
-    COOKIE_REPLY_LEN, HDR_COOKIE_REPLY, HDR_INITIATION, HDR_RESPONSE, INIT_MAC1, INITIATION_LEN,
-    RESP_MAC1, RESPONSE_LEN, parse_initiation, parse_response,
-)
+from vpncrypt.protocol.messages import HDR_COOKIE_REPLY, HDR_INITIATION, HDR_RESPONSE, parse_initiation, parse_response
 
 
 class Handshakes:
     def __init__(self, device):
         self.dev = device
         self._under_load = False
+        self.waiting = 0            # handshake messages in the table's queue, at the last look
 
     # ------------------------------------------------------------ sending
 
@@ -58,63 +57,46 @@ class Handshakes:
 
     # ------------------------------------------------------------ receiving
 
-    def receive(self, datagrams, now: float, out) -> None:
-        """Handshake messages, in order.  The device is under load while at
-        least an eighth of a full handshake queue is waiting (and for a
-        second after): then a message needs a valid mac2 (else it gets a
-        cookie reply) and passes the per-source rate limit."""
+    def serve(self, now: float, out, limit: int) -> int:
+        """Up to `limit` messages from the session table's handshake queue,
+        newest first: they passed the cheap checks there (sizes, mac1, and
+        under load mac2 and the per-source rate limit).  Newest first, a
+        peer's latest initiation is answered and an older one it replaced
+        fails the timestamp check before it costs a response.  Returns how
+        many were taken (self.waiting: how many still wait)."""
         dev = self.dev
-        limit = dev.config.handshake_queue_size
-        if len(datagrams) > limit:
-            dev.drop("handshake_queue_full", n=len(datagrams) - limit)
-            datagrams = datagrams[:limit]
-        n = len(datagrams)
-        for i, (data, addr) in enumerate(datagrams):
-            under_load = dev.load.check(n - i, now)
-            if under_load != self._under_load:
-                self._under_load = under_load
-                out.events.append(LoadChanged(under_load))
+        items = dev.table.take_handshakes(limit)
+        for data, addr in items:
             try:
-                self._one(bytes(data), addr, now, under_load, out)
+                self._one(data, addr, now, out)
             except Exception:       # a message must never take the device down
                 dev.drop("internal_error")
+        self.note_load(now, out)
+        return len(items)
 
-    def _one(self, data, addr, now, under_load, out):
-        n = len(data)
+    def note_load(self, now: float, out) -> None:
+        """The table's under-load state, as an event when it changes."""
+        self.waiting, under_load = self.dev.table.handshakes_waiting(now)
+        if under_load != self._under_load:
+            self._under_load = under_load
+            out.events.append(LoadChanged(under_load))
+
+    def _one(self, data, addr, now, out):
         head = data[:4]
-        if head == HDR_INITIATION and n == INITIATION_LEN:
-            self._initiation(data, addr, now, under_load, out)
-        elif head == HDR_RESPONSE and n == RESPONSE_LEN:
-            self._response(data, addr, now, under_load, out)
-        elif head == HDR_COOKIE_REPLY and n == COOKIE_REPLY_LEN:
+        if head == HDR_INITIATION:
+            self._initiation(data, addr, now, out)
+        elif head == HDR_RESPONSE:
+            self._response(data, addr, now, out)
+        elif head == HDR_COOKIE_REPLY:
             self._cookie_reply(data, now, out)
-        else:
+        else:                       # the table queues nothing else
             self.dev.drop("malformed")
 
-    def _dos_check(self, data, mac1_off, sender_index, addr, now, under_load, out) -> bool:
-        """mac1, and under load mac2 and the rate limit; False: dropped."""
-        dev = self.dev
-        if dev.static_private is None:
-            dev.drop("unknown_peer")
-            return False
-        if not dev.checker.check_mac1(data, mac1_off):
-            dev.drop("bad_mac1")
-            return False
-        if under_load:
-            src = addr_bytes(addr)
-            if not dev.checker.check_mac2(data, mac1_off, src, now):
-                out.datagrams.append((dev.checker.make_reply(data, mac1_off, sender_index, src, now), addr))
-                dev.drop("cookie_sent")
-                return False
-            if not dev.ratelimiter.allow(addr_host(addr), now):
-                dev.drop("rate_limited")
-                return False
-        return True
-
-    def _initiation(self, data, addr, now, under_load, out):
+    def _initiation(self, data, addr, now, out):
         dev = self.dev
         msg = parse_initiation(data)
-        if not self._dos_check(data, INIT_MAC1[0], msg.sender, addr, now, under_load, out):
+        if dev.static_private is None:      # cleared since the message was queued
+            dev.drop("unknown_peer")
             return
         try:
             ss, static = wg_begin_consume_initiation(dev.crypto, bytes(dev.static_private),
@@ -171,10 +153,11 @@ class Handshakes:
         t.event(peer, "traversal", now)
         t.event(peer, "authenticated_sent", now)
 
-    def _response(self, data, addr, now, under_load, out):
+    def _response(self, data, addr, now, out):
         dev = self.dev
         msg = parse_response(data)
-        if not self._dos_check(data, RESP_MAC1[0], msg.sender, addr, now, under_load, out):
+        if dev.static_private is None:
+            dev.drop("unknown_peer")
             return
         pid = dev.table.index_peer(msg.receiver)
         peer = dev.by_pid.get(pid) if pid is not None else None

@@ -28,7 +28,7 @@ COOKIE_SECRET_MAX_AGE = 120.0
 COOKIE_SECRET_LATENCY = 5.0
 INITIATIONS_PER_SECOND = 50
 MAX_STAGED_PACKETS = 128          # per peer, waiting for a handshake (wireguard-go)
-HANDSHAKE_QUEUE_SIZE = 1024       # handshake messages taken in one call (wireguard-go)
+HANDSHAKE_QUEUE_SIZE = 1024       # the session table's handshake queue (wireguard-go's)
 UNDER_LOAD_AFTER_TIME = 1.0
 
 

@@ -3,7 +3,9 @@ owns it.
 
 The session table is the one place that holds each session's keys, sending
 counter, replay window and birth time, the padding rule and message limits,
-each peer's endpoint and the AllowedIPs routing table.  The protocol core
+each peer's endpoint and the AllowedIPs routing table, and for handshake
+messages the cookie secret, the under-load state, the per-source rate
+limiter and the bounded handshake queue.  The protocol core
 (vpncrypt.protocol) drives it through this interface and keeps no copy:
 
     table = new_table("native" | "pynacl", TableConfig(...))
@@ -23,7 +25,15 @@ each peer's endpoint and the AllowedIPs routing table.  The protocol core
         routes(id, text=False) -> [ip_network] (or [str]); lookup(address) -> id | None
     table.stats(id, now) -> PeerStats; drops() -> {reason: n}
     table.open([(datagram, addr)], now) -> OpenResult
+        transport data opened; every other datagram gets the cheap checks of
+        a handshake message (sizes, mac1, under load mac2 with a cookie reply
+        in OpenResult.replies and the per-source rate limit) and what passes
+        waits in the handshake queue (OpenResult.queued)
     table.seal([packet], now, peer=None) -> SealResult
+    table.set_public_key(public | None)    mac1 and cookie replies are keyed by it
+    table.seed(32 bytes)    the cookie generator (seeded from the system otherwise)
+    table.take_handshakes(limit) -> [(message, addr)], newest first
+    table.handshakes_waiting(now) -> (how many wait, under load)
 
 A sending counter only ever moves forward: nothing can set it.  Two backends
 make the same decisions on the same input: "native" (native/wg_*.c; also a

@@ -14,6 +14,14 @@ class TableConfig:
     reject_after_messages: int = 2 ** 64 - 2 ** 13 - 1
     rekey_after_messages: int = 2 ** 60
     mtu: int = 1420                           # the padding cap (0: none)
+    # handshake messages (wireguard-go's values; see native/vc_wg.h)
+    handshake_queue: int = 1024               # messages waiting for the protocol core at most
+    under_load_depth: int = 128               # this many waiting put the device under load
+    under_load_hold: float = 1.0              # ... until this long after the last time it was so
+    cookie_secret_age: float = 120.0          # the cookie secret is replaced at this age
+    ratelimit_rate: float = 20.0              # under load: messages per second per source address
+    ratelimit_burst: int = 5
+    ratelimit_sources: int = 65536            # source addresses the limiter tracks at most
 
     def __post_init__(self):
         for name in ("reject_after_time", "rekey_after_time", "rekey_on_receive_age"):
@@ -23,6 +31,15 @@ class TableConfig:
             raise ValueError("message limits must be in (0, 2^64)")
         if not 0 <= self.mtu <= 65535:
             raise ValueError("mtu must be in 0..65535")
+        if not 1 <= self.handshake_queue <= 65536 or self.under_load_depth < 1:
+            raise ValueError("handshake_queue must be in 1..65536 and under_load_depth >= 1")
+        if not 1 <= self.ratelimit_sources <= 1 << 24:
+            raise ValueError("ratelimit_sources must be in 1..2^24")
+        for name in ("under_load_hold", "cookie_secret_age", "ratelimit_rate"):
+            if not 0 < getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be > 0")
+        if not 1 <= self.ratelimit_burst < float("inf"):
+            raise ValueError("ratelimit_burst must be >= 1")
 
 
 class Touch(NamedTuple):
@@ -38,7 +55,8 @@ class Touch(NamedTuple):
 class OpenResult:
     status: list            # per datagram
     packets: list           # inner packets to deliver, in order (bytes)
-    other: list             # indices of the datagrams that are not transport data
+    replies: list           # [(cookie reply bytes, endpoint)] made under load
+    queued: int             # handshake messages that went into the handshake queue
     touched: list           # [Touch]
 
 

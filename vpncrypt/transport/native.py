@@ -4,6 +4,7 @@ wg_data.c) behind the interface of vpncrypt.transport.
 Two ways in: the list form (``open``/``seal`` on bytes, as the reference
 table) for the protocol core's own traffic and for tests, and ``Batch``, the
 zero-copy form the data plane uses on its receive and send slabs."""
+import dataclasses
 import ipaddress
 import socket
 
@@ -19,13 +20,10 @@ _ROUTE_ENTRY = 18       # vc_wg_route_list: family, cidr, 16 address bytes
 
 
 def _c_config(config: TableConfig):
+    """The C struct: every field of TableConfig has one of the same name."""
     c = ffi.new("vc_wg_config *")
-    c.reject_after_time = config.reject_after_time
-    c.rekey_after_time = config.rekey_after_time
-    c.rekey_on_receive_age = config.rekey_on_receive_age
-    c.reject_after_messages = config.reject_after_messages
-    c.rekey_after_messages = config.rekey_after_messages
-    c.mtu = config.mtu
+    for f in dataclasses.fields(config):
+        setattr(c, f.name, getattr(config, f.name))
     return c
 
 
@@ -36,10 +34,12 @@ def _touches(arr, n):
 class Batch:
     """Preallocated arrays for batch calls of up to `capacity` messages.
 
-    open(slab, off, lens, ep, n, now) -> (delivered, n_other): the inner
-    packets are slab[deliver_off[i]:+deliver_len[i]] for i < delivered,
-    other[0..n_other) the indices of datagrams for the protocol core, and
-    touches() what happened to each peer.
+    open(slab, off, lens, ep, n, now) -> (delivered, n_reply): the inner
+    packets are slab[deliver_off[i]:+deliver_len[i]] for i < delivered; the
+    cookie replies made under load are sent like sealed messages (tx_slab,
+    tx_off, tx_len[j], tx_ep[j] for j < n_reply); n_queued says how many
+    handshake messages went into the table's handshake queue, and touches()
+    what happened to each peer.
     seal(slab, off, lens, n, now, peer=-1) -> sealed: message j is
     tx_slab[j * stride:+tx_len[j]] for tx_ep[j]; status[i] says what became of
     packet i (NO_KEY: the caller queues it for a handshake)."""
@@ -51,29 +51,31 @@ class Batch:
             raise ValueError("stride too small")
         self.table = table
         self.capacity = capacity
-        self.stride = (stride + 63) & ~63
+        self.stride = (max(stride, S.COOKIE_REPLY_LEN) + 63) & ~63
         self.status = ffi.new("int32_t[]", capacity)
         self.peer_of = ffi.new("int32_t[]", capacity)
         self.deliver_off = ffi.new("uint32_t[]", capacity)
         self.deliver_len = ffi.new("uint32_t[]", capacity)
-        self.other = ffi.new("uint32_t[]", capacity)
         self.touched = ffi.new("vc_wg_touch[]", capacity)
         self.tx_slab = ffi.new("uint8_t[]", capacity * self.stride)
         self.tx_off = ffi.new("uint32_t[]", [i * self.stride for i in range(capacity)])
         self.tx_len = ffi.new("uint32_t[]", capacity)
         self.tx_ep = ffi.new("vc_endpoint[]", capacity)
-        self._n_other = ffi.new("size_t *")
+        self._n_reply = ffi.new("size_t *")
+        self._n_queued = ffi.new("size_t *")
         self._n_touched = ffi.new("size_t *")
         self.n_touched = 0
+        self.n_queued = 0
         self._make_calls()
 
     def _make_calls(self):
         """open() and seal() as closures over the arrays: the data plane
         calls them once per batch, so their Python cost is kept to a call."""
-        ptr, cap, fail, nt, no = self.table.ptr, self.capacity, _FAIL, self._n_touched, self._n_other
+        ptr, cap, fail, nt, nr, nq = (self.table.ptr, self.capacity, _FAIL, self._n_touched,
+                                      self._n_reply, self._n_queued)
         status, touched = self.status, self.touched
         open_batch, seal_batch = lib.vc_wg_open_batch, lib.vc_wg_seal_batch
-        d_off, d_len, other = self.deliver_off, self.deliver_len, self.other
+        d_off, d_len = self.deliver_off, self.deliver_len
         tx_slab, stride, tx_len, tx_ep, peer_of = (self.tx_slab, self.stride, self.tx_len,
                                                    self.tx_ep, self.peer_of)
         batch = self
@@ -81,12 +83,13 @@ class Batch:
         def open_(slab, off, lens, ep, n: int, now: float):
             if not 0 <= n <= cap:
                 raise ValueError(f"{n} messages do not fit a batch of {cap}")
-            got = open_batch(ptr, slab, off, lens, ep, n, now, status, d_off, d_len, other, no,
-                             touched, cap, nt)
+            got = open_batch(ptr, slab, off, lens, ep, n, now, status, d_off, d_len, tx_slab, stride,
+                             tx_len, tx_ep, nr, nq, touched, cap, nt)
             if got == fail:
                 raise ValueError("vc_wg_open_batch refused the batch")
             batch.n_touched = nt[0]
-            return got, no[0]
+            batch.n_queued = nq[0]
+            return got, nr[0]
 
         def seal(slab, off, lens, n: int, now: float, peer: int = -1) -> int:
             if not 0 <= n <= cap:
@@ -119,6 +122,8 @@ class NativeTable:
         self._ep = ffi.new("vc_endpoint *")
         self._list_batch = None
         self._route_buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * 64)
+        self._hs_cap = 0
+        self._under_load = ffi.new("int32_t *")
 
     def batch(self, capacity: int, stride: int) -> Batch:
         return Batch(self, capacity, stride)
@@ -135,6 +140,37 @@ class NativeTable:
 
     def clock_offset(self) -> float:
         return lib.vc_wg_clock_offset(self.ptr)
+
+    # ------------------------------------------------------------ handshake messages
+
+    def set_public_key(self, public_key: bytes | None) -> None:
+        if public_key is not None and len(public_key) != 32:
+            raise ValueError("a public key is 32 bytes")
+        lib.vc_wg_set_public_key(self.ptr, ffi.NULL if public_key is None else bytes(public_key))
+
+    def seed(self, seed: bytes) -> None:
+        if len(seed) != 32:
+            raise ValueError("the seed is 32 bytes")
+        lib.vc_wg_seed(self.ptr, bytes(seed))
+
+    def take_handshakes(self, limit: int) -> list:
+        """Up to `limit` queued handshake messages, newest first: [(bytes, addr)]."""
+        if limit <= 0:
+            return []
+        if limit > self._hs_cap:
+            self._hs_cap = limit
+            self._hs_buf = ffi.new("uint8_t[]", limit * S.HANDSHAKE_MAX)
+            self._hs_len = ffi.new("uint32_t[]", limit)
+            self._hs_ep = ffi.new("vc_endpoint[]", limit)
+        buf, lens, eps = self._hs_buf, self._hs_len, self._hs_ep
+        n = lib.vc_wg_handshakes_take(self.ptr, buf, lens, eps, limit)
+        return [(ffi.buffer(buf + i * S.HANDSHAKE_MAX, lens[i])[:], endpoint_to_addr(eps + i))
+                for i in range(n)]
+
+    def handshakes_waiting(self, now: float) -> tuple[int, bool]:
+        """(messages in the handshake queue, under load at now)."""
+        n = lib.vc_wg_handshakes_waiting(self.ptr, now, self._under_load)
+        return n, bool(self._under_load[0])
 
     # ------------------------------------------------------------ peers
 
@@ -280,8 +316,7 @@ class NativeTable:
             yield items[i:i + MAX_BATCH]
 
     def open(self, datagrams, now: float) -> OpenResult:
-        res = OpenResult([], [], [], [])
-        base = 0
+        res = OpenResult([], [], [], 0, [])
         for chunk in self._chunks(list(datagrams)):
             n = len(chunk)
             b = self._batch_for(n)
@@ -296,13 +331,14 @@ class NativeTable:
                 off[i], lens[i] = pos, len(d)
                 endpoint_from_addr(addr, eps + i)
                 pos += len(d)
-            delivered, n_other = b.open(slab, off, lens, eps, n, now)
+            delivered, n_reply = b.open(slab, off, lens, eps, n, now)
             res.status.extend(b.status[i] for i in range(n))
             res.packets.extend(ffi.buffer(slab + b.deliver_off[i], b.deliver_len[i])[:]
                                for i in range(delivered))
-            res.other.extend(base + b.other[i] for i in range(n_other))
+            res.replies.extend((ffi.buffer(b.tx_slab + j * b.stride, b.tx_len[j])[:],
+                                endpoint_to_addr(b.tx_ep + j)) for j in range(n_reply))
+            res.queued += b.n_queued
             res.touched.extend(b.touches())
-            base += n
         return res
 
     def seal(self, packets, now: float, peer: int | None = None) -> SealResult:

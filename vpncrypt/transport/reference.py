@@ -7,6 +7,7 @@ import math
 
 from vpncrypt.crypto import get_backend
 from vpncrypt.transport import status as S
+from vpncrypt.transport.admission import Admission
 from vpncrypt.transport.model import KeypairInfo, OpenResult, PeerStats, SealResult, TableConfig, Touch
 from vpncrypt.transport.packets import inner_address, padded_length
 from vpncrypt.transport.replay import ReplayWindow
@@ -65,10 +66,13 @@ class ReferenceTable:
         self._offset = 0.0
         self._last = -math.inf
         self._drops = dict.fromkeys(S.DROP_NAMES.values(), 0)
+        self._admission = Admission(self.config, self.crypto, self._index_kind,
+                                    lambda code: self._drop(None, code))
 
     # ------------------------------------------------------------ config, clock
 
     def configure(self, config: TableConfig) -> None:
+        self._admission.configure(config)
         self.config = config
 
     def clock(self, now: float) -> float:
@@ -82,6 +86,28 @@ class ReferenceTable:
 
     def clock_offset(self) -> float:
         return self._offset
+
+    # ------------------------------------------------------------ handshake messages
+
+    def set_public_key(self, public_key: bytes | None) -> None:
+        if public_key is not None and len(public_key) != 32:
+            raise ValueError("a public key is 32 bytes")
+        self._admission.set_public_key(public_key)
+
+    def seed(self, seed: bytes) -> None:
+        if len(seed) != 32:
+            raise ValueError("the seed is 32 bytes")
+        self._admission.seed(seed)
+
+    def take_handshakes(self, limit: int) -> list:
+        return self._admission.take(limit)
+
+    def handshakes_waiting(self, now: float) -> tuple[int, bool]:
+        return self._admission.waiting(now)
+
+    def _index_kind(self, index: int):
+        entry = self._index.get(index)
+        return None if entry is None else entry[0]
 
     # ------------------------------------------------------------ peers
 
@@ -330,14 +356,19 @@ class ReferenceTable:
     def open(self, datagrams, now: float) -> OpenResult:
         tnow = now
         cfg = self.config
-        status, packets, other = [], [], []
+        status, packets, replies = [], [], []
+        queued = 0
         touched, order, last_ep = {}, [], {}
-        for i, (data, addr) in enumerate(datagrams):
+        for data, addr in datagrams:
             data = bytes(data)
             n = len(data)
             if n < 4 or data[:4] != _TYPE4:
-                status.append(S.NOT_DATA)
-                other.append(i)
+                st = self._admission.admit(data, addr, tnow, replies)
+                status.append(st)
+                if st == S.HANDSHAKE:
+                    queued += 1
+                else:
+                    self._drop(None, st)
                 continue
             p = None
             if n < S.OVERHEAD:
@@ -366,7 +397,7 @@ class ReferenceTable:
                 p.endpoint = last_ep[pid]
                 flags |= S.EV_ROAMED
             out.append(Touch(pid, flags, msgs, wire))
-        return OpenResult(status, packets, other, out)
+        return OpenResult(status, packets, replies, queued, out)
 
     def _open_one(self, kp, p, c, data, addr, tnow, cfg, touched, order, last_ep, packets) -> int:
         if tnow - kp.born >= cfg.reject_after_time:

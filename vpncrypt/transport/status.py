@@ -2,7 +2,7 @@
 batch touched.  The numbers are native/vc_wg.h's; both backends use them."""
 
 OK = 0
-NOT_DATA = 1        # not a transport message: for the protocol core
+HANDSHAKE = 1       # a handshake message that passed the cheap checks: queued
 KEEPALIVE = 2       # authenticated and empty
 UNKNOWN_INDEX = 3
 MALFORMED = 4
@@ -14,13 +14,20 @@ NO_KEY = 9          # outgoing: no usable sending key: queue it, start a handsha
 EXPIRED = 10        # incoming: the receiving keypair is past REJECT_AFTER_TIME
 NO_ENDPOINT = 11    # outgoing: the peer has no endpoint
 TOO_BIG = 12        # outgoing: the sealed message would not fit its slot
-STATUS_COUNT = 13
+BAD_MAC1 = 13       # an initiation or response whose mac1 is not for our key
+COOKIE_SENT = 14    # under load without a valid mac2: answered with a cookie reply
+RATE_LIMITED = 15   # under load, over its source address's rate
+QUEUE_FULL = 16     # counts the oldest queued handshake message, dropped for a new one
+UNKNOWN_PEER = 17   # an initiation or response while the device has no private key
+STATUS_COUNT = 18
 
 # Drop counters by status (the statuses that are drops).
 DROP_NAMES = {
     UNKNOWN_INDEX: "unknown_index", MALFORMED: "malformed", BAD_TAG: "bad_tag",
     REPLAY: "replay", NOT_ALLOWED: "source_not_allowed", NO_ROUTE: "no_route",
     EXPIRED: "expired", NO_ENDPOINT: "no_endpoint", TOO_BIG: "too_big",
+    BAD_MAC1: "bad_mac1", COOKIE_SENT: "cookie_sent", RATE_LIMITED: "rate_limited",
+    QUEUE_FULL: "handshake_queue_full", UNKNOWN_PEER: "unknown_peer",
 }
 DROP_CODES = {name: code for code, name in DROP_NAMES.items()}
 
@@ -41,4 +48,6 @@ EV_ROUTINE = EV_AUTH | EV_DATA | EV_SENT | EV_DATA_SENT
 WINDOW = 8128           # replay window: counters this far behind the greatest are still checked
 HEADER = 16
 OVERHEAD = 32           # header + tag
+HANDSHAKE_MAX = 148     # the largest handshake message (an initiation)
+COOKIE_REPLY_LEN = 64
 LIST_SLOT = 65536 + 64   # the largest sealed message the list-form calls make (any IP packet fits)
