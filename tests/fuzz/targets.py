@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import ipaddress
 import logging
 import random
@@ -145,9 +146,12 @@ class World:
     # -- moving datagrams
 
     def force_load(self, on) -> None:
-        """B under load from now on (True), never unless its queue is deep
-        (False/None).  (The detector's own state: no knob in the Device.)"""
-        self.b.load.until = float("inf") if on else float("-inf")
+        """B under load from now on (True: one waiting message is a deep
+        queue), else only when its queue is deep (False/None; a load that
+        began lasts its second).  The load state is the session table's."""
+        t = self.b.table
+        depth = 1 if on else self.b.config.under_load_queue_depth
+        t.configure(dataclasses.replace(t.config, under_load_depth=depth))
 
     def _check_output(self, side: str, out) -> None:
         check(isinstance(out, Output), f"{side}: receive returned {type(out).__name__}")
