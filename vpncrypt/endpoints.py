@@ -66,10 +66,18 @@ def _is_v6(host: str) -> bool:
         return False
 
 
+MAX_SCOPE_ID = 0xFFFFFFFF      # sin6_scope_id is a 32-bit field (RFC 3493, 3.3)
+
+
 def zone_index(zone: str) -> int:
     """The interface index a zone names: a number, or an interface name.
-    Raises OSError(EADDRNOTAVAIL) for a name no interface has."""
+    Raises OSError(EINVAL) for a number no scope id can hold (over 32
+    bits), OSError(EADDRNOTAVAIL) for a name no interface has."""
     if zone.isascii() and zone.isdigit():
+        # no int() of an unbounded string: 30 digits are already out of range
+        if len(zone.lstrip("0")) > 10 or int(zone) > MAX_SCOPE_ID:
+            raise OSError(errno.EINVAL, f"zone {zone[:20]!r} is out of range (a scope id "
+                          "is 0-4294967295)")
         return int(zone)
     try:
         return socket.if_nametoindex(zone)
@@ -200,6 +208,8 @@ def pack_endpoint(addr) -> bytes:
     scope = addr[3] if len(addr) >= 4 else 0
     if not 0 <= port <= 0xFFFF:
         raise ValueError(f"port out of range: {port}")
+    if not 0 <= scope <= MAX_SCOPE_ID:
+        raise ValueError(f"scope id out of range: {scope}")
     try:
         raw = socket.inet_pton(socket.AF_INET, host)
         return _HEAD.pack(4, 0, port, 0) + raw + b"\0" * 12
@@ -207,7 +217,7 @@ def pack_endpoint(addr) -> bytes:
         pass
     if "%" in host:
         host, _, ifname = host.partition("%")
-        scope = zone_index(ifname)
+        scope = zone_index(ifname)      # OSError, as inet_pton's below
     raw = socket.inet_pton(socket.AF_INET6, host)       # OSError if not an IP literal
     if raw[:12] == _V4MAPPED:
         return _HEAD.pack(4, 0, port, 0) + raw[12:] + b"\0" * 12

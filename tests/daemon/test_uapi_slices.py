@@ -1,0 +1,292 @@
+"""Big UAPI requests never hold the event loop, which carries the data plane
+(issue 17, F4): a set=1 body is parsed on a worker thread and applied in
+slices, a get=1 answer is read and written in slices; requests stay one at a
+time, so another client sees a request whole or not at all, and the answers
+are what they were.  The debug trace of one request costs what the request
+holds, not what the peers already have.
+
+The slices are counted here, never timed: each server runs with
+slice_seconds=0, so it lets the loop run after every piece of work.  How
+long the loop is held is measured by the benchmark (python3 -m
+vpncrypt.bench.uapi)."""
+import asyncio
+import errno
+import ipaddress
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import threading
+
+import pytest
+
+from tests.daemon.fakes import FakeControl, StubHost
+from vpncrypt.daemon import uapi
+from vpncrypt.daemon.adapter import DeviceControl
+from vpncrypt.daemon.control import ControlError, InterfaceSnapshot, PeerSnapshot
+from vpncrypt.daemon.uapiclient import parse_get, read_answer, request
+from vpncrypt.protocol import keys
+
+PRIV = bytes(range(1, 33))
+PSK = bytes([0x42] * 32)
+
+
+def _pub(n: int) -> bytes:
+    return keys.public_from_private(bytes([5, n % 256, n // 256 % 256, n // 65536] + [5] * 28))
+
+
+@pytest.fixture
+def host():
+    h = StubHost(PRIV)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+@pytest.fixture
+def served(loop_thread, host, tmp_path):
+    """A UAPI server over a real Device that lets the loop run after every
+    piece of work (slice_seconds=0)."""
+    path = str(tmp_path / "slices.sock")
+    control = DeviceControl(host)
+    server = loop_thread.run(uapi.start_uapi_server(path, control))
+    server.slice_seconds = 0.0
+
+    async def stop():
+        server.close()
+        await server.wait_closed()
+    try:
+        yield path, control, server
+    finally:
+        loop_thread.run(stop())
+
+
+def _nets(n, base=10):
+    return [f"{base}.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}/32" for i in range(n)]
+
+
+# ---------------------------------------------------------------- set=1
+
+def test_set_is_applied_in_slices_and_whole_to_other_clients(served, host):
+    path, control, server = served
+    big = _pub(1)
+    n = 12_000                         # a dozen steps of the table's work at least
+    body = f"set=1\npublic_key={big.hex()}\n" + "".join(f"allowed_ip={a}\n" for a in _nets(n))
+    body += f"public_key={_pub(2).hex()}\nallowed_ip=192.168.0.0/16\n"
+    before = request(path, "get=1")
+    answers, done = [], threading.Event()
+
+    def reader():
+        while not done.is_set():
+            answers.append(request(path, "get=1", timeout=30))
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        assert request(path, body, timeout=60) == "errno=0\n\n"
+    finally:
+        done.set()
+        t.join(30)
+    after = request(path, "get=1")
+    assert len(parse_get(after)["peers"]) == 2
+    assert len(parse_get(after)["peers"][0]["allowed_ips"]) == n
+    # every answer read meanwhile is the device before or after, never between
+    assert answers and set(answers) <= {before, after}
+    assert server.yields >= n // 1024          # the loop ran between the pieces
+
+
+def test_set_is_parsed_off_the_event_loop(served, loop_thread, monkeypatch):
+    path, _, _ = served
+    threads = []
+    real = uapi.parse_set
+
+    def parse(text):
+        threads.append(threading.get_ident())
+        return real(text)
+    monkeypatch.setattr(uapi, "parse_set", parse)
+    assert request(path, f"set=1\npublic_key={_pub(3).hex()}\n") == "errno=0\n\n"
+    assert threads and loop_thread.thread.ident not in threads
+
+
+def test_a_refused_set_changes_nothing_even_after_slices(served, host):
+    # the last line is wrong: nothing of the 5,000 networks before it is applied
+    path, _, _ = served
+    body = (f"set=1\npublic_key={_pub(4).hex()}\n"
+            + "".join(f"allowed_ip={a}\n" for a in _nets(5000)) + "allowed_ip=10.0.0.0/33\n")
+    assert request(path, body) == "errno=-22\n\n"
+    assert host.device.peers == {}
+
+
+def test_reload_waits_for_another_time_while_a_request_is_applied(host):
+    """daemon.reload() calls apply_operations on the loop: between two slices
+    of a UAPI request it is refused (EBUSY), not mixed into it."""
+    control = DeviceControl(host)
+    seen = []
+
+    class Probe(DeviceControl):
+        def upsert_peer_steps(self, update):
+            for step in super().upsert_peer_steps(update):
+                try:
+                    uapi.apply_operations([], self)
+                except ControlError as e:
+                    seen.append(e.errno)
+                yield step
+    probe = Probe(host)
+    ops = uapi.prepare_operations(uapi.parse_set(
+        f"public_key={_pub(5).hex()}\n" + "".join(f"allowed_ip={a}\n" for a in _nets(3000))), probe)
+    asyncio.run(uapi.apply_operations_async(ops, probe, slice_seconds=0.0))
+    assert seen and set(seen) == {errno.EBUSY}
+    assert not probe.busy and not control.busy
+    uapi.apply_operations([], probe)           # and accepted again once done
+
+
+# ---------------------------------------------------------------- the debug trace
+
+class _CountingRoutes:
+    """Counts the allowed IPs the table lists (what the trace reads)."""
+
+    def __init__(self, table):
+        self.listed = 0
+        self._routes = table.routes
+
+    def __call__(self, pid, **kw):
+        out = self._routes(pid, **kw)
+        self.listed += len(out)
+        return out
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["append", "replace"])
+def test_debug_trace_of_repeated_blocks_is_linear(host, caplog, replace):
+    """2,000, 4,000 and 8,000 blocks `public_key=X allowed_ip=...` took 5.4,
+    20.5 and 78 s at debug level: each block listed all the peer had.  Now
+    a block reads at most what it replaces."""
+    control = DeviceControl(host)
+    pub, n = _pub(6), 400
+    counter = host.device.table.routes = _CountingRoutes(host.device.table)
+    extra = "replace_allowed_ips=true\n" if replace else ""
+    body = f"public_key={pub.hex()}\n" + "".join(
+        f"public_key={pub.hex()}\n{extra}allowed_ip={a}\n" for a in _nets(n))
+    with caplog.at_level(logging.DEBUG, logger="vpncrypt.daemon"):
+        assert uapi.handle_request("set=1", body, control) == b"errno=0\n\n"
+    assert counter.listed <= 2 * n, counter.listed   # was about n * n
+    lines = [r.getMessage() for r in caplog.records if "allowed IPs" in r.getMessage()]
+    if replace:
+        assert len(host.device.peers[pub].allowed_ips) == 1
+        assert lines[-1].endswith(f"allowed IPs {_nets(n)[-1]}")
+    else:
+        assert len(host.device.peers[pub].allowed_ips) == n
+        assert lines[-1].endswith(f"allowed IPs added: {_nets(n)[-1]}")
+    assert len(lines) == n                     # one for each block
+
+
+def test_debug_trace_shows_twenty_and_a_count(host, caplog):
+    control = DeviceControl(host)
+    pub = _pub(7)
+    uapi.handle_request("set=1", f"public_key={pub.hex()}\nallowed_ip=10.9.0.0/16\n", control)
+    body = (f"public_key={pub.hex()}\nreplace_allowed_ips=true\n"
+            + "".join(f"allowed_ip={a}\n" for a in reversed(_nets(30))))
+    with caplog.at_level(logging.DEBUG, logger="vpncrypt.daemon"):
+        assert uapi.handle_request("set=1", body, control) == b"errno=0\n\n"
+    line = next(r.getMessage() for r in caplog.records if "allowed IPs" in r.getMessage())
+    shown = sorted(_nets(30))[:20]
+    assert line.endswith("allowed IPs " + ", ".join(shown) + ", ... (30 in all)"), line
+
+
+# ---------------------------------------------------------------- get=1
+
+def _expected_get(dev, listen_port) -> str:
+    """The answer as the table and the peers hold it, written out here."""
+    out = [f"private_key={dev.private_key.hex()}", f"listen_port={listen_port}"]
+    for p in dev.peers.values():
+        st = p.stats(0.0)
+        out.append(f"public_key={p.public_key.hex()}")
+        if p.preshared_key:
+            out.append(f"preshared_key={p.preshared_key.hex()}")
+        out.append("protocol_version=1")
+        if st.endpoint is not None:
+            host, port = st.endpoint[0], st.endpoint[1]
+            scope = st.endpoint[3] if len(st.endpoint) > 3 else 0
+            if ":" in host:
+                host = f"[{host}%{scope}]" if scope else f"[{host}]"
+            out.append(f"endpoint={host}:{port}")
+        out += ["last_handshake_time_sec=0", "last_handshake_time_nsec=0", "tx_bytes=0",
+                "rx_bytes=0", f"persistent_keepalive_interval={p.persistent_keepalive}"]
+        out += [f"allowed_ip={a}" for a in dev.table.routes(p.pid, text=True)]
+    return "\n".join(out) + "\nerrno=0\n\n"
+
+
+def _fill(dev, peers=300, big=5000):
+    lo = socket.if_nametoindex("lo")
+    for i in range(peers):
+        ep = (("192.0.2.9", 1000 + i) if i % 3 == 0 else
+              ("2001:db8::9", 2000 + i) if i % 3 == 1 else ("fe80::9", 3000 + i, 0, lo))
+        dev.add_peer(_pub(100 + i), preshared_key=PSK if i % 2 else None,
+                     allowed_ips=[ipaddress.ip_network(f"10.200.{i // 256}.{i % 256}/32"),
+                                  ipaddress.ip_network(f"fd00::{i:x}/128")],
+                     endpoint=ep, persistent_keepalive=i % 30)
+    nets = [ipaddress.ip_network(a) for a in _nets(big // 2, base=11)]
+    nets += [ipaddress.ip_network(f"fd01::{i:x}:0/112") for i in range(big - big // 2)]
+    dev.add_peer(_pub(99), allowed_ips=nets)
+
+
+def test_get_in_slices_is_the_device(served, host):
+    path, control, server = served
+    _fill(host.device)
+    yields = server.yields
+    answer = request(path, "get=1", timeout=60)
+    assert answer == _expected_get(host.device, host.listen_port)
+    assert answer == uapi.handle_request("get=1", "", control).decode()
+    assert server.yields - yields >= 5000 // 1024     # the big peer alone takes several
+    dev = parse_get(answer)
+    assert len(dev["peers"]) == 301 and len(dev["peers"][-1]["allowed_ips"]) == 5000
+
+
+def test_wg_reads_an_answer_written_in_slices(loop_thread, host, wg_tool):
+    assert os.geteuid() == 0, "the UAPI tests need root to create /var/run/wireguard"
+    name = "vct" + secrets.token_hex(4)
+    path = uapi.socket_path(name)
+    server = loop_thread.run(uapi.start_uapi_server(path, DeviceControl(host)))
+    server.slice_seconds = 0.0
+
+    async def stop():
+        server.close()
+        await server.wait_closed()
+    try:
+        _fill(host.device)
+        dump = subprocess.run([wg_tool, "show", name, "dump"], capture_output=True, text=True,
+                              timeout=60)
+        assert dump.returncode == 0, dump.stderr
+        rows = dump.stdout.splitlines()
+        assert len(rows) == 1 + 301
+        big = next(r for r in rows if r.startswith(keys.encode(_pub(99))))
+        assert len(big.split("\t")[3].split(",")) == 5000
+    finally:
+        loop_thread.run(stop())
+
+
+def test_a_get_that_fails_midway_ends_in_its_errno(loop_thread, tmp_path):
+    """Lines already written, then the device fails: the answer ends in
+    errno=-5 (the client sees the request fail), with no blank line before."""
+    class Failing(FakeControl):
+        def snapshot_parts(self, *, counters=True):
+            yield InterfaceSnapshot(listen_port=7)
+            yield [PeerSnapshot(public_key=bytes(32))]
+            raise RuntimeError("the device went away")
+    path = str(tmp_path / "f.sock")
+    server = loop_thread.run(uapi.start_uapi_server(path, Failing()))
+    server.slice_seconds = 0.0
+
+    async def stop():
+        server.close()
+        await server.wait_closed()
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(10)
+            s.connect(path)
+            s.sendall(b"get=1\n\n")
+            answer = read_answer(s)
+        assert answer.startswith(b"listen_port=7\npublic_key=" + b"00" * 32 + b"\n")
+        assert answer.endswith(b"\nerrno=-5\n\n") and answer.count(b"\n\n") == 1
+    finally:
+        loop_thread.run(stop())
