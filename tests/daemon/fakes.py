@@ -1,6 +1,8 @@
-"""An in-memory Control for UAPI tests: records every call."""
+"""An in-memory Control for UAPI tests (records every call), a stand-in for
+the daemon over a real Device, and a UAPI server for a test's duration."""
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 
 from vpncrypt.daemon.control import Control, InterfaceSnapshot, PeerSnapshot
@@ -120,3 +122,31 @@ class StubHost:
 
     def close(self):
         self.sock.close()
+
+
+@contextlib.contextmanager
+def stub_host(private_key: bytes, v6: bool = True):
+    host = StubHost(private_key, v6=v6)
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+@contextlib.contextmanager
+def uapi_server(loop_thread, path: str, control, slice_seconds=None):
+    """A UAPI server on `path` over `control`, on the test's loop thread;
+    closed (and its socket removed) at the end.  slice_seconds=0: it lets
+    the loop run after every piece of work."""
+    from vpncrypt.daemon.uapi import start_uapi_server
+    server = loop_thread.run(start_uapi_server(path, control))
+    if slice_seconds is not None:
+        server.slice_seconds = slice_seconds
+
+    async def stop():
+        server.close()
+        await server.wait_closed()
+    try:
+        yield server
+    finally:
+        loop_thread.run(stop())

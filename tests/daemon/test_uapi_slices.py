@@ -21,7 +21,7 @@ import threading
 
 import pytest
 
-from tests.daemon.fakes import FakeControl, StubHost
+from tests.daemon.fakes import FakeControl, stub_host, uapi_server
 from vpncrypt.daemon import uapi
 from vpncrypt.daemon.adapter import DeviceControl
 from vpncrypt.daemon.control import ControlError, InterfaceSnapshot, PeerSnapshot
@@ -38,11 +38,8 @@ def _pub(n: int) -> bytes:
 
 @pytest.fixture
 def host():
-    h = StubHost(PRIV)
-    try:
+    with stub_host(PRIV) as h:
         yield h
-    finally:
-        h.close()
 
 
 @pytest.fixture
@@ -51,16 +48,8 @@ def served(loop_thread, host, tmp_path):
     piece of work (slice_seconds=0)."""
     path = str(tmp_path / "slices.sock")
     control = DeviceControl(host)
-    server = loop_thread.run(uapi.start_uapi_server(path, control))
-    server.slice_seconds = 0.0
-
-    async def stop():
-        server.close()
-        await server.wait_closed()
-    try:
+    with uapi_server(loop_thread, path, control, slice_seconds=0.0) as server:
         yield path, control, server
-    finally:
-        loop_thread.run(stop())
 
 
 def _nets(n, base=10):
@@ -245,14 +234,7 @@ def test_get_in_slices_is_the_device(served, host):
 def test_wg_reads_an_answer_written_in_slices(loop_thread, host, wg_tool):
     assert os.geteuid() == 0, "the UAPI tests need root to create /var/run/wireguard"
     name = "vct" + secrets.token_hex(4)
-    path = uapi.socket_path(name)
-    server = loop_thread.run(uapi.start_uapi_server(path, DeviceControl(host)))
-    server.slice_seconds = 0.0
-
-    async def stop():
-        server.close()
-        await server.wait_closed()
-    try:
+    with uapi_server(loop_thread, uapi.socket_path(name), DeviceControl(host), slice_seconds=0.0):
         _fill(host.device)
         dump = subprocess.run([wg_tool, "show", name, "dump"], capture_output=True, text=True,
                               timeout=60)
@@ -261,8 +243,6 @@ def test_wg_reads_an_answer_written_in_slices(loop_thread, host, wg_tool):
         assert len(rows) == 1 + 301
         big = next(r for r in rows if r.startswith(keys.encode(_pub(99))))
         assert len(big.split("\t")[3].split(",")) == 5000
-    finally:
-        loop_thread.run(stop())
 
 
 def test_a_get_that_fails_midway_ends_in_its_errno(loop_thread, tmp_path):
@@ -274,13 +254,7 @@ def test_a_get_that_fails_midway_ends_in_its_errno(loop_thread, tmp_path):
             yield [PeerSnapshot(public_key=bytes(32))]
             raise RuntimeError("the device went away")
     path = str(tmp_path / "f.sock")
-    server = loop_thread.run(uapi.start_uapi_server(path, Failing()))
-    server.slice_seconds = 0.0
-
-    async def stop():
-        server.close()
-        await server.wait_closed()
-    try:
+    with uapi_server(loop_thread, path, Failing(), slice_seconds=0.0):
         with socket.socket(socket.AF_UNIX) as s:
             s.settimeout(10)
             s.connect(path)
@@ -288,5 +262,3 @@ def test_a_get_that_fails_midway_ends_in_its_errno(loop_thread, tmp_path):
             answer = read_answer(s)
         assert answer.startswith(b"listen_port=7\npublic_key=" + b"00" * 32 + b"\n")
         assert answer.endswith(b"\nerrno=-5\n\n") and answer.count(b"\n\n") == 1
-    finally:
-        loop_thread.run(stop())

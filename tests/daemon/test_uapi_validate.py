@@ -15,7 +15,7 @@ import socket
 
 import pytest
 
-from tests.daemon.fakes import FakeControl, StubHost
+from tests.daemon.fakes import FakeControl, stub_host
 from vpncrypt.config import parse_config, syncconf_operations
 from vpncrypt.config.ops import (Endpoint, PeerUpdate, RemovePeer, SetAddresses, SetFwmark,
                                  SetListenPort, SetMTU, SetPrivateKey)
@@ -32,11 +32,8 @@ K2, K3, K4 = (keys.public_from_private(bytes([n] * 32)) for n in (2, 3, 4))
 
 @pytest.fixture
 def host():
-    h = StubHost(PRIV)
-    try:
+    with stub_host(PRIV) as h:
         yield h
-    finally:
-        h.close()
 
 
 def _free_port():
@@ -119,8 +116,7 @@ def test_reload_with_an_oversized_zone_keeps_every_peer(host, tmp_path):
 # ---------------------------------------------------------------- the device decides
 
 def test_ipv6_endpoint_on_an_ipv4_only_host_changes_nothing(caplog):
-    host = StubHost(PRIV, v6=False)
-    try:
+    with stub_host(PRIV, v6=False) as host:
         control = DeviceControl(host)
         port = host.listen_port
         body = (f"listen_port={_free_port()}\npublic_key={K2.hex()}\n"
@@ -129,8 +125,6 @@ def test_ipv6_endpoint_on_an_ipv4_only_host_changes_nothing(caplog):
             f"errno=-{errno.EAFNOSUPPORT}\n\n".encode()
         assert host.listen_port == port and host.device.peers == {}
         assert _errors(caplog) == []
-    finally:
-        host.close()
 
 
 def test_listen_port_in_use_changes_nothing(host):

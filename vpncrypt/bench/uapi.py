@@ -41,7 +41,7 @@ import struct
 import sys
 import time
 
-from vpncrypt.bench.tunnel import INNER, OUTER, WG_PORT, BenchError, Lab, Node, _wait_tunnel
+from vpncrypt.bench.tunnel import INNER, BenchError, Lab, Node, _wait_tunnel
 from vpncrypt.selfcmd import python_command
 
 PROBE_PORT = 5401
