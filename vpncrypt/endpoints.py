@@ -9,7 +9,8 @@ one place:
   resolve_endpoint(Endpoint) -> tuple (names resolved), format_endpoint(any)
   -> ``host:port`` / ``[v6%scope]:port``;
 * the 24 bytes of the native ``vc_endpoint`` (family, pad, port, scope, 16
-  address bytes): pack_endpoint(tuple) and unpack_endpoint(bytes).
+  address bytes): pack_endpoint(tuple) and unpack_endpoint(bytes), and
+  format_packed_endpoint(bytes) -> text.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ import struct
 from dataclasses import dataclass
 
 __all__ = ["Endpoint", "parse_config_endpoint", "parse_uapi_endpoint", "resolve_endpoint",
-           "format_endpoint", "pack_endpoint", "unpack_endpoint", "zone_index"]
+           "format_endpoint", "format_packed_endpoint", "pack_endpoint", "unpack_endpoint",
+           "zone_index"]
 
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
 _V4MAPPED = b"\0" * 10 + b"\xff\xff"
@@ -198,6 +200,18 @@ def unpack_endpoint(raw: bytes) -> tuple:
     if family == 6:
         host = socket.inet_ntop(socket.AF_INET6, raw[8:24])
         return (host, port, 0, scope) if scope else (host, port)
+    raise ValueError(f"vc_endpoint has no address (family {family})")
+
+
+def format_packed_endpoint(raw: bytes) -> str:
+    """format_endpoint(unpack_endpoint(raw)) in one step (a get of 50,000
+    peers formats 50,000 of them)."""
+    family, _pad, port, scope = _HEAD.unpack_from(raw)
+    if family == 4:
+        return f"{socket.inet_ntop(socket.AF_INET, raw[8:12])}:{port}"
+    if family == 6:
+        host = socket.inet_ntop(socket.AF_INET6, raw[8:24])
+        return f"[{host}%{scope}]:{port}" if scope else f"[{host}]:{port}"
     raise ValueError(f"vc_endpoint has no address (family {family})")
 
 

@@ -262,3 +262,13 @@ def test_a_get_that_fails_midway_ends_in_its_errno(loop_thread, tmp_path):
             answer = read_answer(s)
         assert answer.startswith(b"listen_port=7\npublic_key=" + b"00" * 32 + b"\n")
         assert answer.endswith(b"\nerrno=-5\n\n") and answer.count(b"\n\n") == 1
+
+
+@pytest.mark.parametrize("addr", [("192.0.2.1", 1), ("192.0.2.1", 65535), ("2001:db8::1", 51820),
+                                  ("fe80::1", 7, 0, 2), ("fe80::1", 7, 0, 4294967295),
+                                  ("::ffff:192.0.2.9", 9), ("::", 1)])
+def test_packed_endpoint_text_is_the_tuple_text(addr):
+    from vpncrypt.endpoints import format_endpoint, format_packed_endpoint, pack_endpoint, \
+        unpack_endpoint
+    raw = pack_endpoint(addr)
+    assert format_packed_endpoint(raw) == format_endpoint(unpack_endpoint(raw))

@@ -31,8 +31,8 @@ from ..config.keys import PublicKey
 from ..config.ops import PeerUpdate, SetListenPort
 from ..dataplane.io import UdpBatchSocket
 from ..dataplane.sockopts import socket_drops
-from ..endpoints import (Endpoint, format_endpoint, pack_endpoint, resolve_endpoint,
-                         unpack_endpoint)
+from ..endpoints import (Endpoint, format_endpoint, format_packed_endpoint, pack_endpoint,
+                         resolve_endpoint)
 from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
 
 log = logging.getLogger("vpncrypt.daemon")
@@ -205,29 +205,6 @@ def _shown(nets, total: int) -> str:
     return (", ".join(first) or "(none)") + (f", ... ({total} in all)" if total > 20 else "")
 
 
-def _wire_reader(table):
-    """A function (pid, now) -> (rx wire bytes, tx wire bytes, endpoint):
-    what a ``get`` lists of each peer from the session table.  On the native
-    table, one call into it with one reused struct: a get of 50,000 peers
-    otherwise spends most of its time building full PeerStats (drops,
-    keypairs) it does not list."""
-    if getattr(table, "backend", None) != "native":
-        def read(pid, now):
-            st = table.stats(pid, now)
-            return st.rx_wire_bytes, st.tx_wire_bytes, st.endpoint
-        return read
-    from .._native import ffi, lib
-    st = ffi.new("vc_wg_peer_stats *")
-    ep_raw = ffi.buffer(ffi.addressof(st, "endpoint"), ffi.sizeof("vc_endpoint"))
-    get, ptr = lib.vc_wg_peer_get, table.ptr
-
-    def read(pid, now):
-        if get(ptr, pid, st, now):
-            raise KeyError(f"no peer {pid}")
-        return st.rx_wire_bytes, st.tx_wire_bytes, unpack_endpoint(ep_raw[:]) if st.endpoint_set else None
-    return read
-
-
 _ROUTE_ENTRY = 18           # vc_wg_route_list (native/vc_wg.h): family, prefix length, 16 address bytes
 
 
@@ -238,28 +215,63 @@ def _route_text(e: bytes) -> str:
     return str(ipaddress.IPv6Network((e[2:18], e[1])))
 
 
-def _routes_in_steps(table, pid: int, out: list) -> Iterator[list]:
-    """The peer's allowed IPs as text into ``out``: those of a peer with
-    more than ROUTE_STEP are listed at once (one call into the table) and
-    written out ROUTE_STEP at a time, with an empty part yielded between
-    (a snapshot part with no peers: room for the loop).  Returns whether it
-    did (False: the caller lists them as usual)."""
-    if getattr(table, "backend", None) != "native":
-        return False
-    from .._native import ffi, lib
-    n = lib.vc_wg_route_list(table.ptr, pid, ffi.NULL, 0)
-    if n <= ROUTE_STEP:
-        return False
-    buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * n)
-    n = min(n, lib.vc_wg_route_list(table.ptr, pid, buf, n))
-    raw = ffi.buffer(buf, _ROUTE_ENTRY * n)[:]
-    del buf
-    for start in range(0, n, ROUTE_STEP):
-        yield []
-        out.extend([_route_text(raw[k:k + _ROUTE_ENTRY]) for k in
-                    range(_ROUTE_ENTRY * start, _ROUTE_ENTRY * min(n, start + ROUTE_STEP),
-                          _ROUTE_ENTRY)])
-    return True
+class _GetReader:
+    """What a ``get`` lists of each peer, read from the session table: the
+    wire counters, the endpoint as text and the allowed IPs as text.  On
+    the native table with one reused struct and one reused buffer, one call
+    each: a get of 50,000 peers otherwise spends most of its time building
+    what it does not list (full PeerStats with drops and keypairs, endpoint
+    tuples, a buffer per peer).  A peer with more than ROUTE_STEP allowed IPs
+    is listed by big_routes(), in steps."""
+
+    def __init__(self, table):
+        self.table = table
+        self.native = getattr(table, "backend", None) == "native"
+        if self.native:
+            from .._native import ffi, lib
+            self._ffi, self._lib = ffi, lib
+            self._st = ffi.new("vc_wg_peer_stats *")
+            self._ep = ffi.buffer(ffi.addressof(self._st, "endpoint"), ffi.sizeof("vc_endpoint"))
+            self._buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * ROUTE_STEP)
+            self._raw = ffi.buffer(self._buf)
+
+    def wire(self, pid: int, now: float) -> tuple:
+        """(rx wire bytes, tx wire bytes, endpoint text or None)."""
+        if not self.native:
+            st = self.table.stats(pid, now)
+            return st.rx_wire_bytes, st.tx_wire_bytes, format_endpoint(st.endpoint)
+        st = self._st
+        if self._lib.vc_wg_peer_get(self.table.ptr, pid, st, now):
+            raise KeyError(f"no peer {pid}")
+        return (st.rx_wire_bytes, st.tx_wire_bytes,
+                format_packed_endpoint(self._ep[:]) if st.endpoint_set else None)
+
+    def routes(self, pid: int):
+        """The allowed IPs as text, or None if there are more than
+        ROUTE_STEP (then big_routes())."""
+        if not self.native:
+            return self.table.routes(pid, text=True)
+        n = self._lib.vc_wg_route_list(self.table.ptr, pid, self._buf, ROUTE_STEP)
+        if n > ROUTE_STEP:
+            return None
+        raw = self._raw[:_ROUTE_ENTRY * n]
+        return [_route_text(raw[k:k + _ROUTE_ENTRY]) for k in range(0, _ROUTE_ENTRY * n, _ROUTE_ENTRY)]
+
+    def big_routes(self, pid: int, out: list) -> Iterator[list]:
+        """All of them listed at once (one call), written into ``out`` as
+        text ROUTE_STEP at a time, an empty snapshot part yielded before
+        each (room for the loop)."""
+        ffi, lib = self._ffi, self._lib
+        n = lib.vc_wg_route_list(self.table.ptr, pid, ffi.NULL, 0)
+        buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * n)
+        n = min(n, lib.vc_wg_route_list(self.table.ptr, pid, buf, n))
+        raw = ffi.buffer(buf, _ROUTE_ENTRY * n)[:]
+        del buf
+        for start in range(0, n, ROUTE_STEP):
+            yield []
+            out.extend([_route_text(raw[k:k + _ROUTE_ENTRY]) for k in
+                        range(_ROUTE_ENTRY * start, _ROUTE_ENTRY * min(n, start + ROUTE_STEP),
+                              _ROUTE_ENTRY)])
 
 
 class DeviceControl(Control):
@@ -297,23 +309,25 @@ class DeviceControl(Control):
                                  fwmark=self.d.fwmark, peers=())
         yield head
         peers = list(dev.peers.values())
-        read = _wire_reader(dev.table)
+        reader = _GetReader(dev.table)
+        snap = self._peer_snapshot
         for i in range(0, len(peers), PEER_STEP):
             # the loop's clock (asyncio and uvloop); read again for each part,
             # as the loop may have run in between
             now = dev.table.clock(time.monotonic())
             part = []
+            current = dev.peers
             for p in peers[i:i + PEER_STEP]:
-                if dev.peers.get(p.public_key) is not p:
+                if current.get(p.public_key) is not p:
                     continue                    # removed in between: not listed
-                routes = []
-                if (yield from _routes_in_steps(dev.table, p.pid, routes)):
+                routes = reader.routes(p.pid)
+                if routes is None:
+                    routes = []
+                    yield from reader.big_routes(p.pid, routes)
                     if dev.peers.get(p.public_key) is not p:
                         continue
                     now = dev.table.clock(time.monotonic())
-                else:
-                    routes = p.allowed_ips
-                part.append(self._peer_snapshot(p, read(p.pid, now), routes))
+                part.append(snap(p, reader.wire(p.pid, now), routes))
             yield part
         if counters:
             head.counters = self.d.counters()
@@ -325,14 +339,11 @@ class DeviceControl(Control):
         rx_wire, tx_wire, endpoint = wire     # transport counters: the session table's
         lh = c.last_handshake or 0.0
         sec = int(lh)
-        return PeerSnapshot(
-            public_key=peer.public_key, preshared_key=peer.preshared_key,
-            endpoint=format_endpoint(endpoint),
-            persistent_keepalive=peer.persistent_keepalive,
-            allowed_ips=allowed_ips,
-            last_handshake_time_sec=sec,
-            last_handshake_time_nsec=int((lh - sec) * 1e9) if lh else 0,
-            rx_bytes=c.rx_bytes + rx_wire, tx_bytes=c.tx_bytes + tx_wire)
+        # positional, in PeerSnapshot's field order (a get makes 50,000 of them)
+        return PeerSnapshot(peer.public_key, peer.preshared_key, endpoint,
+                            peer.persistent_keepalive, allowed_ips, sec,
+                            int((lh - sec) * 1e9) if lh else 0,
+                            c.rx_bytes + rx_wire, c.tx_bytes + tx_wire)
 
     # ------------------------------------------------------------ checking
 
