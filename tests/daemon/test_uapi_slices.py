@@ -272,3 +272,32 @@ def test_packed_endpoint_text_is_the_tuple_text(addr):
         unpack_endpoint
     raw = pack_endpoint(addr)
     assert format_packed_endpoint(raw) == format_endpoint(unpack_endpoint(raw))
+
+
+def test_get_formats_one_piece_per_slice(served, host, monkeypatch):
+    """With slice_seconds=0 the loop runs after every piece of the answer:
+    a peer with 20,000 allowed IPs is never formatted whole in one slice."""
+    path, control, server = served
+    host.device.add_peer(_pub(98), allowed_ips=[ipaddress.ip_network(a) for a in _nets(20_000)])
+    events = []
+    real_pieces, real_pause = uapi.format_pieces, server._pause
+
+    def pieces(peers):
+        for piece in real_pieces(peers):
+            events.append(piece.count("\n"))
+            yield piece
+
+    async def pause():
+        events.append("pause")
+        await real_pause()
+    monkeypatch.setattr(uapi, "format_pieces", pieces)
+    monkeypatch.setattr(server, "_pause", pause)
+    answer = request(path, "get=1", timeout=60)
+    assert answer.count("\nallowed_ip=") == 20_000
+    lines_between = [0]
+    for e in events:
+        if e == "pause":
+            lines_between.append(0)
+        else:
+            lines_between[-1] += e
+    assert max(lines_between) <= 4096, max(lines_between)

@@ -38,6 +38,7 @@ import concurrent.futures
 import dataclasses
 import errno
 import ipaddress
+import itertools
 import logging
 import os
 import re
@@ -732,7 +733,8 @@ class UAPIServer:
                 head = next(parts)
                 chunks = [format_head(head)]
                 for peers in parts:
-                    for piece in (*format_pieces(peers), ""):   # "": a part with no lines
+                    # one piece at a time ("" for a part with no lines: a pause)
+                    for piece in itertools.chain(format_pieces(peers), ("",)):
                         chunks.append(piece)
                         if clock() >= deadline:
                             writer.write("".join(chunks).encode())
