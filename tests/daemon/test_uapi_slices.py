@@ -301,3 +301,24 @@ def test_get_formats_one_piece_per_slice(served, host, monkeypatch):
         else:
             lines_between[-1] += e
     assert max(lines_between) <= 4096, max(lines_between)
+
+
+def test_get_of_many_middling_peers_is_cut_by_lines(served, host, monkeypatch):
+    """Peers of 1,000 allowed IPs each (under a big peer's threshold): parts
+    and pieces are cut by the lines they hold, not only by peers."""
+    path, control, server = served
+    for i in range(12):
+        host.device.add_peer(_pub(200 + i), allowed_ips=[
+            ipaddress.ip_network(f"10.{100 + i}.{k // 256}.{k % 256}/32") for k in range(1000)])
+    sizes = []
+    real = uapi.format_pieces
+
+    def pieces(peers):
+        for piece in real(peers):
+            sizes.append(piece.count("\n"))
+            yield piece
+    monkeypatch.setattr(uapi, "format_pieces", pieces)
+    answer = request(path, "get=1", timeout=60)
+    assert answer.count("\nallowed_ip=") == 12_000
+    assert max(sizes) <= 4096 + 1010, sizes          # a piece ends past 4,096 lines by a peer at most
+    assert len(sizes) >= 12_000 // 5000

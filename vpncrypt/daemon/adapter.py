@@ -189,7 +189,8 @@ class DataPlane:
 
 # Pieces of work a big request is cut into (see vpncrypt.daemon.control):
 # a few milliseconds each.
-PEER_STEP = 1000            # peers read per part of a snapshot
+PEER_STEP = 1000            # peers read per part of a snapshot, at most
+PART_WORK = 4096            # peers and allowed IPs per part, at most (a big peer aside)
 ROUTE_STEP = 1024           # allowed IPs added (or listed) per step of one peer
 
 
@@ -311,23 +312,27 @@ class DeviceControl(Control):
         peers = list(dev.peers.values())
         reader = _GetReader(dev.table)
         snap = self._peer_snapshot
-        for i in range(0, len(peers), PEER_STEP):
-            # the loop's clock (asyncio and uvloop); read again for each part,
-            # as the loop may have run in between
-            now = dev.table.clock(time.monotonic())
-            part = []
-            current = dev.peers
-            for p in peers[i:i + PEER_STEP]:
-                if current.get(p.public_key) is not p:
-                    continue                    # removed in between: not listed
-                routes = reader.routes(p.pid)
-                if routes is None:
-                    routes = []
-                    yield from reader.big_routes(p.pid, routes)
-                    if dev.peers.get(p.public_key) is not p:
-                        continue
-                    now = dev.table.clock(time.monotonic())
-                part.append(snap(p, reader.wire(p.pid, now), routes))
+        part, work = [], 0
+        # the loop's clock (asyncio and uvloop); read again for each part, as
+        # the loop may have run in between
+        now = dev.table.clock(time.monotonic())
+        for p in peers:
+            if dev.peers.get(p.public_key) is not p:
+                continue                        # removed in between: not listed
+            routes = reader.routes(p.pid)
+            if routes is None:
+                routes = []
+                yield from reader.big_routes(p.pid, routes)
+                if dev.peers.get(p.public_key) is not p:
+                    continue
+                now = dev.table.clock(time.monotonic())
+            part.append(snap(p, reader.wire(p.pid, now), routes))
+            work += 1 + len(routes)
+            if len(part) >= PEER_STEP or work >= PART_WORK:
+                yield part
+                part, work = [], 0
+                now = dev.table.clock(time.monotonic())
+        if part:
             yield part
         if counters:
             head.counters = self.d.counters()

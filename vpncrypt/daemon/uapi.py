@@ -255,15 +255,19 @@ _LINES_PER_PIECE = 4096
 def format_pieces(peers: Iterable[PeerSnapshot]) -> Iterator[str]:
     """format_peers() in pieces of at most a few thousand lines: a peer with
     many allowed IPs is cut between its allowed_ip lines."""
-    batch = []
+    batch, lines = [], 0
     for p in peers:
         ips = p.allowed_ips
         if len(ips) <= _LINES_PER_PIECE:
             batch.append(p)
+            lines += 10 + len(ips)
+            if lines >= _LINES_PER_PIECE:
+                yield format_peers(batch)
+                batch, lines = [], 0
             continue
         if batch:
             yield format_peers(batch)
-            batch = []
+            batch, lines = [], 0
         yield format_peers([dataclasses.replace(p, allowed_ips=())])
         for i in range(0, len(ips), _LINES_PER_PIECE):
             yield "".join([f"allowed_ip={net}\n" for net in ips[i:i + _LINES_PER_PIECE]])
