@@ -322,3 +322,21 @@ def test_get_of_many_middling_peers_is_cut_by_lines(served, host, monkeypatch):
     assert answer.count("\nallowed_ip=") == 12_000
     assert max(sizes) <= 4096 + 1010, sizes          # a piece ends past 4,096 lines by a peer at most
     assert len(sizes) >= 12_000 // 5000
+
+
+def test_exclusive_holds_off_requests(served, loop_thread):
+    """UAPIServer.exclusive(): what the reload can take so that it never meets
+    a request in slices; a request sent meanwhile is answered after it."""
+    path, control, server = served
+    order = []
+    client = threading.Thread(target=lambda: order.append(request(path, "get=1", timeout=10)))
+
+    async def hold():
+        async with server.exclusive():
+            order.append("held")
+            client.start()
+            await asyncio.sleep(0.2)          # (the request arrives meanwhile, or after)
+            order.append("released")
+    loop_thread.run(hold())
+    client.join(10)
+    assert order[:2] == ["held", "released"] and order[2].endswith("errno=0\n\n")

@@ -239,9 +239,7 @@ def _wireguard_go_version(path):
         return "?"
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m vpncrypt.bench.uapi",
-                                description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wireguard-go", default=None, metavar="PATH",
                    help="wireguard-go binary (default: the one on PATH)")
     p.add_argument("--lines", type=int, default=600_000,
@@ -255,7 +253,16 @@ def main(argv=None) -> int:
     p.add_argument("--skip-dump", action="store_true", help="no wg show dump comparison")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="log each step on stderr")
-    args = p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m vpncrypt.bench.uapi", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+def run(args) -> int:
     if os.geteuid() != 0:
         print("vpncrypt.bench.uapi: needs root (network namespaces)", file=sys.stderr)
         return 1

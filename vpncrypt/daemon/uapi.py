@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import errno
 import ipaddress
@@ -694,6 +695,13 @@ class UAPIServer:
                 writer.write(handle_request(op_line, body, self.control))
             # the answer is written under the lock, sent without it
             await asyncio.wait_for(writer.drain(), self.request_timeout)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self):
+        """Hold off every UAPI request while the caller changes the device
+        (for the SIGHUP reload: it then never meets a request in slices)."""
+        async with self._lock:
+            yield
 
     # ------------------------------------------------------------ requests in slices
 
