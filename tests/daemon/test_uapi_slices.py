@@ -340,3 +340,55 @@ def test_exclusive_holds_off_requests(served, loop_thread):
     loop_thread.run(hold())
     client.join(10)
     assert order[:2] == ["held", "released"] and order[2].endswith("errno=0\n\n")
+
+
+def test_big_set_is_parsed_with_the_cyclic_collector_paused(served, monkeypatch):
+    """A full collection over a million networks held the interpreter (and
+    the data plane) for about a second; a body of 1 MiB or more is parsed
+    and applied with the cyclic collector paused, which resumes after."""
+    import gc
+    path, _, _ = served
+    seen = []
+    real = uapi.parse_set
+
+    def parse(text):
+        seen.append(gc.isenabled())
+        return real(text)
+    monkeypatch.setattr(uapi, "parse_set", parse)
+    assert gc.isenabled()
+    big = (f"set=1\npublic_key={_pub(8).hex()}\n"
+           + "".join(f"allowed_ip={a}\n" for a in _nets(60_000)))       # 1.4 MB
+    assert len(big) > 1 << 20
+    assert request(path, big, timeout=60) == "errno=0\n\n"
+    assert request(path, f"set=1\npublic_key={_pub(9).hex()}\n") == "errno=0\n\n"
+    assert seen == [False, True] and gc.isenabled()
+
+
+class _LibProxy:
+    """vpncrypt._native.lib, recording the thread of each route listing that
+    fills a buffer of more than 1,024 entries."""
+
+    def __init__(self, lib, calls):
+        self._lib, self._calls = lib, calls
+
+    def __getattr__(self, name):
+        attr = getattr(self._lib, name)
+        if name != "vc_wg_route_list":
+            return attr
+
+        def listing(table, pid, buf, cap):
+            if cap > 1024:
+                self._calls.append(threading.get_ident())
+            return attr(table, pid, buf, cap)
+        return listing
+
+
+def test_a_big_listing_runs_off_the_event_loop(served, host, loop_thread, monkeypatch):
+    import vpncrypt._native as native
+    path, _, _ = served
+    host.device.add_peer(_pub(97), allowed_ips=[ipaddress.ip_network(a) for a in _nets(3000)])
+    calls = []
+    monkeypatch.setattr(native, "lib", _LibProxy(native.lib, calls))
+    answer = request(path, "get=1", timeout=60)
+    assert answer.count("\nallowed_ip=") == 3000
+    assert calls and loop_thread.thread.ident not in calls

@@ -24,6 +24,7 @@ import heapq
 import ipaddress
 import logging
 import socket
+import threading
 import time
 from typing import Iterator, Optional
 
@@ -259,13 +260,22 @@ class _GetReader:
         return [_route_text(raw[k:k + _ROUTE_ENTRY]) for k in range(0, _ROUTE_ENTRY * n, _ROUTE_ENTRY)]
 
     def big_routes(self, pid: int, out: list) -> Iterator[list]:
-        """All of them listed at once (one call), written into ``out`` as
-        text ROUTE_STEP at a time, an empty snapshot part yielded before
-        each (room for the loop)."""
+        """All of them listed at once, written into ``out`` as text
+        ROUTE_STEP at a time, an empty snapshot part yielded before each
+        (room for the loop).  The listing itself (one call into the table,
+        which sorts them: 80 ms for 600,000) runs on a thread of its own,
+        outside the interpreter lock; empty parts are yielded meanwhile."""
         ffi, lib = self._ffi, self._lib
         n = lib.vc_wg_route_list(self.table.ptr, pid, ffi.NULL, 0)
         buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * n)
-        n = min(n, lib.vc_wg_route_list(self.table.ptr, pid, buf, n))
+        listed = []
+        lister = threading.Thread(target=lambda: listed.append(
+            lib.vc_wg_route_list(self.table.ptr, pid, buf, n)), name="uapi-routes", daemon=True)
+        lister.start()
+        while lister.is_alive():
+            yield []
+        lister.join()
+        n = min(n, listed[0]) if listed else 0
         raw = ffi.buffer(buf, _ROUTE_ENTRY * n)[:]
         del buf
         for start in range(0, n, ROUTE_STEP):
