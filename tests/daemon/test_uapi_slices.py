@@ -85,15 +85,21 @@ def test_set_is_applied_in_slices_and_whole_to_other_clients(served, host):
     assert server.yields >= n // 1024          # the loop ran between the pieces
 
 
-def test_set_is_parsed_off_the_event_loop(served, loop_thread, monkeypatch):
-    path, _, _ = served
-    threads = []
+def _watch_parse(monkeypatch, probe) -> list:
+    """What probe() says each time the server parses a set body."""
+    seen = []
     real = uapi.parse_set
 
     def parse(text):
-        threads.append(threading.get_ident())
+        seen.append(probe())
         return real(text)
     monkeypatch.setattr(uapi, "parse_set", parse)
+    return seen
+
+
+def test_set_is_parsed_off_the_event_loop(served, loop_thread, monkeypatch):
+    path, _, _ = served
+    threads = _watch_parse(monkeypatch, threading.get_ident)
     assert request(path, f"set=1\npublic_key={_pub(3).hex()}\n") == "errno=0\n\n"
     assert threads and loop_thread.thread.ident not in threads
 
@@ -348,13 +354,7 @@ def test_big_set_is_parsed_with_the_cyclic_collector_paused(served, monkeypatch)
     and applied with the cyclic collector paused, which resumes after."""
     import gc
     path, _, _ = served
-    seen = []
-    real = uapi.parse_set
-
-    def parse(text):
-        seen.append(gc.isenabled())
-        return real(text)
-    monkeypatch.setattr(uapi, "parse_set", parse)
+    seen = _watch_parse(monkeypatch, gc.isenabled)
     assert gc.isenabled()
     big = (f"set=1\npublic_key={_pub(8).hex()}\n"
            + "".join(f"allowed_ip={a}\n" for a in _nets(60_000)))       # 1.4 MB
