@@ -392,3 +392,18 @@ def test_a_big_listing_runs_off_the_event_loop(served, host, loop_thread, monkey
     answer = request(path, "get=1", timeout=60)
     assert answer.count("\nallowed_ip=") == 3000
     assert calls and loop_thread.thread.ident not in calls
+
+
+def test_reading_a_buffered_body_lets_the_loop_run():
+    """Lines already in the buffer are read without waiting: a body of
+    10,000 of them pauses on the way (a callback scheduled before runs
+    before the body is read)."""
+    async def main():
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"allowed_ip=10.0.0.0/8\n" * 10_000 + b"\n")
+        ran = []
+        asyncio.get_running_loop().call_soon(ran.append, "loop")
+        body = await uapi._read_body(reader)
+        return ran, body
+    ran, body = asyncio.run(main())
+    assert body.count(b"\n") == 10_000 and ran == ["loop"]

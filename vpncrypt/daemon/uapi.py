@@ -881,6 +881,9 @@ async def _read_body(reader: asyncio.StreamReader):
         if not line.endswith(b"\n"):
             line += b"\n"                     # the last line, cut by EOF
         lines.append(line)
+        if not len(lines) % _LINES_PER_PIECE:
+            # lines already buffered are read without a pause: make one
+            await asyncio.sleep(0)
     return b"".join(lines)
 
 
