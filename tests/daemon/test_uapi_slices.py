@@ -404,6 +404,6 @@ def test_reading_a_buffered_body_lets_the_loop_run():
         ran = []
         asyncio.get_running_loop().call_soon(ran.append, "loop")
         body = await uapi._read_body(reader)
-        return ran, body
+        return list(ran), body          # as it was when the body was read
     ran, body = asyncio.run(main())
     assert body.count(b"\n") == 10_000 and ran == ["loop"]
