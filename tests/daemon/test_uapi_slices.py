@@ -68,8 +68,10 @@ def test_set_is_applied_in_slices_and_whole_to_other_clients(served, host):
     answers, done = [], threading.Event()
 
     def reader():
-        while not done.is_set():
+        while True:                       # at least one, however the threads are scheduled
             answers.append(request(path, "get=1", timeout=30))
+            if done.is_set():
+                return
     t = threading.Thread(target=reader)
     t.start()
     try:
