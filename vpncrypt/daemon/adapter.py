@@ -254,6 +254,8 @@ class _GetReader:
         if not self.native:
             return self.table.routes(pid, text=True)
         n = self._lib.vc_wg_route_list(self.table.ptr, pid, self._buf, ROUTE_STEP)
+        if n <= 1:                              # the usual peer: one network (or none)
+            return [_route_text(self._raw[:_ROUTE_ENTRY])] if n else []
         if n > ROUTE_STEP:
             return None
         raw = self._raw[:_ROUTE_ENTRY * n]
@@ -323,24 +325,28 @@ class DeviceControl(Control):
         reader = _GetReader(dev.table)
         snap = self._peer_snapshot
         part, work = [], 0
+        current = dev.peers.get                 # (the names of this loop bound once: it runs per peer)
+        list_routes, wire, add = reader.routes, reader.wire, part.append
         # the loop's clock (asyncio and uvloop); read again for each part, as
         # the loop may have run in between
         now = dev.table.clock(time.monotonic())
         for p in peers:
-            if dev.peers.get(p.public_key) is not p:
+            if current(p.public_key) is not p:
                 continue                        # removed in between: not listed
-            routes = reader.routes(p.pid)
+            routes = list_routes(p.pid)
             if routes is None:
                 routes = []
                 yield from reader.big_routes(p.pid, routes)
-                if dev.peers.get(p.public_key) is not p:
+                if current(p.public_key) is not p:
                     continue
                 now = dev.table.clock(time.monotonic())
-            part.append(snap(p, reader.wire(p.pid, now), routes))
+            add(snap(p, wire(p.pid, now), routes))
             work += 1 + len(routes)
-            if len(part) >= PEER_STEP or work >= PART_WORK:
+            if work >= PART_WORK or len(part) >= PEER_STEP:
                 yield part
                 part, work = [], 0
+                add = part.append
+                current = dev.peers.get
                 now = dev.table.clock(time.monotonic())
         if part:
             yield part

@@ -28,7 +28,7 @@ class ControlError(Exception):
         self.errno = errno
 
 
-@dataclass
+@dataclass(slots=True)         # a get of 50,000 peers makes 50,000
 class PeerSnapshot:
     public_key: bytes
     preshared_key: Optional[bytes] = None      # None or all-zero: no PSK
