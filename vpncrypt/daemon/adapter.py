@@ -190,8 +190,7 @@ class DataPlane:
 
 # Pieces of work a big request is cut into (see vpncrypt.daemon.control):
 # a few milliseconds each.
-PEER_STEP = 1000            # peers read per part of a snapshot, at most
-PART_WORK = 4096            # peers and allowed IPs per part, at most (a big peer aside)
+PART_WORK = 4096            # peers and allowed IPs read per part of a snapshot (a big peer aside)
 ROUTE_STEP = 1024           # allowed IPs added (or listed) per step of one peer
 
 
@@ -323,48 +322,42 @@ class DeviceControl(Control):
         yield head
         peers = list(dev.peers.values())
         reader = _GetReader(dev.table)
-        snap = self._peer_snapshot
         part, work = [], 0
-        current = dev.peers.get                 # (the names of this loop bound once: it runs per peer)
-        list_routes, wire, add = reader.routes, reader.wire, part.append
+        # the names of this loop bound once: it runs once per peer
+        current, list_routes, wire, add = dev.peers.get, reader.routes, reader.wire, part.append
         # the loop's clock (asyncio and uvloop); read again for each part, as
         # the loop may have run in between
         now = dev.table.clock(time.monotonic())
         for p in peers:
-            if current(p.public_key) is not p:
+            pk, pid = p.public_key, p.pid
+            if current(pk) is not p:
                 continue                        # removed in between: not listed
-            routes = list_routes(p.pid)
+            routes = list_routes(pid)
             if routes is None:
                 routes = []
-                yield from reader.big_routes(p.pid, routes)
-                if current(p.public_key) is not p:
+                yield from reader.big_routes(pid, routes)
+                if current(pk) is not p:
                     continue
                 now = dev.table.clock(time.monotonic())
-            add(snap(p, wire(p.pid, now), routes))
+            rx_wire, tx_wire, endpoint = wire(pid, now)   # the session table's counters
+            c = p.counters
+            lh = c.last_handshake or 0.0
+            sec = int(lh)
+            # positional, in PeerSnapshot's field order
+            add(PeerSnapshot(pk, p.preshared_key, endpoint, p.persistent_keepalive, routes, sec,
+                             int((lh - sec) * 1e9) if lh else 0,
+                             c.rx_bytes + rx_wire, c.tx_bytes + tx_wire))
             work += 1 + len(routes)
-            if work >= PART_WORK or len(part) >= PEER_STEP:
+            if work >= PART_WORK:
                 yield part
                 part, work = [], 0
-                add = part.append
-                current = dev.peers.get
+                add, current = part.append, dev.peers.get
                 now = dev.table.clock(time.monotonic())
         if part:
             yield part
         if counters:
             head.counters = self.d.counters()
             head.info = kernels(getattr(self.d, "engine", None))
-
-    @staticmethod
-    def _peer_snapshot(peer, wire, allowed_ips) -> PeerSnapshot:
-        c = peer.counters
-        rx_wire, tx_wire, endpoint = wire     # transport counters: the session table's
-        lh = c.last_handshake or 0.0
-        sec = int(lh)
-        # positional, in PeerSnapshot's field order (a get makes 50,000 of them)
-        return PeerSnapshot(peer.public_key, peer.preshared_key, endpoint,
-                            peer.persistent_keepalive, allowed_ips, sec,
-                            int((lh - sec) * 1e9) if lh else 0,
-                            c.rx_bytes + rx_wire, c.tx_bytes + tx_wire)
 
     # ------------------------------------------------------------ checking
 
