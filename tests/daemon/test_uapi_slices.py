@@ -353,17 +353,22 @@ def test_exclusive_holds_off_requests(served, loop_thread):
 def test_big_set_is_parsed_with_the_cyclic_collector_paused(served, monkeypatch):
     """A full collection over a million networks held the interpreter (and
     the data plane) for about a second; a body of 1 MiB or more is parsed
-    and applied with the cyclic collector paused, which resumes after."""
+    and applied with the cyclic collector paused, which resumes after, and
+    with a shorter switch interval."""
     import gc
+    import sys
     path, _, _ = served
-    seen = _watch_parse(monkeypatch, gc.isenabled)
+    seen = _watch_parse(monkeypatch, lambda: (gc.isenabled(), sys.getswitchinterval()))
     assert gc.isenabled()
+    interval = sys.getswitchinterval()
     big = (f"set=1\npublic_key={_pub(8).hex()}\n"
            + "".join(f"allowed_ip={a}\n" for a in _nets(60_000)))       # 1.4 MB
     assert len(big) > 1 << 20
     assert request(path, big, timeout=60) == "errno=0\n\n"
     assert request(path, f"set=1\npublic_key={_pub(9).hex()}\n") == "errno=0\n\n"
-    assert seen == [False, True] and gc.isenabled()
+    # and the interpreter lock passes to the loop thread sooner meanwhile
+    assert [on for on, _ in seen] == [False, True] and gc.isenabled()
+    assert seen[0][1] < interval and seen[1][1] == interval == sys.getswitchinterval()
 
 
 class _LibProxy:

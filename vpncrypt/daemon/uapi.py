@@ -47,6 +47,7 @@ import re
 import socket
 import stat
 import struct
+import sys
 import time
 from typing import Iterable, Iterator, Optional
 
@@ -713,7 +714,8 @@ class UAPIServer:
     async def _set(self, body: str) -> bytes:
         """Parse and check on the worker, then apply in slices on the loop,
         one request at a time."""
-        with _cyclic_gc_paused(len(body) >= GC_PAUSE_BYTES):
+        big = len(body) >= GC_PAUSE_BYTES
+        with _cyclic_gc_paused(big), _short_switch_interval(big):
             return await self._set_body(body)
 
     async def _set_body(self, body: str) -> bytes:
@@ -797,6 +799,31 @@ def _cyclic_gc_paused(pause: bool):
         _gc_pauses["depth"] -= 1
         if _gc_pauses["depth"] == 0 and _gc_pauses["was_enabled"]:
             gc.enable()
+
+
+# While the worker parses a big body, the interpreter lock passes between it
+# and the event loop thread every SWITCH_INTERVAL instead of Python's 5 ms: the
+# data plane gives the lock up at every call into the native core and every
+# system call, and waited up to the interval each time to get it back.
+SWITCH_INTERVAL = 0.0005
+_switch = {"depth": 0, "saved": None}
+
+
+@contextlib.contextmanager
+def _short_switch_interval(short: bool):
+    if not short:
+        yield
+        return
+    if _switch["depth"] == 0:
+        _switch["saved"] = sys.getswitchinterval()
+        sys.setswitchinterval(min(SWITCH_INTERVAL, _switch["saved"]))
+    _switch["depth"] += 1
+    try:
+        yield
+    finally:
+        _switch["depth"] -= 1
+        if _switch["depth"] == 0:
+            sys.setswitchinterval(_switch["saved"])
 
 
 def _dispose(garbage: list) -> None:
