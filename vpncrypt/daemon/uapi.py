@@ -781,49 +781,52 @@ class UAPIServer:
 # 600,000 allowed_ip lines, a stop of the data plane.  None of them is in a
 # cycle (they go by their reference counts); the collector resumes at the end.
 GC_PAUSE_BYTES = 1 << 20
-_gc_pauses = {"depth": 0, "was_enabled": False}
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused(pause: bool):
-    if not pause:
-        yield
-        return
-    if _gc_pauses["depth"] == 0:
-        _gc_pauses["was_enabled"] = gc.isenabled()
-        gc.disable()
-    _gc_pauses["depth"] += 1
-    try:
-        yield
-    finally:
-        _gc_pauses["depth"] -= 1
-        if _gc_pauses["depth"] == 0 and _gc_pauses["was_enabled"]:
-            gc.enable()
-
-
-# While the worker parses a big body, the interpreter lock passes between it
+# While a big set body is served (parsed on the worker), the interpreter lock passes between it
 # and the event loop thread every SWITCH_INTERVAL instead of Python's 5 ms: the
 # data plane gives the lock up at every call into the native core and every
 # system call, and waited up to the interval each time to get it back.
 SWITCH_INTERVAL = 0.0005
-_switch = {"depth": 0, "saved": None}
 
 
-@contextlib.contextmanager
-def _short_switch_interval(short: bool):
-    if not short:
-        yield
-        return
-    if _switch["depth"] == 0:
-        _switch["saved"] = sys.getswitchinterval()
-        sys.setswitchinterval(min(SWITCH_INTERVAL, _switch["saved"]))
-    _switch["depth"] += 1
-    try:
-        yield
-    finally:
-        _switch["depth"] -= 1
-        if _switch["depth"] == 0:
-            sys.setswitchinterval(_switch["saved"])
+class _WhileServing:
+    """A process-wide setting changed while at least one request that needs
+    it is served, and put back after the last one (the requests of several
+    clients overlap)."""
+
+    def __init__(self, change, restore):
+        self._change, self._restore = change, restore
+        self._depth, self._saved = 0, None
+
+    @contextlib.contextmanager
+    def __call__(self, needed: bool):
+        if not needed:
+            yield
+            return
+        if self._depth == 0:
+            self._saved = self._change()
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._restore(self._saved)
+
+
+def _gc_off() -> bool:
+    was = gc.isenabled()
+    gc.disable()
+    return was
+
+
+def _switch_short() -> float:
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(min(SWITCH_INTERVAL, was))
+    return was
+
+
+_cyclic_gc_paused = _WhileServing(_gc_off, lambda was: gc.enable() if was else None)
+_short_switch_interval = _WhileServing(_switch_short, sys.setswitchinterval)
 
 
 def _dispose(garbage: list) -> None:
