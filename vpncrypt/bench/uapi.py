@@ -26,7 +26,11 @@ threads, which a loaded machine distorts less), and the rows are counted.
     python3 -m vpncrypt.bench.uapi --wireguard-go "$(bash tests/tools/fetch-wireguard-go.sh)"
 
 Options: --lines N, --peers N, --rounds N (idle/set/get rounds), --repeat N
-(dumps), --skip-gaps, --skip-dump, --json.
+(dumps), --skip-gaps, --skip-dump, --json.  --in-process runs only the set
+and get against a UAPI server in this process, probed by a 1 ms timer on
+its event loop: the longest wall gap, and the longest stretch of the loop
+thread's own CPU between two probe runs, which other processes on a loaded
+machine inflate far less than the wall gap (no root needed).
 Figures taken on a loaded machine are noisy: compare the implementations
 within one run.  Every namespace, interface and process is removed at the
 end, also on an error or SIGINT/SIGTERM.
@@ -238,6 +242,77 @@ def run_dump(lab: Lab, args, log) -> dict:
     return res
 
 
+# ============================================================ in this process
+
+class _Host:
+    """What DeviceControl asks of the daemon, for a device with no socket
+    and no TUN (the UAPI's work alone)."""
+
+    def __init__(self):
+        from vpncrypt.daemon.adapter import DataPlane
+        self.dataplane = DataPlane(os.urandom(32))
+        self.device = self.dataplane.device
+        self.engine, self.listen_port, self.fwmark, self.v6 = None, 0, 0, True
+
+    def changed(self):
+        pass
+
+    def endpoint_set(self, public_key, endpoint):
+        self.dataplane.trace.endpoint_set(public_key, endpoint)
+
+    def counters(self):
+        return {}
+
+
+def run_in_process(args, log) -> dict:
+    """The same set and get against a UAPI server over a real Device in this
+    process (no TUN, no tunnel, no root), probed by a 1 ms timer on its event
+    loop: the longest wall gap between two probe runs, and the longest stretch
+    of the loop thread's own CPU time between them (what a loaded machine
+    adds little to: the time the request itself held the loop)."""
+    import asyncio
+    import tempfile
+    from vpncrypt.daemon.adapter import DeviceControl
+    from vpncrypt.daemon.uapi import start_uapi_server
+
+    async def main(path, body):
+        server = await start_uapi_server(path, DeviceControl(_Host()))
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, lambda: None)       # the client's thread, made now
+        worst = {"wall": 0.0, "cpu": 0.0}
+        running = [True]
+
+        async def probe():
+            wall, cpu = time.perf_counter(), time.thread_time()
+            while running[0]:
+                await asyncio.sleep(PROBE_INTERVAL)
+                w, c = time.perf_counter(), time.thread_time()
+                worst["wall"], worst["cpu"] = max(worst["wall"], w - wall), max(worst["cpu"], c - cpu)
+                wall, cpu = w, c
+        task = asyncio.ensure_future(probe())
+        out = {}
+        for name, text in (("set", body), ("get", "get=1")):
+            await asyncio.sleep(0.2)
+            worst["wall"] = worst["cpu"] = 0.0
+            t0 = time.monotonic()
+            answer, _ = await loop.run_in_executor(None, _uapi, path, text)
+            out[name] = {"request_s": round(time.monotonic() - t0, 2),
+                         "longest_gap_ms": round(worst["wall"] * 1000, 1),
+                         "longest_loop_cpu_ms": round(worst["cpu"] * 1000, 1),
+                         "answer": answer.strip()[-12:] if name == "set" else
+                         f"{answer.count(chr(10) + 'allowed_ip=')} allowed_ip lines"}
+        running[0] = False
+        await task
+        server.close()
+        await server.wait_closed()
+        return out
+
+    body = big_set(args.lines, os.urandom(32).hex())
+    log(f"in this process: set=1 with {args.lines} allowed_ip lines, then get=1")
+    with tempfile.TemporaryDirectory(prefix="vpncrypt-bench-uapi-") as d:
+        return asyncio.run(main(os.path.join(d, "u.sock"), body))
+
+
 def _wireguard_go_version(path):
     import subprocess
     try:
@@ -259,6 +334,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="idle/set/get rounds per implementation (default 2)")
     p.add_argument("--skip-gaps", action="store_true", help="no probe windows")
     p.add_argument("--skip-dump", action="store_true", help="no wg show dump comparison")
+    p.add_argument("--in-process", action="store_true",
+                   help="only the set and get against a server in this process, probed by a "
+                        "timer on its loop (no root, no wireguard-go)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="log each step on stderr")
 
@@ -271,13 +349,22 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
-    if os.geteuid() != 0:
-        print("vpncrypt.bench.uapi: needs root (network namespaces)", file=sys.stderr)
-        return 1
-
     def log(msg, always=False, pid=False):
         if args.verbose or always:
             print(f"[bench uapi] {msg}", file=sys.stderr, flush=True)
+
+    if args.in_process:
+        res = run_in_process(args, log)
+        if args.json:
+            print(json.dumps(res, indent=2))
+        for name, r in res.items():
+            print(f"in process    {name:5} longest timer gap {r['longest_gap_ms']:7.1f} ms, "
+                  f"longest loop CPU stretch {r['longest_loop_cpu_ms']:6.1f} ms   "
+                  f"request {r['request_s']:6.2f} s   {r['answer']}")
+        return 0
+    if os.geteuid() != 0:
+        print("vpncrypt.bench.uapi: needs root (network namespaces)", file=sys.stderr)
+        return 1
 
     lab = Lab(log)
 
