@@ -1,6 +1,8 @@
-"""An in-memory Control for UAPI tests: records every call."""
+"""An in-memory Control for UAPI tests (records every call), a stand-in for
+the daemon over a real Device, and a UAPI server for a test's duration."""
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 
 from vpncrypt.daemon.control import Control, InterfaceSnapshot, PeerSnapshot
@@ -74,3 +76,77 @@ class FakeControl(Control):
 
     def call_names(self):
         return [c[0] for c in self.calls]
+
+
+class StubHost:
+    """What DeviceControl needs of the daemon, over a real DataPlane (the
+    Device and its debug trace) but no TUN and no engine: the listen port
+    is a real UDP socket, rebound as the daemon does (open the new one,
+    then close the old one), so a port in use fails as it would there."""
+
+    def __init__(self, private_key: bytes, v6: bool = True):
+        from vpncrypt.daemon.adapter import DataPlane
+        from vpncrypt.daemon.udpsocket import open_udp_socket
+        self._open = open_udp_socket
+        self.dataplane = DataPlane(private_key)
+        self.engine = None
+        self.sock = open_udp_socket(0)
+        self.listen_port = self.sock.getsockname()[1]
+        self.fwmark = 0
+        self.v6 = v6
+        self.changes = 0
+
+    @property
+    def device(self):
+        return self.dataplane.device
+
+    def changed(self):
+        self.changes += 1
+
+    def endpoint_set(self, public_key, endpoint):
+        self.dataplane.trace.endpoint_set(public_key, endpoint)
+
+    def counters(self):
+        return {"drop_" + k: v for k, v in self.device.drops().items()}
+
+    def rebind(self, port):
+        if port and port == self.listen_port:
+            return
+        new = self._open(port)
+        self.sock.close()
+        self.sock = new
+        self.listen_port = new.getsockname()[1]
+
+    def set_fwmark(self, fwmark):
+        self.fwmark = fwmark
+
+    def close(self):
+        self.sock.close()
+
+
+@contextlib.contextmanager
+def stub_host(private_key: bytes, v6: bool = True):
+    host = StubHost(private_key, v6=v6)
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+@contextlib.contextmanager
+def uapi_server(loop_thread, path: str, control, slice_seconds=None):
+    """A UAPI server on `path` over `control`, on the test's loop thread;
+    closed (and its socket removed) at the end.  slice_seconds=0: it lets
+    the loop run after every piece of work."""
+    from vpncrypt.daemon.uapi import start_uapi_server
+    server = loop_thread.run(start_uapi_server(path, control))
+    if slice_seconds is not None:
+        server.slice_seconds = slice_seconds
+
+    async def stop():
+        server.close()
+        await server.wait_closed()
+    try:
+        yield server
+    finally:
+        loop_thread.run(stop())

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.daemon.fakes import FakeControl
+from tests.daemon.fakes import FakeControl, uapi_server
 from vpncrypt.config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
                                  SetFwmark, SetListenPort, SetPrivateKey)
 from vpncrypt.daemon.control import InterfaceSnapshot, PeerSnapshot
@@ -154,15 +154,8 @@ _recv_reply = read_answer
 def raw_server(loop_thread, tmp_path):
     path = str(tmp_path / "wgtest.sock")
     control = FakeControl()
-    server = loop_thread.run(start_uapi_server(path, control))
-
-    async def stop():
-        server.close()
-        await server.wait_closed()
-    try:
+    with uapi_server(loop_thread, path, control) as server:
         yield path, control, server
-    finally:
-        loop_thread.run(stop())
 
 
 def test_socket_mode_and_many_requests_per_connection(raw_server):

@@ -18,16 +18,22 @@ native fast path happens here, and only here:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
+import heapq
+import ipaddress
 import logging
+import socket
+import threading
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 from ..config.keys import PublicKey
-from ..config.ops import PeerUpdate
+from ..config.ops import PeerUpdate, SetListenPort
 from ..dataplane.io import UdpBatchSocket
 from ..dataplane.sockopts import socket_drops
-from ..endpoints import format_endpoint, resolve_endpoint
+from ..endpoints import (Endpoint, format_endpoint, format_packed_endpoint, pack_endpoint,
+                         resolve_endpoint)
 from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
 
 log = logging.getLogger("vpncrypt.daemon")
@@ -89,7 +95,7 @@ class DataPlane:
         self.inner = None
         self.threads = threads
         self.tun_offloads = tun_offloads
-        self.trace = EventTrace()
+        self.trace = EventTrace(self.device)
 
     def udp_socket(self, sock):
         """The batch socket the Engine gets: traced when debug logging is on."""
@@ -182,6 +188,104 @@ class DataPlane:
 # --------------------------------------------------------------------------
 # the Control adapter the UAPI server (and the SIGHUP reload) drive
 
+# Pieces of work a big request is cut into (see vpncrypt.daemon.control):
+# a few milliseconds each.
+PART_WORK = 4096            # peers and allowed IPs read per part of a snapshot (a big peer aside)
+ROUTE_STEP = 1024           # allowed IPs added (or listed) per step of one peer
+
+
+def _trace_networks(nets) -> list:
+    """The networks as the table lists them (text, host bits cleared)."""
+    return [str(n) if isinstance(n, (ipaddress.IPv4Network, ipaddress.IPv6Network))
+            else str(ipaddress.ip_network(n, strict=False)) for n in nets]
+
+
+def _shown(nets, total: int) -> str:
+    """The first 20 (in order) and the count: one line, however many."""
+    first = heapq.nsmallest(20, nets)
+    return (", ".join(first) or "(none)") + (f", ... ({total} in all)" if total > 20 else "")
+
+
+_ROUTE_ENTRY = 18           # vc_wg_route_list (native/vc_wg.h): family, prefix length, 16 address bytes
+
+
+def _route_text(e: bytes) -> str:
+    """One vc_wg_route_list entry as the table's routes(text=True) writes it."""
+    if e[0] == 4:
+        return f"{socket.inet_ntop(socket.AF_INET, e[2:6])}/{e[1]}"
+    return str(ipaddress.IPv6Network((e[2:18], e[1])))
+
+
+class _GetReader:
+    """What a ``get`` lists of each peer, read from the session table: the
+    wire counters, the endpoint as text and the allowed IPs as text.  On
+    the native table with one reused struct and one reused buffer, one call
+    each: a get of 50,000 peers otherwise spends most of its time building
+    what it does not list (full PeerStats with drops and keypairs, endpoint
+    tuples, a buffer per peer).  A peer with more than ROUTE_STEP allowed IPs
+    is listed by big_routes(), in steps."""
+
+    def __init__(self, table):
+        self.table = table
+        self.native = getattr(table, "backend", None) == "native"
+        if self.native:
+            from .._native import ffi, lib
+            self._ffi, self._lib = ffi, lib
+            self._st = ffi.new("vc_wg_peer_stats *")
+            self._ep = ffi.buffer(ffi.addressof(self._st, "endpoint"), ffi.sizeof("vc_endpoint"))
+            self._buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * ROUTE_STEP)
+            self._raw = ffi.buffer(self._buf)
+
+    def wire(self, pid: int, now: float) -> tuple:
+        """(rx wire bytes, tx wire bytes, endpoint text or None)."""
+        if not self.native:
+            st = self.table.stats(pid, now)
+            return st.rx_wire_bytes, st.tx_wire_bytes, format_endpoint(st.endpoint)
+        st = self._st
+        if self._lib.vc_wg_peer_get(self.table.ptr, pid, st, now):
+            raise KeyError(f"no peer {pid}")
+        return (st.rx_wire_bytes, st.tx_wire_bytes,
+                format_packed_endpoint(self._ep[:]) if st.endpoint_set else None)
+
+    def routes(self, pid: int):
+        """The allowed IPs as text, or None if there are more than
+        ROUTE_STEP (then big_routes())."""
+        if not self.native:
+            return self.table.routes(pid, text=True)
+        n = self._lib.vc_wg_route_list(self.table.ptr, pid, self._buf, ROUTE_STEP)
+        if n <= 1:                              # the usual peer: one network (or none)
+            return [_route_text(self._raw[:_ROUTE_ENTRY])] if n else []
+        if n > ROUTE_STEP:
+            return None
+        raw = self._raw[:_ROUTE_ENTRY * n]
+        return [_route_text(raw[k:k + _ROUTE_ENTRY]) for k in range(0, _ROUTE_ENTRY * n, _ROUTE_ENTRY)]
+
+    def big_routes(self, pid: int, out: list) -> Iterator[list]:
+        """All of them listed at once, written into ``out`` as text
+        ROUTE_STEP at a time, an empty snapshot part yielded before each
+        (room for the loop).  The listing itself (one call into the table,
+        which sorts them: 80 ms for 600,000) runs on a thread of its own,
+        outside the interpreter lock; empty parts are yielded meanwhile."""
+        ffi, lib = self._ffi, self._lib
+        n = lib.vc_wg_route_list(self.table.ptr, pid, ffi.NULL, 0)
+        buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * n)
+        listed = []
+        lister = threading.Thread(target=lambda: listed.append(
+            lib.vc_wg_route_list(self.table.ptr, pid, buf, n)), name="uapi-routes", daemon=True)
+        lister.start()
+        while lister.is_alive():
+            yield []
+        lister.join()
+        n = min(n, listed[0]) if listed else 0
+        raw = ffi.buffer(buf, _ROUTE_ENTRY * n)[:]
+        del buf
+        for start in range(0, n, ROUTE_STEP):
+            yield []
+            out.extend([_route_text(raw[k:k + _ROUTE_ENTRY]) for k in
+                        range(_ROUTE_ENTRY * start, _ROUTE_ENTRY * min(n, start + ROUTE_STEP),
+                              _ROUTE_ENTRY)])
+
+
 class DeviceControl(Control):
     """Control on top of a host (the Daemon) that has: device, listen_port,
     fwmark, v6, changed(), counters(), rebind(port), set_fwmark(mark), and
@@ -197,27 +301,105 @@ class DeviceControl(Control):
     def _changed(self) -> None:
         self.d.changed()
 
+    def _forget(self, public_key: bytes) -> None:
+        """A peer is gone: nothing of it is kept (the debug trace's endpoint)."""
+        dataplane = getattr(self.d, "dataplane", None)
+        if dataplane is not None:
+            dataplane.trace.forget(public_key)
+
+    # ------------------------------------------------------------ reading
+
     def snapshot(self) -> InterfaceSnapshot:
+        parts = self.snapshot_parts()
+        head = next(parts)
+        peers = [p for part in parts for p in part]
+        return dataclasses.replace(head, peers=peers)
+
+    def snapshot_parts(self, *, counters: bool = True) -> Iterator:
         dev = self.device
-        now = dev.table.clock(time.monotonic())      # the loop's clock (asyncio and uvloop)
-        peers = []
-        for peer in dev.peers.values():
-            c = peer.counters
-            st = peer.stats(now)          # transport counters: the session table's
-            rx, tx = c.rx_bytes + st.rx_wire_bytes, c.tx_bytes + st.tx_wire_bytes
+        head = InterfaceSnapshot(private_key=dev.private_key, listen_port=self.d.listen_port,
+                                 fwmark=self.d.fwmark, peers=())
+        yield head
+        peers = list(dev.peers.values())
+        reader = _GetReader(dev.table)
+        part, work = [], 0
+        # the names of this loop bound once: it runs once per peer
+        current, list_routes, wire, add = dev.peers.get, reader.routes, reader.wire, part.append
+        # the loop's clock (asyncio and uvloop); read again for each part, as
+        # the loop may have run in between
+        now = dev.table.clock(time.monotonic())
+        for p in peers:
+            pk, pid = p.public_key, p.pid
+            if current(pk) is not p:
+                continue                        # removed in between: not listed
+            routes = list_routes(pid)
+            if routes is None:
+                routes = []
+                yield from reader.big_routes(pid, routes)
+                if current(pk) is not p:
+                    continue
+                now = dev.table.clock(time.monotonic())
+            rx_wire, tx_wire, endpoint = wire(pid, now)   # the session table's counters
+            c = p.counters
             lh = c.last_handshake or 0.0
             sec = int(lh)
-            peers.append(PeerSnapshot(
-                public_key=peer.public_key, preshared_key=peer.preshared_key,
-                endpoint=format_endpoint(st.endpoint),
-                persistent_keepalive=peer.persistent_keepalive,
-                allowed_ips=peer.allowed_ips,
-                last_handshake_time_sec=sec,
-                last_handshake_time_nsec=int((lh - sec) * 1e9) if lh else 0,
-                rx_bytes=rx, tx_bytes=tx))
-        return InterfaceSnapshot(private_key=dev.private_key, listen_port=self.d.listen_port,
-                                 fwmark=self.d.fwmark, peers=peers, counters=self.d.counters(),
-                                 info=kernels(getattr(self.d, "engine", None)))
+            # positional, in PeerSnapshot's field order
+            add(PeerSnapshot(pk, p.preshared_key, endpoint, p.persistent_keepalive, routes, sec,
+                             int((lh - sec) * 1e9) if lh else 0,
+                             c.rx_bytes + rx_wire, c.tx_bytes + tx_wire))
+            work += 1 + len(routes)
+            if work >= PART_WORK:
+                yield part
+                part, work = [], 0
+                add, current = part.append, dev.peers.get
+                now = dev.table.clock(time.monotonic())
+        if part:
+            yield part
+        if counters:
+            head.counters = self.d.counters()
+            head.info = kernels(getattr(self.d, "engine", None))
+
+    # ------------------------------------------------------------ checking
+
+    def _resolve(self, ep: Endpoint) -> tuple:
+        try:
+            addr = resolve_endpoint(ep, self.d.v6)
+            pack_endpoint(addr)           # what the table is given: it must take it
+        except OSError as e:
+            raise ControlError(e.errno or errno.EADDRNOTAVAIL, e.strerror or str(e)) from None
+        except ValueError as e:
+            raise ControlError(errno.EINVAL, f"endpoint {ep}: {e}") from None
+        return addr
+
+    def _check_port(self, port: int) -> None:
+        """A new listen port is free now (the request is refused before any
+        of it is applied if not; the socket itself is opened when applied)."""
+        if not port or port == self.d.listen_port:
+            return                      # any port, or no change: rebinding cannot fail for it
+        from .udpsocket import open_udp_socket
+        try:
+            open_udp_socket(port).close()
+        except OSError as e:
+            raise ControlError(e.errno or errno.EADDRINUSE, e.strerror or str(e)) from None
+
+    def prepare(self, ops: list) -> list:
+        """Every endpoint resolved now, before anything is applied: a zone
+        names an interface that exists, IPv6 is there for an IPv6 endpoint,
+        and the table can hold the address.  Each is then carried as the
+        numbers found (so nothing is looked up again while applying).  A
+        new listen port is free."""
+        out = []
+        for op in ops:
+            if isinstance(op, SetListenPort):
+                self._check_port(op.port)
+            if isinstance(op, PeerUpdate) and op.endpoint is not None:
+                addr = self._resolve(op.endpoint)
+                host = addr[0] if len(addr) < 4 or not addr[3] else f"{addr[0]}%{addr[3]}"
+                op = dataclasses.replace(op, endpoint=Endpoint(host, addr[1], op.endpoint.text))
+            out.append(op)
+        return out
+
+    # ------------------------------------------------------------ changing
 
     def set_private_key(self, key) -> None:
         new = bytes(key) if key is not None else None
@@ -238,6 +420,8 @@ class DeviceControl(Control):
     def replace_peers(self) -> None:
         if self.device.peers:
             log.info("all %d peer(s) removed", len(self.device.peers))
+        for pk in list(self.device.peers):
+            self._forget(pk)
         self.device.clear_peers()
         self._changed()
 
@@ -245,32 +429,43 @@ class DeviceControl(Control):
         return bytes(public_key) in self.device.peers
 
     def remove_peer(self, public_key) -> None:
-        if bytes(public_key) in self.device.peers:
-            self.device.remove_peer(bytes(public_key))
-            log.info("peer %s removed", fingerprint(public_key))
+        pk = bytes(public_key)
+        self._forget(pk)
+        if pk in self.device.peers:
+            self.device.remove_peer(pk)
+            log.info("peer %s removed", fingerprint(pk))
             self._changed()
 
     def upsert_peer(self, update: PeerUpdate) -> None:
+        for _ in self.upsert_peer_steps(update):
+            pass
+
+    def upsert_peer_steps(self, update: PeerUpdate) -> Iterator[None]:
+        """The peer's settings and its first ROUTE_STEP allowed IPs, then the
+        rest ROUTE_STEP at a time (a step each).  The debug trace costs what
+        the update holds, never what the peer already has (repeated blocks
+        for one peer in one request stay linear)."""
         dev = self.device
         pk = bytes(update.public_key)
         if dev.public_key is not None and pk == dev.public_key:
             return  # as wireguard-go: a peer with our own key is ignored
         endpoint = None
         if update.endpoint is not None:
-            try:
-                endpoint = resolve_endpoint(update.endpoint, self.d.v6)
-            except OSError as e:
-                raise ControlError(e.errno or errno.EADDRNOTAVAIL, e.strerror or str(e)) from None
+            endpoint = self._resolve(update.endpoint)     # prepared: numbers only
         allowed = update.allowed_ips          # networks already; the table normalizes any form
+        first, rest = allowed[:ROUTE_STEP], allowed[ROUTE_STEP:]
         psk = bytes(update.preshared_key) if update.preshared_key is not None else None
         name = fingerprint(pk)
+        traced = log.isEnabledFor(logging.DEBUG) and bool(allowed or update.replace_allowed_ips)
+        before = None
         if pk not in dev.peers:
             try:
-                dev.add_peer(pk, preshared_key=psk, allowed_ips=allowed, endpoint=endpoint,
+                dev.add_peer(pk, preshared_key=psk, allowed_ips=first, endpoint=endpoint,
                              persistent_keepalive=update.persistent_keepalive or 0)
             except ValueError as e:
                 raise ControlError(errno.EINVAL, str(e)) from None
             log.info("peer %s added", name)
+            traced = False                    # "added" says it; its networks are the update's
         else:
             peer = dev.peers[pk]
             kw = {}
@@ -288,20 +483,25 @@ class DeviceControl(Control):
                               f"every {update.persistent_keepalive} s"
                               if update.persistent_keepalive else "off")
                 kw["persistent_keepalive"] = update.persistent_keepalive
-            # the before/after comparison costs a second per 300,000 routes:
-            # only for the debug trace
-            traced = log.isEnabledFor(logging.DEBUG) and (update.allowed_ips or
-                                                          update.replace_allowed_ips)
-            before = set(peer.allowed_ips) if traced else None
-            dev.update_peer(pk, allowed_ips=allowed,
+            if traced and update.replace_allowed_ips:
+                before = set(peer.allowed_ips)    # what is replaced: read once, for this update
+            dev.update_peer(pk, allowed_ips=first,
                             replace_allowed_ips=update.replace_allowed_ips, **kw)
-            if traced and (after := set(peer.allowed_ips)) != before:
-                shown = sorted(after)
-                log.debug("peer %s: allowed IPs %s%s", name, ", ".join(shown[:20]) or "(none)",
-                          f", ... ({len(shown)} in all)" if len(shown) > 20 else "")
+        for i in range(0, len(rest), ROUTE_STEP):
+            yield
+            if pk not in dev.peers:
+                return
+            dev.update_peer(pk, allowed_ips=rest[i:i + ROUTE_STEP])
+        if traced:
+            nets = set(_trace_networks(allowed))
+            if before is None:
+                log.debug("peer %s: allowed IPs added: %s", name, _shown(nets, len(nets)))
+            elif nets != before:              # replaced: the update's networks are all it has
+                log.debug("peer %s: allowed IPs %s", name, _shown(nets, len(nets)))
         if endpoint is not None:
             self.d.endpoint_set(pk, dev.peers[pk].endpoint)
         self._changed()
+        yield
 
     def set_mtu(self, mtu: int) -> None:
         self.d.tun.set_mtu(mtu)
@@ -363,15 +563,32 @@ class TracedUdpSocket(UdpBatchSocket):
 
 
 class EventTrace:
-    """The Device's events as debug lines."""
+    """The Device's events as debug lines.
 
-    def __init__(self):
+    It remembers where each peer was last seen (for "endpoint changed from
+    ..."), only while the debug trace is on, and only for the device's
+    peers: a removed peer is forgotten (forget(), and any entry left of a
+    peer the device no longer has is dropped once they add up)."""
+
+    def __init__(self, device=None):
+        self.device = device
         self._endpoints = {}      # public key -> the last endpoint traced
 
     def endpoint_set(self, public_key: bytes, endpoint) -> None:
         """An endpoint set by configuration (file or UAPI): where a later
         move is traced from."""
-        self._endpoints[public_key] = endpoint
+        if trace.isEnabledFor(logging.DEBUG):
+            self._endpoints[bytes(public_key)] = endpoint
+            self._prune()
+
+    def forget(self, public_key: bytes) -> None:
+        self._endpoints.pop(bytes(public_key), None)
+
+    def _prune(self) -> None:
+        dev = self.device
+        if dev is not None and len(self._endpoints) > 2 * len(dev.peers) + 64:
+            peers = dev.peers
+            self._endpoints = {k: v for k, v in self._endpoints.items() if k in peers}
 
     def events(self, events) -> None:
         if not trace.isEnabledFor(logging.DEBUG):
@@ -380,6 +597,7 @@ class EventTrace:
             line = self._line(ev)
             if line:
                 trace.debug("%s", line)
+        self._prune()
 
     def _line(self, ev):
         from ..protocol import events as E

@@ -1,17 +1,23 @@
 """What the UAPI server (and the SIGHUP reload) needs from the running device.
 
 The daemon implements Control on top of vpncrypt.protocol.Device; tests use
-an in-memory fake. All methods are called from the event loop thread and must
-not block for long. To report a failure with a specific errno (e.g. the new
-listen port is in use) raise ControlError(errno.EADDRINUSE, "...") or an
-OSError; anything else is answered with -EIO.
+an in-memory fake. All methods but prepare() are called from the event loop
+thread and must not block for long. To report a failure with a specific
+errno (e.g. the new listen port is in use) raise ControlError(errno.EADDRINUSE,
+"...") or an OSError; anything else is answered with -EIO.
+
+Big requests are served in steps, so that the event loop (which carries the
+data plane) is never held for long: prepare() checks a whole request before
+any of it is applied (off the loop), upsert_peer_steps() applies one peer in
+pieces and snapshot_parts() reads the device in pieces.  The defaults do
+each at once; a Control over a big device overrides them.
 """
 from __future__ import annotations
 
 import abc
 import errno as _errno
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from ..config.ops import PeerUpdate
 
@@ -22,7 +28,7 @@ class ControlError(Exception):
         self.errno = errno
 
 
-@dataclass
+@dataclass(slots=True)         # a get of 50,000 peers makes 50,000
 class PeerSnapshot:
     public_key: bytes
     preshared_key: Optional[bytes] = None      # None or all-zero: no PSK
@@ -53,8 +59,38 @@ class InterfaceSnapshot:
 class Control(abc.ABC):
     """The device as the UAPI sees it."""
 
+    # True while the UAPI server applies a request in slices: another
+    # change (apply_operations: the SIGHUP reload) is refused with EBUSY
+    # rather than mixed into it.
+    busy = False
+
     @abc.abstractmethod
     def snapshot(self) -> InterfaceSnapshot: ...
+
+    def snapshot_parts(self, *, counters: bool = True) -> Iterator:
+        """The snapshot in parts, with room for other work in between: first
+        an InterfaceSnapshot without peers, then lists of PeerSnapshot (as
+        many as it takes).  With ``counters``, the first part's counters
+        and info are filled in by the time the iteration ends."""
+        snap = self.snapshot()
+        head = replace(snap, peers=())
+        yield head
+        yield list(snap.peers)
+
+    def prepare(self, ops: list) -> list:
+        """Check a whole request against the device before any of it is
+        applied, and return the operations to apply (the same, or with what
+        was looked up resolved: endpoints).  Raise ControlError or OSError
+        to refuse the request.  Runs on a worker thread: it may only read
+        the device, never change it."""
+        return list(ops)
+
+    def upsert_peer_steps(self, update: PeerUpdate) -> Iterator[None]:
+        """upsert_peer() in steps: yields between pieces of work, where the
+        caller may let the event loop run (no other request is applied in
+        between).  The default does it all in one step."""
+        self.upsert_peer(update)
+        yield
 
     @abc.abstractmethod
     def set_private_key(self, key: Optional[bytes]) -> None:

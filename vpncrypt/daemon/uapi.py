@@ -11,10 +11,20 @@ Keys and preshared keys are lowercase hex. The pieces:
   whole request first, so a malformed request changes nothing: -EINVAL, or
   as wireguard-go -EPROTO for a line without '=', and -EADDRNOTAVAIL for an
   endpoint whose zone names no interface (looked up here, before anything
-  is applied).
+  is applied), -EINVAL for a numeric zone over 32 bits.  (Stricter than
+  wireguard-go, which takes any zone in a set and fails later, when it
+  sends: vpncrypt refuses an endpoint it could never send to.)
 * format_get(snapshot) -> str, from InterfaceSnapshot/PeerSnapshot.
-* apply_operations(ops, control) -> calls the Control interface.
+* apply_operations(ops, control) -> checks every operation (check_operations,
+  then control.prepare: whatever the source, the UAPI or a config file's
+  diff at SIGHUP), and only then applies them through the Control interface.
 * start_uapi_server(path, control) -> asyncio unix-socket server.
+
+The server never holds the event loop (which carries the data plane) for
+long: a ``set=1`` body is parsed and checked on a worker thread, then
+applied on the loop in slices of at most SLICE_SECONDS of work; a ``get=1``
+answer is built and written in slices too.  Requests are served one at a
+time (a lock), so another client sees a request applied whole or not at all.
 
 vpncrypt extension: `get=vpncrypt\\n\\n` answers like `get=1` plus lines
 ``vpncrypt_<counter>=N`` (drop counters etc.). They are not in the plain
@@ -24,14 +34,22 @@ keys, but other UAPI clients may not.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
 import errno
+import gc
+import ipaddress
+import itertools
 import logging
 import os
 import re
 import socket
 import stat
 import struct
-from typing import Iterable, Optional
+import sys
+import time
+from typing import Iterable, Iterator, Optional
 
 from ..endpoints import format_endpoint, parse_uapi_endpoint, zone_index
 from ..config.keys import KeyFormatError, PresharedKey, PrivateKey, PublicKey
@@ -44,7 +62,8 @@ from ..permissions import ensure_private_dir
 from .logsetup import RateLimitedLog
 
 __all__ = [
-    "UAPIError", "parse_set", "format_get", "apply_operations", "handle_request",
+    "UAPIError", "parse_set", "format_get", "check_operations", "apply_operations",
+    "apply_operations_async", "handle_request",
     "start_uapi_server", "UAPIServer", "socket_path", "Control", "ControlError",
     "InterfaceSnapshot", "PeerSnapshot", "DEFAULT_SOCKET_DIR",
 ]
@@ -56,6 +75,9 @@ DEFAULT_SOCKET_DIR = "/var/run/wireguard"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 _COUNTER_NAME_RE = re.compile(r"^[a-z0-9_]+$")
 _INFO_VALUE_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+# How long a request works on the event loop before it lets everything else
+# that is ready run (the data plane); a slice ends at the first step past it.
+SLICE_SECONDS = 0.02
 
 
 def socket_path(interface: str, directory: str = DEFAULT_SOCKET_DIR) -> str:
@@ -195,49 +217,167 @@ def parse_set(text: str) -> list:
 # --------------------------------------------------------------------------
 # (b) get=1 formatter
 
-def format_get(snapshot: InterfaceSnapshot, *, extensions: bool = False) -> str:
-    """The full answer to ``get=1`` (ending in ``errno=0\\n\\n``)."""
+def format_head(snapshot: InterfaceSnapshot) -> str:
+    """The device lines of a ``get=1`` answer."""
     out = []
     if snapshot.private_key is not None and any(snapshot.private_key):
-        out.append(f"private_key={bytes(snapshot.private_key).hex()}")
+        out.append(f"private_key={bytes(snapshot.private_key).hex()}\n")
     if snapshot.listen_port:
-        out.append(f"listen_port={int(snapshot.listen_port)}")
+        out.append(f"listen_port={int(snapshot.listen_port)}\n")
     if snapshot.fwmark:
-        out.append(f"fwmark={int(snapshot.fwmark)}")
-    for p in snapshot.peers:
-        out.append(f"public_key={bytes(p.public_key).hex()}")
-        if p.preshared_key is not None and any(p.preshared_key):
-            out.append(f"preshared_key={bytes(p.preshared_key).hex()}")
-        out.append(f"protocol_version={int(p.protocol_version)}")
+        out.append(f"fwmark={int(snapshot.fwmark)}\n")
+    return "".join(out)
+
+
+def format_peers(peers: Iterable[PeerSnapshot]) -> str:
+    """The lines of these peers: one formatted string each (a get of 50,000
+    peers is made of this loop)."""
+    out = []
+    add = out.append
+    for p in peers:
+        psk = p.preshared_key
+        psk_line = f"preshared_key={bytes(psk).hex()}\n" if psk is not None and any(psk) else ""
         ep = format_endpoint(p.endpoint)
-        if ep:
-            out.append(f"endpoint={ep}")
-        out.append(f"last_handshake_time_sec={int(p.last_handshake_time_sec)}")
-        out.append(f"last_handshake_time_nsec={int(p.last_handshake_time_nsec)}")
-        out.append(f"tx_bytes={int(p.tx_bytes)}")
-        out.append(f"rx_bytes={int(p.rx_bytes)}")
-        out.append(f"persistent_keepalive_interval={int(p.persistent_keepalive)}")
+        ep_line = f"endpoint={ep}\n" if ep else ""
+        add(f"public_key={bytes(p.public_key).hex()}\n{psk_line}"
+            f"protocol_version={int(p.protocol_version)}\n{ep_line}"
+            f"last_handshake_time_sec={int(p.last_handshake_time_sec)}\n"
+            f"last_handshake_time_nsec={int(p.last_handshake_time_nsec)}\n"
+            f"tx_bytes={int(p.tx_bytes)}\nrx_bytes={int(p.rx_bytes)}\n"
+            f"persistent_keepalive_interval={int(p.persistent_keepalive)}\n")
         # the table lists them normalized already: no parse of each one (a
         # get of 300,000 would spend a second on the event loop doing it)
-        out.extend(f"allowed_ip={net}" for net in p.allowed_ips)
+        if p.allowed_ips:
+            add("".join([f"allowed_ip={net}\n" for net in p.allowed_ips]))
+    return "".join(out)
+
+
+_LINES_PER_PIECE = 4096
+
+
+def format_pieces(peers: Iterable[PeerSnapshot]) -> Iterator[str]:
+    """format_peers() in pieces of at most a few thousand lines: a peer with
+    many allowed IPs is cut between its allowed_ip lines."""
+    batch, lines = [], 0
+    for p in peers:
+        ips = p.allowed_ips
+        if len(ips) <= _LINES_PER_PIECE:
+            batch.append(p)
+            lines += 10 + len(ips)
+            if lines >= _LINES_PER_PIECE:
+                yield format_peers(batch)
+                batch, lines = [], 0
+            continue
+        if batch:
+            yield format_peers(batch)
+            batch, lines = [], 0
+        yield format_peers([dataclasses.replace(p, allowed_ips=())])
+        for i in range(0, len(ips), _LINES_PER_PIECE):
+            yield "".join([f"allowed_ip={net}\n" for net in ips[i:i + _LINES_PER_PIECE]])
+    if batch:
+        yield format_peers(batch)
+
+
+def format_tail(snapshot: InterfaceSnapshot, *, extensions: bool = False) -> str:
+    """The end of the answer: the extension lines if asked for, then errno=0."""
+    out = []
     if extensions:
         for name, value in sorted(snapshot.counters.items()):
             if _COUNTER_NAME_RE.match(name):
-                out.append(f"vpncrypt_{name}={int(value)}")
+                out.append(f"vpncrypt_{name}={int(value)}\n")
         for name, value in sorted(snapshot.info.items()):
             if _COUNTER_NAME_RE.match(name) and _INFO_VALUE_RE.match(str(value)):
-                out.append(f"vpncrypt_info_{name}={value}")
-    out.append("errno=0")
-    return "\n".join(out) + "\n\n"
+                out.append(f"vpncrypt_info_{name}={value}\n")
+    out.append("errno=0\n\n")
+    return "".join(out)
+
+
+def format_get(snapshot: InterfaceSnapshot, *, extensions: bool = False) -> str:
+    """The full answer to ``get=1`` (ending in ``errno=0\\n\\n``)."""
+    return (format_head(snapshot) + format_peers(snapshot.peers)
+            + format_tail(snapshot, extensions=extensions))
 
 
 # --------------------------------------------------------------------------
-# (c) apply
+# (c) check, then apply
 
-def apply_operations(ops: Iterable, control: Control) -> None:
-    """Apply operations in order. Errors from the control propagate
-    (ControlError/OSError carry the errno to report)."""
+_PORT_MAX = 65535                 # 16-bit UDP ports
+_FWMARK_MAX = 0xFFFFFFFF          # SO_MARK is 32 bits
+_KEEPALIVE_MAX = 65535            # wireguard-go: a uint16 of seconds
+_MTU_MIN, _MTU_MAX = 68, 65535    # RFC 791's minimum; the kernel's maximum for a TUN
+_NETWORKS = (ipaddress.IPv4Network, ipaddress.IPv6Network)
+_INTERFACES = (ipaddress.IPv4Interface, ipaddress.IPv6Interface)
+
+
+def _check_uint(what: str, value, top: int, bottom: int = 0) -> None:
+    if type(value) is not int or not bottom <= value <= top:
+        raise _invalid(f"{what}: {value!r} is not in {bottom}-{top}")
+
+
+def _check_key(what: str, key, optional: bool = False) -> None:
+    if key is None and optional:
+        return
+    try:
+        ok = len(bytes(key)) == 32
+    except TypeError:
+        ok = False
+    if not ok:
+        raise _invalid(f"{what}: not a 32-byte key")
+
+
+def check_operations(ops: Iterable) -> list:
+    """Every operation's values in range, whoever made them (the UAPI
+    parser, a config file's diff): UAPIError(EINVAL) otherwise.  What the
+    device must decide (a zone's interface, IPv6 on this host) is
+    Control.prepare's."""
+    ops = list(ops)
     for op in ops:
+        if isinstance(op, SetPrivateKey):
+            _check_key("private_key", op.key, optional=True)
+        elif isinstance(op, SetListenPort):
+            _check_uint("listen_port", op.port, _PORT_MAX)
+        elif isinstance(op, SetFwmark):
+            _check_uint("fwmark", op.fwmark, _FWMARK_MAX)
+        elif isinstance(op, SetMTU):
+            _check_uint("MTU", op.mtu, _MTU_MAX, _MTU_MIN)
+        elif isinstance(op, SetAddresses):
+            if not all(isinstance(a, _INTERFACES) for a in (*op.add, *op.remove)):
+                raise _invalid("Address: not an address with a prefix length")
+        elif isinstance(op, RemovePeer):
+            _check_key("public_key", op.public_key)
+        elif isinstance(op, PeerUpdate):
+            _check_key("public_key", op.public_key)
+            _check_key("preshared_key", op.preshared_key, optional=True)
+            if op.persistent_keepalive is not None:
+                _check_uint("persistent_keepalive_interval", op.persistent_keepalive,
+                            _KEEPALIVE_MAX)
+            if op.endpoint is not None:
+                if not isinstance(op.endpoint, Endpoint):
+                    raise _invalid(f"endpoint: {op.endpoint!r} is not an endpoint")
+                _check_uint("endpoint port", op.endpoint.port, _PORT_MAX, 1)
+            for net in op.allowed_ips:
+                if not isinstance(net, _NETWORKS):
+                    raise _invalid(f"allowed_ip: {net!r} is not a network")
+        elif not isinstance(op, ReplacePeers):
+            raise TypeError(f"unknown operation {type(op).__name__}")
+    return ops
+
+
+def prepare_operations(ops: Iterable, control: Control) -> list:
+    """check_operations, then the device's own checks (Control.prepare):
+    the operations ready to apply, in order.  Raises before anything is
+    applied."""
+    return control.prepare(check_operations(ops))
+
+
+def _apply_steps(ops: list, control: Control) -> Iterator[None]:
+    """Apply prepared operations in order, yielding between pieces of work."""
+    for op in ops:
+        if isinstance(op, PeerUpdate):
+            if op.update_only and not control.has_peer(op.public_key):
+                continue
+            yield from control.upsert_peer_steps(op)
+            continue
         if isinstance(op, SetPrivateKey):
             control.set_private_key(op.key)
         elif isinstance(op, SetListenPort):
@@ -248,16 +388,48 @@ def apply_operations(ops: Iterable, control: Control) -> None:
             control.replace_peers()
         elif isinstance(op, RemovePeer):
             control.remove_peer(op.public_key)
-        elif isinstance(op, PeerUpdate):
-            if op.update_only and not control.has_peer(op.public_key):
-                continue
-            control.upsert_peer(op)
         elif isinstance(op, SetMTU):
             control.set_mtu(op.mtu)
         elif isinstance(op, SetAddresses):
             control.set_addresses(op.add, op.remove)
-        else:
-            raise TypeError(f"unknown operation {type(op).__name__}")
+        yield
+
+
+def _refuse_if_busy(control: Control) -> None:
+    if control.busy:
+        raise ControlError(errno.EBUSY, "a UAPI request is being applied; try again")
+
+
+def apply_operations(ops: Iterable, control: Control) -> None:
+    """Check every operation, then apply them all at once (the SIGHUP
+    reload, tests).  Nothing is applied if a check fails (UAPIError, or
+    ControlError/OSError from Control.prepare); a failure while applying
+    (ControlError/OSError: a port in use) propagates with its errno."""
+    _refuse_if_busy(control)
+    for _ in _apply_steps(prepare_operations(ops, control), control):
+        pass
+
+
+async def apply_operations_async(ops: list, control: Control, *,
+                                 slice_seconds: float = SLICE_SECONDS) -> int:
+    """Apply operations already prepared (prepare_operations), letting the
+    event loop run whenever a slice of work took ``slice_seconds``.  While
+    it runs, control.busy is set (a reload waits for another time).  Returns
+    how many times it let the loop run."""
+    _refuse_if_busy(control)
+    control.busy = True
+    yields = 0
+    try:
+        clock = time.perf_counter
+        deadline = clock() + slice_seconds
+        for _ in _apply_steps(ops, control):
+            if clock() >= deadline:
+                await asyncio.sleep(0)
+                yields += 1
+                deadline = clock() + slice_seconds
+    finally:
+        control.busy = False
+    return yields
 
 
 def _errno_of(exc: BaseException) -> int:
@@ -272,12 +444,28 @@ def _errno_reply(code: int) -> bytes:
     return f"errno={-abs(code) if code else 0}\n\n".encode()
 
 
+def _failure_reply(op_line: str, exc: Exception) -> bytes:
+    """The answer to a request that failed with ``exc``."""
+    if isinstance(exc, UAPIError):
+        trace.debug("UAPI request refused (errno %d): %s", exc.errno, exc)
+        return _errno_reply(exc.errno)
+    if isinstance(exc, (ControlError, OSError)):
+        log.warning("UAPI %s failed: %s", op_line[:16], exc)
+        return _errno_reply(_errno_of(exc))
+    log.error("UAPI %s failed", op_line[:16], exc_info=exc)
+    return _errno_reply(errno.EIO)
+
+
+_GET_LINES = ("get=1", "get=vpncrypt")
+
+
 def handle_request(op_line: str, body: str, control: Control, *,
                    extensions_in_get: bool = False) -> bytes:
-    """One request: ``op_line`` without its newline, ``body`` the lines after
-    it up to (not including) the blank line. Returns the full answer."""
+    """One request, all at once: ``op_line`` without its newline, ``body``
+    the lines after it up to (not including) the blank line. Returns the
+    full answer.  (The server serves the same requests in slices.)"""
     try:
-        if op_line in ("get=1", "get=vpncrypt"):
+        if op_line in _GET_LINES:
             if body:
                 raise _invalid("get takes no arguments")
             snap = control.snapshot()
@@ -287,15 +475,8 @@ def handle_request(op_line: str, body: str, control: Control, *,
             apply_operations(ops, control)
             return _errno_reply(0)
         raise _invalid("unknown operation")
-    except UAPIError as e:
-        trace.debug("UAPI request refused (errno %d): %s", e.errno, e)
-        return _errno_reply(e.errno)
-    except (ControlError, OSError) as e:
-        log.warning("UAPI %s failed: %s", op_line[:16], e)
-        return _errno_reply(_errno_of(e))
-    except Exception:
-        log.exception("UAPI %s failed", op_line[:16])
-        return _errno_reply(errno.EIO)
+    except Exception as e:
+        return _failure_reply(op_line, e)
 
 
 # --------------------------------------------------------------------------
@@ -342,6 +523,10 @@ class UAPIServer:
         self._ident: Optional[tuple] = None
         self._tasks: set = set()
         self._warn = RateLimitedLog(log, interval=10.0)
+        self._lock = asyncio.Lock()      # one request applied or read at a time
+        self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self.slice_seconds = SLICE_SECONDS
+        self.yields = 0           # times a request let the event loop run before it was done
         self.refused = 0          # connections closed at once: too many clients
         self.timed_out = 0        # clients closed for not completing a request in time
 
@@ -370,6 +555,8 @@ class UAPIServer:
             raise
         self._sock = sock
         self._loop = asyncio.get_running_loop()
+        # set=1 bodies are parsed and checked here, off the event loop
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="uapi")
         self._accept_on()
         log.info("UAPI listening on %s", self.path)
         return self
@@ -436,6 +623,9 @@ class UAPIServer:
             self._sock = None
         for t in list(self._tasks):
             t.cancel()
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+            self._worker = None
         self._unlink()
         self._ident = None
 
@@ -499,9 +689,159 @@ class UAPIServer:
                 await writer.drain()
                 return
             trace.debug("UAPI: %s request from uid %d", op_line[:16], uid)
-            writer.write(handle_request(op_line, body, self.control,
-                                        extensions_in_get=self.extensions_in_get))
+            if op_line == "set=1":
+                writer.write(await self._set(body))
+            elif op_line in _GET_LINES and not body:
+                await self._get(writer, self.extensions_in_get or op_line == "get=vpncrypt")
+            else:
+                writer.write(handle_request(op_line, body, self.control))
+            # the answer is written under the lock, sent without it
             await asyncio.wait_for(writer.drain(), self.request_timeout)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self):
+        """Hold off every UAPI request while the caller changes the device
+        (for the SIGHUP reload: it then never meets a request in slices)."""
+        async with self._lock:
+            yield
+
+    # ------------------------------------------------------------ requests in slices
+
+    async def _pause(self) -> None:
+        await asyncio.sleep(0)
+        self.yields += 1
+
+    async def _set(self, body: str) -> bytes:
+        """Parse and check on the worker, then apply in slices on the loop,
+        one request at a time."""
+        big = len(body) >= GC_PAUSE_BYTES
+        with _cyclic_gc_paused(big), _short_switch_interval(big):
+            return await self._set_body(body)
+
+    async def _set_body(self, body: str) -> bytes:
+        loop = self._loop
+        parsed = ops = None
+        try:
+            parsed = await loop.run_in_executor(self._worker, parse_set, body)
+            async with self._lock:
+                ops = await loop.run_in_executor(self._worker, prepare_operations, parsed,
+                                                 self.control)
+                self.yields += await apply_operations_async(ops, self.control,
+                                                            slice_seconds=self.slice_seconds)
+            return _errno_reply(0)
+        except Exception as e:
+            return _failure_reply("set=1", e)
+        finally:
+            # hundreds of thousands of networks are freed on the worker, a
+            # slice at a time (freed at once here, they would hold the loop)
+            garbage = [parsed, ops]
+            parsed = ops = None
+            if self._worker is not None:          # not closed meanwhile
+                await loop.run_in_executor(self._worker, _dispose, garbage)
+
+    async def _get(self, writer, extensions: bool) -> None:
+        """The answer written as it is read, in slices, one request at a
+        time.  A failure before anything was written is answered as any
+        other; after, the answer ends in that errno (the client sees the
+        request fail, never a short device)."""
+        async with self._lock:
+            # the answer's objects go by their reference counts; the cyclic
+            # collector would traverse every peer of the device meanwhile
+            # (a third of the time of a get of 50,000)
+            with _cyclic_gc_paused(True):
+                await self._write_get(writer, extensions)
+
+    async def _write_get(self, writer, extensions: bool) -> None:
+        clock = time.perf_counter
+        try:
+            deadline = clock() + self.slice_seconds
+            parts = self.control.snapshot_parts(counters=extensions)
+            head = next(parts)
+            chunks = [format_head(head)]
+            for peers in parts:
+                # one piece at a time ("" for a part with no lines: a pause)
+                for piece in itertools.chain(format_pieces(peers), ("",)):
+                    chunks.append(piece)
+                    if clock() >= deadline:
+                        writer.write("".join(chunks).encode())
+                        chunks = []
+                        await self._pause()
+                        deadline = clock() + self.slice_seconds
+            chunks.append(format_tail(head, extensions=extensions))
+            writer.write("".join(chunks).encode())
+        except Exception as e:
+            writer.write(_failure_reply("get=1", e))     # what was written ends with a whole line
+
+
+# A set=1 body this big pauses Python's cyclic garbage collector until it is
+# applied and its operations freed (a get pauses it while it is read and
+# written).  Its networks are a million objects or more, and a full
+# collection (which runs in whichever thread allocates, the worker's parse
+# here) traverses every one of them holding the interpreter: 0.96 s for
+# 600,000 allowed_ip lines, a stop of the data plane.  None of them is in a
+# cycle (they go by their reference counts); the collector resumes at the end.
+GC_PAUSE_BYTES = 1 << 20
+# While a big set body is served (parsed on the worker), the interpreter lock passes between it
+# and the event loop thread every SWITCH_INTERVAL instead of Python's 5 ms: the
+# data plane gives the lock up at every call into the native core and every
+# system call, and waited up to the interval each time to get it back.
+SWITCH_INTERVAL = 0.0005
+
+
+class _WhileServing:
+    """A process-wide setting changed while at least one request that needs
+    it is served, and put back after the last one (the requests of several
+    clients overlap)."""
+
+    def __init__(self, change, restore):
+        self._change, self._restore = change, restore
+        self._depth, self._saved = 0, None
+
+    @contextlib.contextmanager
+    def __call__(self, needed: bool):
+        if not needed:
+            yield
+            return
+        if self._depth == 0:
+            self._saved = self._change()
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._restore(self._saved)
+
+
+def _gc_off() -> bool:
+    was = gc.isenabled()
+    gc.disable()
+    return was
+
+
+def _switch_short() -> float:
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(min(SWITCH_INTERVAL, was))
+    return was
+
+
+_cyclic_gc_paused = _WhileServing(_gc_off, lambda was: gc.enable() if was else None)
+_short_switch_interval = _WhileServing(_switch_short, sys.setswitchinterval)
+
+
+def _dispose(garbage: list) -> None:
+    """Drop operations a few thousand objects at a time: freeing one tuple
+    of 600,000 networks is a single step that holds the interpreter (and so
+    the event loop thread) for a sixth of a second."""
+    while garbage:
+        ops = garbage.pop()
+        while ops:
+            op = ops.pop()
+            nets = list(getattr(op, "allowed_ips", ()))
+            del op                    # the tuple goes; the networks are still in nets
+            while nets:
+                del nets[-_LINES_PER_PIECE:]
+        del ops
 
 
 _GET_OPS = (b"get=1\n", b"get=vpncrypt\n")
@@ -577,6 +917,9 @@ async def _read_body(reader: asyncio.StreamReader):
         if not line.endswith(b"\n"):
             line += b"\n"                     # the last line, cut by EOF
         lines.append(line)
+        if not len(lines) % _LINES_PER_PIECE:
+            # lines already buffered are read without a pause: make one
+            await asyncio.sleep(0)
     return b"".join(lines)
 
 
