@@ -95,35 +95,6 @@ def test_accept_failures_pause_but_never_stop():
     assert all(a.endswith("errno=0\n\n") for a in answers), answers
 
 
-def test_only_enodev_means_gone():
-    """The interface check asks the kernel by ifindex through a socket held
-    open: running out of descriptors is not evidence that the interface is
-    gone; ENODEV/ENXIO is."""
-    import errno
-    from vpncrypt.daemon import tun as tunmod
-
-    class FakeCtl:
-        def __init__(self, err):
-            self.err = err
-
-        def fileno(self):
-            return 0
-
-    dev = tunmod.TunDevice.__new__(tunmod.TunDevice)
-    dev.ifindex = 12345
-    real = tunmod.fcntl.ioctl
-    try:
-        for err, gone in ((errno.EMFILE, False), (errno.ENOMEM, False), (errno.ENODEV, True),
-                          (errno.ENXIO, True)):
-            def fake_ioctl(fd, req, arg, err=err):
-                raise OSError(err, os.strerror(err))
-            tunmod.fcntl.ioctl = fake_ioctl
-            dev._ctl = FakeCtl(err)
-            assert dev.gone() is gone, errno.errorcode[err]
-    finally:
-        tunmod.fcntl.ioctl = real
-
-
 def test_too_few_files_is_one_clear_line(lab):
     # below the floor of 64 open files the daemon refuses to start, with
     # one line and nothing created, instead of tracebacks from wherever a

@@ -426,9 +426,12 @@ class Daemon:
             new = await self._in_thread(self._resolve, new)     # the loop keeps serving
             if self._stop.is_set():
                 return
-            ops = syncconf_operations(self.control.snapshot(), new)
-            ops += extras_operations(self.config, new)
-            apply_operations(ops, self.control)
+            # held apart from UAPI requests: a set applied in slices is never
+            # met halfway, and a get never shows half a reload
+            async with self.uapi.exclusive():
+                ops = syncconf_operations(self.control.snapshot(), new)
+                ops += extras_operations(self.config, new)
+                apply_operations(ops, self.control)
             self.config = new
             if new.interface.table != self.routes.table:
                 log.warning("reload: a changed Table takes effect at the next start")

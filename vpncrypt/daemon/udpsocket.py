@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import struct
 
 from ..dataplane.sockopts import force_buffers
 
@@ -48,7 +49,9 @@ def open_udp_socket(port: int, fwmark: int = 0) -> socket.socket:
 
 
 def set_fwmark(sock: socket.socket, fwmark: int) -> None:
-    sock.setsockopt(socket.SOL_SOCKET, SO_MARK, fwmark)
+    """SO_MARK takes a 32-bit unsigned mark (an int option would refuse
+    2^31 and more: setsockopt packs a C int)."""
+    sock.setsockopt(socket.SOL_SOCKET, SO_MARK, struct.pack("=I", fwmark))
 
 
 def _bind_error(e: OSError, port: int) -> OSError:
