@@ -29,7 +29,8 @@ cookie replies, answers after replaced, the victim's UDP socket drops.
 Afterwards every response is checked as the initiator checks it (mac1 and the
 empty payload's tag under the derived keys) and each complete peer sends the
 session's first keepalive: the victim's `latest-handshake` must be set for
-every complete peer ("confirmed").  Making the peers' keys and Noise state
+every complete peer ("confirmed"); the victim's endpoints show how many source
+addresses it saw.  Making the peers' keys and Noise state
 takes a process pool (--workers) and is timed (generation_s).
 
 Exit status: 0 if every storm completed (all N), verified and confirmed;
@@ -361,6 +362,11 @@ def run_storm(lab, impl, index, peers, victim, load, args, log, wg=None):
         result["verified"] = sum(1 for ok, _ in checked if ok)
         keepalives = [(i, ka) for i, (ok, ka) in zip(complete, checked) if ok]
         result["confirmed"] = _confirm(lab, node, storm, keepalives, log)
+        out = lab.run_in("B", "wg", "show", node.iface, "endpoints", timeout=120).stdout
+        result["victim_endpoint_addresses"] = len({line.split()[1].rsplit(":", 1)[0]
+                                                   for line in out.splitlines()
+                                                   if len(line.split()) == 2
+                                                   and line.split()[1] != "(none)"})
         result["ok"] = done == n and result["verified"] == n and result["confirmed"] == n
         if not result["ok"]:
             result["error"] = (f"{done} of {n} complete, {result['verified']} verified, "
