@@ -37,12 +37,9 @@ Exit status: 0 if every implementation's control round carried traffic and
 completed the new peer's handshake; 1 otherwise; 130 if interrupted.
 """
 import argparse
-import atexit
 import json
-import os
 import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -50,13 +47,13 @@ import sys
 import threading
 import time
 
-from vpncrypt.bench.handshakeload import (UdpBatch, add_anyip, add_namespace, nomac_initiations,
-                                          setconf, source_address, udp_drops, unknown_initiations,
-                                          IP_FREEBIND, IPPROTO_IP, SO_SNDBUFFORCE)
-from vpncrypt.bench.machine import cpu_model
-from vpncrypt.bench.tunnel import (CLK_TCK, IPERF_PORT, WG_PORT, BenchError, Lab, Node,
-                                   _cpu_ticks, _raise_interrupt, _version, _wait_listening,
-                                   _wait_tunnel, _wireguard_go_builds)
+from vpncrypt.bench.handshakeload import (
+    IP_FREEBIND, IPPROTO_IP, SO_SNDBUFFORCE, UdpBatch, add_anyip, add_namespace, implementations,
+    logger, nomac_initiations, preflight, report_head, run_in_lab, runs, setconf, source_address,
+    udp_drops, unknown_initiations,
+)
+from vpncrypt.bench.tunnel import (CLK_TCK, IPERF_PORT, WG_PORT, BenchError, Node, _cpu_ticks,
+                                   _version, _wait_listening, _wait_tunnel)
 
 KINDS = ("mac1", "nomac")
 INNER = {"A": "10.77.0.1", "B": "10.77.0.2", "C": "10.77.0.3"}
@@ -347,9 +344,8 @@ def run_implementation(lab, impl, index, args, log, wg=None):
 def run(args) -> int:
     prog = "vpncrypt bench flood"
     args.kind_list = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    impls = [i.strip() for i in args.implementations.split(",") if i.strip()]
-    if (not args.kind_list or any(k not in KINDS for k in args.kind_list) or not impls
-            or any(i not in ("vpncrypt", "wireguard-go") for i in impls)):
+    impls = implementations(args.implementations)
+    if not args.kind_list or any(k not in KINDS for k in args.kind_list) or not impls:
         print(f"{prog}: --kinds takes mac1 and nomac, --implementations vpncrypt and "
               f"wireguard-go", file=sys.stderr)
         return 2
@@ -358,71 +354,35 @@ def run(args) -> int:
         print(f"{prog}: need --duration > 0, --rate >= 0, --sources from 1 to {BATCH}, "
               f"--warmup >= 0 and --new-peer-timeout > 0", file=sys.stderr)
         return 2
-    if os.geteuid() != 0:
-        print(f"{prog}: needs root (network namespaces, veth pairs, TUN devices); run it as "
-              f"root, e.g. `sudo vpncrypt bench flood`", file=sys.stderr)
-        return 1
-    missing = [t for t in ("ip", "wg", "iperf3", "ping", "nft") if shutil.which(t) is None]
-    if missing:
-        print(f"{prog}: missing tools: {', '.join(missing)} (Debian: apt install iproute2 "
-              f"wireguard-tools wireguard-go iperf3 iputils-ping nftables)", file=sys.stderr)
-        return 1
-    builds = []
-    if "wireguard-go" in impls:
-        try:
-            builds = _wireguard_go_builds(args.wireguard_go)
-        except BenchError as e:
-            print(f"{prog}: {e}", file=sys.stderr)
-            return 1
-
-    def log(msg, always=False, pid=False):
-        if args.verbose or (always and not pid):
-            print(f"{prog}: {msg}", file=sys.stderr, flush=True)
-
-    lab = Lab(log)
-    atexit.register(lab.close)
-    old = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    status, builds = preflight(prog, ["ip", "wg", "iperf3", "ping", "nft"], impls,
+                               args.wireguard_go)
+    if status is not None:
+        return status
+    log = logger(prog, args.verbose)
     results = []
-    try:
-        try:
-            lab.setup()
-            add_namespace(lab, "C", "B", C_NET)
-            add_anyip(lab, "A", "B", OUTER_A)
-            server = lab.spawn("iperf3-server", "B", ["iperf3", "-s", "-p", str(IPERF_PORT)])
-            _wait_listening(lab, "B", IPERF_PORT, server)
-        except BenchError as e:
-            print(f"{prog}: setup failed: {e}", file=sys.stderr)
-            return 1
-        runs = [(i, None) for i in impls if i == "vpncrypt"]
-        runs += [("wireguard-go", b) for b in builds]
-        for index, (impl, wg) in enumerate(runs):
-            results.append(run_implementation(lab, impl, index, args, log, wg))
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; cleaning up", file=sys.stderr, flush=True)
-        lab.close()
-        return 130
-    finally:
-        lab.close()
-        for sig, h in old.items():
-            signal.signal(sig, h)
-        atexit.unregister(lab.close)
 
-    result = {
-        "command": "vpncrypt bench flood " + " ".join(sys.argv[3:]) if len(sys.argv) > 2 else "",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "cpu": cpu_model(), "cores": os.cpu_count(), "kernel": os.uname().release,
-        "versions": {"wireguard-go-builds": [{k: b[k] for k in ("path", "version")}
-                                             for b in builds],
-                     "iperf3": _version(["iperf3", "--version"]),
-                     "vpncrypt": __import__("vpncrypt").__version__,
-                     "python": sys.version.split()[0]},
+    def setup(lab):
+        add_namespace(lab, "C", "B", C_NET)
+        add_anyip(lab, "A", "B", OUTER_A)
+        server = lab.spawn("iperf3-server", "B", ["iperf3", "-s", "-p", str(IPERF_PORT)])
+        _wait_listening(lab, "B", IPERF_PORT, server)
+
+    def body(lab):
+        for index, (impl, wg) in enumerate(runs(impls, builds)):
+            results.append(run_implementation(lab, impl, index, args, log, wg))
+
+    status, lab = run_in_lab(prog, log, setup, body)
+    if status is not None:
+        return status
+    result = report_head(prog, builds, lab)
+    result["versions"]["iperf3"] = _version(["iperf3", "--version"])
+    result.update({
         "settings": {"duration": args.duration, "kinds": args.kind_list, "rate": args.rate,
                      "sources": args.sources, "warmup": args.warmup,
                      "new_peer_timeout": args.new_peer_timeout, "ping_interval": PING_INTERVAL},
-        "run_id": lab.id, "namespaces": list(lab.ns.values()),
         "implementations": results,
         "ok": bool(results) and all(r["ok"] for r in results),
-    }
+    })
     if args.json:
         print(json.dumps(result, indent=2))
     else:

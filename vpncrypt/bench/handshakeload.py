@@ -195,7 +195,8 @@ def unknown_initiations(victim_pub: bytes, n: int, crypto) -> list[bytes]:
     for i in range(n):
         priv = keys.generate_private()
         pub = keys.public_from_private(priv)
-        body, pending = wg_create_initiation(crypto, priv, pub, victim_pub, keys.dh(priv, victim_pub),
+        body, pending = wg_create_initiation(crypto, priv, pub, victim_pub,
+                                             keys.dh(priv, victim_pub),
                                              int.from_bytes(os.urandom(4), "little"),
                                              keys.generate_private(), time.time() + i, 0.0)
         pending.wipe()
@@ -416,3 +417,102 @@ def udp_drops(lab, side: str, port: int) -> int | None:
 
 def unpack_u32(data: bytes, off: int) -> int:
     return struct.unpack_from("<I", data, off)[0]
+
+
+# ============================================================ a bench's run
+
+def implementations(text: str) -> list[str] | None:
+    """--implementations: a list of vpncrypt and wireguard-go (None if bad)."""
+    names = [i.strip() for i in text.split(",") if i.strip()]
+    if not names or any(i not in ("vpncrypt", "wireguard-go") for i in names):
+        return None
+    return names
+
+
+def preflight(prog: str, tools: list[str], impls: list[str], wg_paths):
+    """Root, the tools and the wireguard-go builds; returns (exit status or
+    None, builds, log factory)."""
+    import sys
+    from vpncrypt.bench.tunnel import BenchError, _wireguard_go_builds
+    if os.geteuid() != 0:
+        print(f"{prog}: needs root (network namespaces, veth pairs, TUN devices); run it as "
+              f"root, e.g. `sudo {prog}`", file=sys.stderr)
+        return 1, []
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        print(f"{prog}: missing tools: {', '.join(missing)} (Debian: apt install iproute2 "
+              f"wireguard-tools wireguard-go iperf3 iputils-ping nftables stress-ng)",
+              file=sys.stderr)
+        return 1, []
+    builds = []
+    if "wireguard-go" in impls:
+        try:
+            builds = _wireguard_go_builds(wg_paths)
+        except BenchError as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            return 1, []
+    return None, builds
+
+
+def logger(prog: str, verbose: bool):
+    import sys
+
+    def log(msg, always=False, pid=False):
+        if verbose or (always and not pid):
+            print(f"{prog}: {msg}", file=sys.stderr, flush=True)
+    return log
+
+
+def run_in_lab(prog: str, log, setup, body):
+    """A bench.tunnel Lab: set up (then setup(lab)), body(lab), and removed
+    at the end, also on SIGINT/SIGTERM or an error.  Returns (exit status or
+    None, lab)."""
+    import atexit
+    import signal
+    import sys
+    from vpncrypt.bench.tunnel import BenchError, Lab, _raise_interrupt
+    lab = Lab(log)
+    atexit.register(lab.close)
+    old = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            lab.setup()
+            setup(lab)
+        except BenchError as e:
+            print(f"{prog}: setup failed: {e}", file=sys.stderr)
+            return 1, lab
+        body(lab)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; cleaning up", file=sys.stderr, flush=True)
+        lab.close()
+        return 130, lab
+    finally:
+        lab.close()
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        atexit.unregister(lab.close)
+    return None, lab
+
+
+def report_head(prog: str, builds, lab) -> dict:
+    """What every report of these benches starts with: the command, date,
+    machine, versions and the run's names."""
+    import sys
+    import time
+    from vpncrypt.bench.machine import cpu_model
+    return {
+        "command": f"{prog} " + " ".join(sys.argv[3:]) if len(sys.argv) > 2 else "",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpu": cpu_model(), "cores": os.cpu_count(), "kernel": os.uname().release,
+        "versions": {"wireguard-go-builds": [{k: b[k] for k in ("path", "version")}
+                                             for b in builds],
+                     "vpncrypt": __import__("vpncrypt").__version__,
+                     "python": sys.version.split()[0]},
+        "run_id": lab.id, "namespaces": list(lab.ns.values()),
+    }
+
+
+def runs(impls, builds):
+    """(implementation, wireguard-go build or None) in run order."""
+    return ([(i, None) for i in impls if i == "vpncrypt"] +
+            [("wireguard-go", b) for b in builds])

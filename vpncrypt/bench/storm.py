@@ -37,25 +37,21 @@ Exit status: 0 if every storm completed (all N), verified and confirmed;
 1 otherwise; 130 if interrupted.
 """
 import argparse
-import atexit
 import heapq
 import json
 import os
 import random
 import select
-import shutil
-import signal
 import sys
 import time
 
 from vpncrypt.bench.handshakeload import (
-    INIT_MAC1_OFFSET, MAX_SOURCES, UdpBatch, add_anyip, cookie_key, mac1_key, make_storm_peers,
-    netns_socket, open_cookie_reply, setconf, source_address, start_busy, udp_drops, unpack_u32,
+    INIT_MAC1_OFFSET, MAX_SOURCES, UdpBatch, add_anyip, cookie_key, implementations, logger,
+    mac1_key, make_storm_peers, netns_socket, open_cookie_reply, preflight, report_head,
+    run_in_lab, runs, setconf, source_address, start_busy, udp_drops, unpack_u32,
     verify_responses,
 )
-from vpncrypt.bench.machine import cpu_model
-from vpncrypt.bench.tunnel import (CLK_TCK, OUTER, WG_PORT, BenchError, Lab, Node, _cpu_ticks,
-                                   _raise_interrupt, _version, _wireguard_go_builds)
+from vpncrypt.bench.tunnel import CLK_TCK, OUTER, WG_PORT, BenchError, Node, _cpu_ticks
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.noise import MAC
 
@@ -390,9 +386,8 @@ def run(args) -> int:
     prog = "vpncrypt bench storm"
     sizes = args.peers or [10000]
     loads = ["busy"] if args.busy else [x.strip() for x in args.load.split(",") if x.strip()]
-    impls = [i.strip() for i in args.implementations.split(",") if i.strip()]
-    if (not loads or any(x not in ("quiet", "busy") for x in loads) or not impls
-            or any(i not in ("vpncrypt", "wireguard-go") for i in impls)):
+    impls = implementations(args.implementations)
+    if not loads or any(x not in ("quiet", "busy") for x in loads) or not impls:
         print(f"{prog}: --load takes quiet and busy, --implementations vpncrypt and "
               f"wireguard-go", file=sys.stderr)
         return 2
@@ -403,43 +398,16 @@ def run(args) -> int:
               f"{MAX_SOURCES}, --rate >= 0, --retry-timeout and --timeout > 0",
               file=sys.stderr)
         return 2
-    if os.geteuid() != 0:
-        print(f"{prog}: needs root (network namespaces, a veth pair, TUN devices); run it as "
-              f"root, e.g. `sudo vpncrypt bench storm`", file=sys.stderr)
-        return 1
-    tools = ["ip", "wg"] + (["stress-ng"] if "busy" in loads else [])
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        print(f"{prog}: missing tools: {', '.join(missing)} (Debian: apt install iproute2 "
-              f"wireguard-tools wireguard-go stress-ng)", file=sys.stderr)
-        return 1
-    builds = []
-    if "wireguard-go" in impls:
-        try:
-            builds = _wireguard_go_builds(args.wireguard_go)
-        except BenchError as e:
-            print(f"{prog}: {e}", file=sys.stderr)
-            return 1
-
-    def log(msg, always=False, pid=False):
-        if args.verbose or (always and not pid):
-            print(f"{prog}: {msg}", file=sys.stderr, flush=True)
-
+    status, builds = preflight(prog, ["ip", "wg"] + (["stress-ng"] if "busy" in loads else []),
+                               impls, args.wireguard_go)
+    if status is not None:
+        return status
+    log = logger(prog, args.verbose)
     private = keys.genkey()
     victim = (private, keys.pubkey(private))
-    lab = Lab(log)
-    atexit.register(lab.close)
-    old = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     results, generation = [], {}
-    try:
-        try:
-            lab.setup()
-            add_anyip(lab, "A", "B", OUTER["A"])
-        except BenchError as e:
-            print(f"{prog}: setup failed: {e}", file=sys.stderr)
-            return 1
-        runs = [(i, None) for i in impls if i == "vpncrypt"]
-        runs += [("wireguard-go", b) for b in builds]
+
+    def body(lab):
         index = 0
         for n in sizes:
             t = time.monotonic()
@@ -447,36 +415,23 @@ def run(args) -> int:
             generation[str(n)] = time.monotonic() - t
             log(f"{n} peers made in {generation[str(n)]:.1f} s")
             for load in loads:
-                for impl, wg in runs:
+                for impl, wg in runs(impls, builds):
                     results.append(run_storm(lab, impl, index, peers, victim, load, args, log,
                                              wg))
                     index += 1
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; cleaning up", file=sys.stderr, flush=True)
-        lab.close()
-        return 130
-    finally:
-        lab.close()
-        for sig, h in old.items():
-            signal.signal(sig, h)
-        atexit.unregister(lab.close)
 
-    result = {
-        "command": "vpncrypt bench storm " + " ".join(sys.argv[3:]) if len(sys.argv) > 2 else "",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "cpu": cpu_model(), "cores": os.cpu_count(), "kernel": os.uname().release,
-        "versions": {"wireguard-go-builds": [{k: b[k] for k in ("path", "version")}
-                                             for b in builds],
-                     "vpncrypt": __import__("vpncrypt").__version__,
-                     "python": sys.version.split()[0]},
+    status, lab = run_in_lab(prog, log, lambda lab: add_anyip(lab, "A", "B", OUTER["A"]), body)
+    if status is not None:
+        return status
+    result = report_head(prog, builds, lab)
+    result.update({
         "settings": {"peers": sizes, "loads": loads, "sources": args.sources, "rate": args.rate,
                      "retry_timeout": args.retry_timeout, "timeout": args.timeout,
                      "workers": args.workers or os.cpu_count()},
         "generation_s": generation,
-        "run_id": lab.id, "namespaces": list(lab.ns.values()),
         "storms": results,
         "ok": bool(results) and all(r["ok"] for r in results),
-    }
+    })
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -498,7 +453,8 @@ def print_table(result):
     print("peers made in " + ", ".join(f"{v:.1f} s ({k})" for k, v in
                                        result["generation_s"].items()))
     head = (f"{'implementation':<28}{'load':<6}{'peers':>7}{'done':>7}{'all s':>7}{'50% s':>7}"
-            f"{'90% s':>7}{'hs/s':>7}{'peak':>7}{'CPU ms/hs':>10}{'CPU %':>7}{'sent':>8}{'cookies':>8}"
+            f"{'90% s':>7}{'hs/s':>7}{'peak':>7}{'CPU ms/hs':>10}{'CPU %':>7}{'sent':>8}"
+            f"{'cookies':>8}"
             f"{'replaced':>9}{'drops':>8}{'checked':>8}")
     print(head)
     print("-" * len(head))
@@ -520,8 +476,9 @@ def print_table(result):
     for b in result["versions"]["wireguard-go-builds"]:
         print(f"  wireguard-go {b['version'].split()[-1]}: {b['path']}")
     print("all/50%/90% s: until that many peers had the response to their latest initiation; "
-          "hs/s: complete peers per second\n(peak: the most in one second).  CPU: the victim daemon (ms per complete handshake, "
-          "and % of one core).  sent: initiations with retries.\nreplaced: responses to an "
+          "hs/s: complete peers per second\n(peak: the most in one second).  CPU: the victim "
+          "daemon (ms per complete handshake, and % of one core).  sent: initiations with "
+          "retries.\nreplaced: responses to an "
           "initiation its peer had already replaced.  drops: the victim's UDP socket drops.\n"
           "checked: every response authenticates and every peer's keepalive set the victim's "
           "latest-handshake.")
