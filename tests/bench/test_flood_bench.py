@@ -84,7 +84,6 @@ def test_tiny_flood_rounds_are_well_formed_and_leave_nothing():
 
 
 def test_bad_arguments():
-    for bad in (["--kinds", "mac3"], ["--sources", "0"], ["--sources", "1025"],
-                ["--duration", "0"], ["--implementations", "boringtun"]):
+    for bad in (["--kinds", "mac3"], ["--sources", "1025"], ["--implementations", "boringtun"]):
         proc = _flood(*bad)
         assert proc.returncode == 2, (bad, proc.stderr)

@@ -13,9 +13,9 @@
   unknown_initiations (valid mac1 from static keys the victim does not know),
   nomac_initiations (random bytes of an initiation's size and type), and
   StormPeer (a peer the victim knows, with the Noise state kept after the
-  static key, so that a retry costs one AEAD for the new timestamp).
-  verify_response checks a victim's response the way the initiator does and
-  returns the first transport message (a keepalive) of the new session.
+  static key, so that a retry costs one AEAD for the new timestamp; its
+  keepalive() checks a victim's response the way the initiator does and
+  returns the first transport message of the new session).
 * Small lab pieces both benches add to bench.tunnel's Lab: a third namespace,
   the any-IP routes, `wg setconf` with a whole configuration, a background
   CPU load (--busy) and the UDP socket's drop count.
@@ -34,7 +34,7 @@ from vpncrypt.protocol.handshake import ZERO_PSK, ik_initiator_read, init_state
 from vpncrypt.protocol.messages import (HDR_INITIATION, INIT_MAC1, RESP_MAC1, RESPONSE_LEN,
                                         pack_initiation_body, pack_transport_header)
 from vpncrypt.protocol.noise import (CONSTRUCTION, HASH, IDENTIFIER, LABEL_COOKIE, LABEL_MAC1, MAC,
-                                     aead_nonce, tai64n)
+                                     SymmetricState, aead_nonce, tai64n)
 
 ANYIP_NET = ipaddress.ip_network("10.200.0.0/16")   # the generators' source addresses
 MAX_SOURCES = ANYIP_NET.num_addresses - 2
@@ -232,13 +232,35 @@ class StormPeer:
         self.e_private, self.e_public = e_private, e_public
         self.enc_static, self.ck, self.h, self.k = enc_static, ck, h, k
 
-    def to_tuple(self):
-        return tuple(getattr(self, f) for f in self.__slots__)
-
     def initiation(self, crypto, sender_index: int, unix_now: float) -> tuple[bytes, bytes]:
         """(the 116 bytes before mac1, the encrypted timestamp)."""
         enc_ts = crypto.seal(self.k, aead_nonce(0), tai64n(unix_now), self.h)
         return pack_initiation_body(sender_index, self.e_public, self.enc_static, enc_ts), enc_ts
+
+    def keepalive(self, crypto, enc_ts: bytes, response: bytes) -> bytes | None:
+        """The response to this peer's initiation with timestamp `enc_ts`,
+        checked as the initiator checks it (mac1, then the empty payload's
+        tag under the keys the handshake derives); None if it fails, else the
+        session's first transport message (a keepalive, counter 0), which a
+        WireGuard initiator sends at once and which confirms the session to
+        the responder."""
+        if (len(response) != RESPONSE_LEN or response[:4] != b"\x02\x00\x00\x00" or
+                MAC(mac1_key(self.public), response[:RESP_MAC1[0]]) !=
+                response[RESP_MAC1[0]:RESP_MAC1[1]]):
+            return None
+        ss = SymmetricState(CONSTRUCTION, crypto)
+        ss.ck[:], ss.h[:] = self.ck, self.h
+        ss.mix_hash(enc_ts)                       # the state after the initiation
+        try:
+            ik_initiator_read(ss, self.e_private, self.private, response[12:44], ZERO_PSK,
+                              response[44:60])
+            send_key, _recv = ss.split()
+        except Exception:                         # AuthenticationError, DHError
+            return None
+        finally:
+            ss.wipe()
+        receiver = int.from_bytes(response[4:8], "little")
+        return pack_transport_header(receiver, 0) + crypto.seal(send_key, aead_nonce(0), b"", b"")
 
 
 def _make_storm_peers(args):
@@ -268,65 +290,35 @@ def _make_storm_peers(args):
 def make_storm_peers(victim_pub: bytes, n: int, workers: int | None = None) -> list[StormPeer]:
     """n peers for the victim, made in a process pool of `workers` (default:
     one per core)."""
-    import multiprocessing
     workers = workers or os.cpu_count() or 1
     chunk = 500
     jobs = [(victim_pub, min(chunk, n - i)) for i in range(0, n, chunk)]
-    if workers == 1 or n <= chunk:
-        parts = [_make_storm_peers(j) for j in jobs]
-    else:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            parts = pool.map(_make_storm_peers, jobs)
+    parts = _pool_map(_make_storm_peers, jobs, workers)
     return [StormPeer(*t) for part in parts for t in part]
 
 
-def _verify_responses(args):
-    """[(ok, keepalive or None)] for [(peer tuple, enc_ts, response)]."""
-    from vpncrypt.crypto import get_backend
-    from vpncrypt.protocol.noise import SymmetricState
-    crypto = get_backend("native")
-    out = []
-    for peer_t, enc_ts, resp in args:
-        p = StormPeer(*peer_t)
-        if len(resp) != RESPONSE_LEN or resp[:4] != b"\x02\x00\x00\x00" or \
-                MAC(mac1_key(p.public), resp[:RESP_MAC1[0]]) != resp[RESP_MAC1[0]:RESP_MAC1[1]]:
-            out.append((False, None))
-            continue
-        ss = SymmetricState(CONSTRUCTION, crypto)
-        ss.ck[:], ss.h[:] = p.ck, p.h
-        ss.mix_hash(enc_ts)                       # the state after the initiation
-        try:
-            ik_initiator_read(ss, p.e_private, p.private, resp[12:44], ZERO_PSK, resp[44:60])
-            send_key, _recv = ss.split()
-        except Exception:                         # AuthenticationError, DHError
-            out.append((False, None))
-            continue
-        receiver = int.from_bytes(resp[4:8], "little")
-        out.append((True, pack_transport_header(receiver, 0) +
-                    crypto.seal(send_key, aead_nonce(0), b"", b"")))
-    return out
+def _worker_init():
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)   # not the bench's own handlers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def verify_responses(items, workers: int | None = None):
-    """items: [(StormPeer, encrypted timestamp, response)]; returns
-    [(ok, keepalive)] in order: ok when the response authenticates as the
-    initiator checks it (mac1 and the empty payload's tag under the keys the
-    handshake derives), keepalive the first transport message of the session."""
+def _pool_map(fn, jobs, workers):
+    """fn over jobs, in a pool of `workers` forked processes (in this
+    process if one is enough)."""
     import multiprocessing
-    flat = [(p.to_tuple(), e, r) for p, e, r in items]
-    chunk = 1000
-    jobs = [flat[i:i + chunk] for i in range(0, len(flat), chunk)]
-    workers = workers or os.cpu_count() or 1
     if workers == 1 or len(jobs) <= 1:
-        parts = [_verify_responses(j) for j in jobs]
-    else:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            parts = pool.map(_verify_responses, jobs)
-    return [x for part in parts for x in part]
-
-
-def mac2(cookie: bytes, msg_with_mac1: bytes) -> bytes:
-    return MAC(cookie, msg_with_mac1)
+        return [fn(j) for j in jobs]
+    pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init)
+    try:
+        parts = pool.map(fn, jobs)
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+    return parts
 
 
 def open_cookie_reply(crypto, ckey: bytes, reply: bytes, mac1: bytes) -> bytes | None:
