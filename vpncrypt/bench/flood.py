@@ -49,8 +49,8 @@ import time
 
 from vpncrypt.bench.handshakeload import (
     IP_FREEBIND, IPPROTO_IP, SO_SNDBUFFORCE, UdpBatch, add_anyip, add_namespace, implementations,
-    logger, nomac_initiations, preflight, report_head, run_in_lab, runs, setconf, source_address,
-    udp_drops, unknown_initiations,
+    logger, nomac_initiations, preflight, report, report_head, run_in_lab, runs, setconf,
+    source_address, udp_drops, unknown_initiations,
 )
 from vpncrypt.bench.tunnel import (CLK_TCK, IPERF_PORT, WG_PORT, BenchError, Node, _cpu_ticks,
                                    _version, _wait_listening, _wait_tunnel)
@@ -381,13 +381,8 @@ def run(args) -> int:
                      "sources": args.sources, "warmup": args.warmup,
                      "new_peer_timeout": args.new_peer_timeout, "ping_interval": PING_INTERVAL},
         "implementations": results,
-        "ok": bool(results) and all(r["ok"] for r in results),
     })
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print_table(result)
-    return 0 if result["ok"] else 1
+    return report(result, results, args.json, print_table)
 
 
 def _f(v, fmt, none="-"):

@@ -504,6 +504,18 @@ def report_head(prog: str, builds, lab) -> dict:
     }
 
 
+def report(result: dict, rows: list, as_json: bool, print_table) -> int:
+    """Sets result["ok"] (every row ok), prints the JSON or the table;
+    returns the exit status."""
+    import json
+    result["ok"] = bool(rows) and all(r["ok"] for r in rows)
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_table(result)
+    return 0 if result["ok"] else 1
+
+
 def runs(impls, builds):
     """(implementation, wireguard-go build or None) in run order."""
     return ([(i, None) for i in impls if i == "vpncrypt"] +

@@ -40,7 +40,6 @@ Exit status: 0 if every storm completed (all N) and was confirmed;
 """
 import argparse
 import heapq
-import json
 import os
 import random
 import select
@@ -49,7 +48,7 @@ import time
 
 from vpncrypt.bench.handshakeload import (
     INIT_MAC1_OFFSET, MAX_SOURCES, UdpBatch, add_anyip, cookie_key, implementations, logger,
-    mac1_key, make_storm_peers, netns_socket, open_cookie_reply, preflight, report_head,
+    mac1_key, make_storm_peers, netns_socket, open_cookie_reply, preflight, report, report_head,
     run_in_lab, runs, setconf, source_address, start_busy, udp_drops, unpack_u32,
 )
 from vpncrypt.bench.tunnel import CLK_TCK, OUTER, WG_PORT, BenchError, Node, _cpu_ticks
@@ -435,13 +434,8 @@ def run(args) -> int:
                      "workers": args.workers or os.cpu_count()},
         "generation_s": generation,
         "storms": results,
-        "ok": bool(results) and all(r["ok"] for r in results),
     })
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print_table(result)
-    return 0 if result["ok"] else 1
+    return report(result, results, args.json, print_table)
 
 
 def _f(v, fmt):
