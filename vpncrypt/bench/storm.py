@@ -444,7 +444,8 @@ def _f(v, fmt):
 
 def print_table(result):
     s = result["settings"]
-    src = "one address per peer" if not s["sources"] else f"{s['sources']} addresses"
+    src = ("one address per peer" if not s["sources"] else
+           f"{s['sources']} address{'es' if s['sources'] > 1 else ''}")
     rate = "all at once" if not s["rate"] else f"{s['rate']:.0f}/s"
     print(f"vpncrypt bench storm: N peers' initiations, {src}, {rate}, retry after "
           f"{s['retry_timeout']:g} s; {result['cpu']} ({result['cores']} cores), kernel "
