@@ -27,9 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "two vpncrypt devices over 127.0.0.1: speed and correctness of the "
                         "real data plane, against an unencrypted baseline")
 
-    bench = sub.add_parser("bench", help="benchmarks (crypto, tunnel)",
+    bench = sub.add_parser("bench", help="benchmarks (crypto, tunnel, flood, storm)",
                            description="Benchmarks: `vpncrypt bench crypto --help`, "
-                           "`vpncrypt bench tunnel --help`.")
+                           "`vpncrypt bench tunnel --help`, `vpncrypt bench flood --help`, "
+                           "`vpncrypt bench storm --help`.")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench_sub.required = True
     _add_module_command(bench_sub, "crypto", "vpncrypt.bench.crypto",
@@ -38,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_module_command(bench_sub, "tunnel", "vpncrypt.bench.tunnel",
                         "iperf3 through vpncrypt and wireguard-go tunnels between network "
                         "namespaces (root)")
+    _add_module_command(bench_sub, "flood", "vpncrypt.bench.flood",
+                        "an established session under a handshake flood, vpncrypt against "
+                        "wireguard-go (root)")
+    _add_module_command(bench_sub, "storm", "vpncrypt.bench.storm",
+                        "a reconnect storm of N peers' handshakes, vpncrypt against wireguard-go "
+                        "(root)")
     return parser
 
 
