@@ -27,10 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "two vpncrypt devices over 127.0.0.1: speed and correctness of the "
                         "real data plane, against an unencrypted baseline")
 
-    bench = sub.add_parser("bench", help="benchmarks (crypto, tunnel, flood, storm)",
+    bench = sub.add_parser("bench", help="benchmarks (crypto, tunnel, flood, storm, uapi)",
                            description="Benchmarks: `vpncrypt bench crypto --help`, "
                            "`vpncrypt bench tunnel --help`, `vpncrypt bench flood --help`, "
-                           "`vpncrypt bench storm --help`.")
+                           "`vpncrypt bench storm --help`, `vpncrypt bench uapi --help`.")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench_sub.required = True
     _add_module_command(bench_sub, "crypto", "vpncrypt.bench.crypto",
@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_module_command(bench_sub, "storm", "vpncrypt.bench.storm",
                         "a reconnect storm of N peers' handshakes, vpncrypt against wireguard-go "
                         "(root)")
+    _add_module_command(bench_sub, "uapi", "vpncrypt.bench.uapi",
+                        "big UAPI requests against a probe stream through a tunnel, and "
+                        "`wg show dump` at 50,000 peers, vpncrypt against wireguard-go (root)")
     return parser
 
 
