@@ -1,0 +1,82 @@
+"""Roaming, the crypto-routing filter and a private-key change, in the moved
+topology (tests/e2e/topology.py)."""
+import secrets
+
+from tests.e2e.conftest import impls
+from tests.e2e.netns import genkey
+from tests.e2e.test_traffic import MOVE_BUG
+from tests.e2e.topology import moved_pair, udp_listen, udp_send
+
+
+@impls(vpncrypt_bug=MOVE_BUG)
+def test_roaming_v4(world):
+    """wg1's source address and port change (ns0's loopback renumbered,
+    a new listen port): wg2 follows to exactly the new endpoint."""
+    p = moved_pair(world)
+    p.endpoints("127.0.0.1", "127.0.0.1")
+    world.ping("1", "fd00::2")
+    world.ip("0", "-4", "address", "del", "127.0.0.1/8", "dev", "lo")
+    world.ip("0", "-4", "address", "add", "127.212.121.99/8", "dev", "lo")
+    world.wg_set(p.dev[1], "listen-port", "9999")
+    world.wg_set(p.dev[1], "peer", p.pub(2), "endpoint", "127.0.0.1:2")
+    world.ping("1", "fd00::2")
+    assert world.endpoints(p.dev[2]) == f"{p.pub(1)}\t127.212.121.99:9999"
+    world.assert_running()
+
+
+@impls(vpncrypt_bug=MOVE_BUG)
+def test_roaming_v6(world):
+    """From IPv4 outside to IPv6 with a new listen port: wg2 follows."""
+    p = moved_pair(world)
+    p.endpoints("127.0.0.1", "127.0.0.1")
+    world.ping("1", "192.168.241.2")
+    world.wg_set(p.dev[1], "listen-port", "9998")
+    world.wg_set(p.dev[1], "peer", p.pub(2), "endpoint", "[::1]:2")
+    world.ping("1", "192.168.241.2")
+    assert world.endpoints(p.dev[2]) == f"{p.pub(1)}\t[::1]:9998"
+    world.assert_running()
+
+
+@impls(vpncrypt_bug=MOVE_BUG)
+def test_crypto_routing_filter(world):
+    """wg1 takes 192.168.241.0/24 from wg2.  A second peer with the more
+    specific 192.168.241.2/32 makes a packet from wg2 with that source
+    address unacceptable (it is not wg2's any more): dropped, though it was
+    authentic, so wg2's new endpoint (a new listen port) is still learnt."""
+    p = moved_pair(world)
+    p.endpoints("[::1]", "[::1]")
+    world.wg_set(p.dev[1], "peer", p.pub(2), "allowed-ips", "192.168.241.0/24")
+    probe = secrets.token_bytes(8)
+    got = udp_listen(world, "1", 1111)
+    udp_send(world, "2", "192.168.241.1", 1111, probe)
+    assert got.result() == probe, f"the control datagram did not arrive\n{world.logs()}"
+
+    more_specific = genkey()[1]
+    world.wg_set(p.dev[1], "peer", more_specific, "allowed-ips", "192.168.241.2/32")
+    world.wg_set(p.dev[2], "listen-port", "9997")
+    got = udp_listen(world, "1", 1111)
+    udp_send(world, "2", "192.168.241.1", 1111, probe)
+    assert got.result() == b"", "a packet from an address routed to another peer was delivered"
+    world.wg_set(p.dev[1], "peer", more_specific, "remove")
+    assert world.endpoints(p.dev[1]) == f"{p.pub(2)}\t[::1]:9997"
+    world.assert_running()
+
+
+@impls(vpncrypt_bug=MOVE_BUG)
+def test_private_key_change_then_immediate_handshake(world):
+    """wg1 takes a new private key; wg2 swaps the old public key for the new
+    one: the very next ping (one try, 1 s) handshakes and gets through."""
+    p = moved_pair(world)
+    p.endpoints("127.0.0.1", "127.0.0.1")
+    world.wg_set(p.dev[1], "peer", p.pub(2), "preshared-key", "PSK",
+                 "allowed-ips", "192.168.241.2/32", "endpoint", "127.0.0.1:2",
+                 private=p.priv(1), psk=p.psk)
+    world.wg_set(p.dev[2], "listen-port", "2", "peer", p.pub(1), "preshared-key", "PSK",
+                 "allowed-ips", "192.168.241.1/32", private=p.priv(2), psk=p.psk)
+    world.ping("1", "192.168.241.2")
+    key3, pub3 = genkey()
+    world.wg_set(p.dev[1], private=key3)
+    world.wg_set(p.dev[2], "peer", pub3, "preshared-key", "PSK", "allowed-ips",
+                 "192.168.241.1/32", "peer", p.pub(1), "remove", psk=p.psk)
+    world.ping("1", "192.168.241.2")
+    world.assert_running()
