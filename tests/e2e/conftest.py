@@ -7,9 +7,10 @@
   `tests/tools/fetch-wireguard-go.sh sid`).
 
 Both must pass.  A scenario where wireguard-go passes and vpncrypt fails is
-a vpncrypt bug; until it is fixed it carries `vpncrypt_bug(...)` (a strict
-xfail on the vpncrypt-go case only, so the fix turns it into a failure that
-asks for the mark to go)."""
+a vpncrypt bug; until it is fixed it carries `impls(vpncrypt_bug=...)` (a
+strict xfail on the vpncrypt-go case only, so the fix turns it into a
+failure that asks for the mark to go).  Where neither implementation does
+what the Linux module does, `impls(both_fail=...)` says why."""
 import os
 
 import pytest
@@ -31,13 +32,19 @@ def binary(impl: str) -> str:
     return path
 
 
-def impls(vpncrypt_bug: str = None):
-    """Parametrise a test over both implementations; `vpncrypt_bug`: why
-    vpncrypt-go fails it today (a strict xfail, to be removed by the fix)."""
-    marks = [pytest.mark.xfail(strict=True, reason=f"vpncrypt bug: {vpncrypt_bug}")] \
-        if vpncrypt_bug else []
-    return pytest.mark.parametrize("impl", [pytest.param("vpncrypt-go", marks=marks),
-                                            "wireguard-go"])
+def impls(vpncrypt_bug: str = None, both_fail: str = None):
+    """Parametrise a test over both implementations.  `vpncrypt_bug`: why
+    vpncrypt-go fails it today (a strict xfail, to be removed by the fix).
+    `both_fail`: why neither passes the Linux module's behaviour (strict
+    xfails on both: the day one passes, the mark must go)."""
+    vc, go = [], []
+    if vpncrypt_bug:
+        vc.append(pytest.mark.xfail(strict=True, reason=f"vpncrypt bug: {vpncrypt_bug}"))
+    if both_fail:
+        vc.append(pytest.mark.xfail(strict=True, reason=f"vpncrypt bug: {both_fail}"))
+        go.append(pytest.mark.xfail(strict=True, reason=f"wireguard-go too: {both_fail}"))
+    return pytest.mark.parametrize("impl", [pytest.param("vpncrypt-go", marks=vc),
+                                            pytest.param("wireguard-go", marks=go)])
 
 
 @pytest.fixture

@@ -181,8 +181,12 @@ class World:
             out[pub] = (int(rx), int(tx))
         return out
 
-    def ping(self, k, addr, count=1, flood=False, size=None, iface=None, check=True):
-        args = ["ping", "-c", str(count), "-W", "1"]
+    def ping(self, k, addr, count=1, flood=False, size=None, iface=None, check=True, wait=None):
+        """ping; one packet waits up to 3 s for its reply by default (a
+        handshake comes first, on a loaded machine), a flood 1 s for its last
+        as WireGuard's test does."""
+        wait = wait if wait is not None else (1 if flood else 3)
+        args = ["ping", "-c", str(count), "-W", str(wait)]
         if flood:
             args.append("-f")
         if size is not None:

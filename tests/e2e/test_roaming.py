@@ -78,5 +78,7 @@ def test_private_key_change_then_immediate_handshake(world):
     world.wg_set(p.dev[1], private=key3)
     world.wg_set(p.dev[2], "peer", pub3, "preshared-key", "PSK", "allowed-ips",
                  "192.168.241.1/32", "peer", p.pub(1), "remove", psk=p.psk)
-    world.ping("1", "192.168.241.2")
+    # one packet, 1 s: the handshake with the new key is the first thing
+    # sent, not a retry after 5 s (REKEY_TIMEOUT)
+    world.ping("1", "192.168.241.2", wait=1)
     world.assert_running()
