@@ -32,17 +32,21 @@ def binary(impl: str) -> str:
     return path
 
 
-def impls(vpncrypt_bug: str = None, both_fail: str = None):
+def impls(vpncrypt_bug: str = None, both_fail: str = None, wireguard_go_bug: str = None):
     """Parametrise a test over both implementations.  `vpncrypt_bug`: why
     vpncrypt-go fails it today (a strict xfail, to be removed by the fix).
     `both_fail`: why neither passes the Linux module's behaviour (strict
-    xfails on both: the day one passes, the mark must go)."""
+    xfails on both: the day one passes, the mark must go).
+    `wireguard_go_bug`: where wireguard-go itself misses WireGuard's
+    semantics (vpncrypt must pass)."""
     vc, go = [], []
     if vpncrypt_bug:
         vc.append(pytest.mark.xfail(strict=True, reason=f"vpncrypt bug: {vpncrypt_bug}"))
     if both_fail:
         vc.append(pytest.mark.xfail(strict=True, reason=f"vpncrypt bug: {both_fail}"))
         go.append(pytest.mark.xfail(strict=True, reason=f"wireguard-go too: {both_fail}"))
+    if wireguard_go_bug:
+        go.append(pytest.mark.xfail(strict=True, reason=f"wireguard-go bug: {wireguard_go_bug}"))
     return pytest.mark.parametrize("impl", [pytest.param("vpncrypt-go", marks=vc),
                                             pytest.param("wireguard-go", marks=go)])
 
