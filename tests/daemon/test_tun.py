@@ -128,3 +128,138 @@ def test_tun_passes_packets(netns):
     lines = out.split()
     assert lines[0] == "ok"
     assert int(lines[1]) == 20 + 8 + 5
+
+
+@pytest.fixture
+def netns2(netns):
+    """A second namespace, to move interfaces into."""
+    name = netns + "-b"
+    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    assert r.returncode == 0, f"cannot create a network namespace: {r.stderr.strip()}"
+    try:
+        yield netns, name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_gone_only_when_the_kernel_says_deleted(netns):
+    """The check asks the TUN descriptor (TUNGETIFF): running out of
+    descriptors or memory is not evidence that the interface is gone; a
+    deletion is."""
+    out = run_in(netns, """
+        import errno, json, os, subprocess
+        from vpncrypt.daemon import tun as tunmod
+        dev = tunmod.create_tun("wgt2")
+        real = tunmod.fcntl.ioctl
+        seen = {}
+        for err in (errno.EMFILE, errno.ENOMEM, errno.ENFILE):
+            def fake(fd, req, *a, err=err):
+                raise OSError(err, os.strerror(err))
+            tunmod.fcntl.ioctl = fake
+            try:
+                seen[errno.errorcode[err]] = dev.gone()
+            finally:
+                tunmod.fcntl.ioctl = real
+        seen["alive"] = dev.gone()
+        subprocess.run(["ip", "link", "del", "wgt2"], check=True)
+        seen["deleted"] = dev.gone()
+        dev.close()
+        print(json.dumps(seen))
+    """)
+    assert json.loads(out) == {"EMFILE": False, "ENOMEM": False, "ENFILE": False,
+                               "alive": False, "deleted": True}
+
+
+def test_tun_moved_to_another_namespace(netns2):
+    """Moved (`ip link set IFACE netns B`), the device is not gone, its MTU
+    is the one set in B and set there; deleted in B it is gone.  On close, a
+    device vpncrypt created is deleted where it is, never the interface that
+    took its name and index in the daemon's namespace; a persistent one is
+    left where it is."""
+    a, b = netns2
+    out = run_in(a, f"""
+        import json, subprocess
+        from vpncrypt.daemon.tun import TunDevice, create_tun
+
+        def ip(*args):
+            return subprocess.run(["ip", *args], capture_output=True, text=True)
+
+        def mtu_in_b(name):
+            r = ip("-n", "{b}", "-j", "link", "show", name)
+            return json.loads(r.stdout)[0]["mtu"] if r.returncode == 0 else None
+
+        res = {{}}
+        dev = create_tun("wgt3", mtu=1400)
+        index = dev.ifindex
+        assert ip("link", "set", "wgt3", "netns", "{b}").returncode == 0
+        res["gone_moved"] = dev.gone()
+        res["mtu_moved"] = dev.get_mtu()
+        ip("-n", "{b}", "link", "set", "wgt3", "mtu", "1300")
+        res["mtu_set_there"] = dev.get_mtu()
+        dev.set_mtu(1280)
+        res["mtu_in_b"] = mtu_in_b("wgt3")
+        # an interface here takes the moved one's name and index
+        res["dummy"] = ip("link", "add", "wgt3", "index", str(index), "type", "veth",
+                          "peer", "name", "wgt3p").returncode
+        res["home"] = dev.in_home_namespace()
+        dev.close()
+        res["left_in_b"] = mtu_in_b("wgt3")
+        res["dummy_after"] = ip("link", "show", "wgt3").returncode
+        ip("link", "del", "wgt3")
+
+        # deleted in B: gone
+        dev = create_tun("wgt4")
+        ip("link", "set", "wgt4", "netns", "{b}")
+        ip("-n", "{b}", "link", "del", "wgt4")
+        res["gone_deleted_there"] = dev.gone()
+        dev.close()
+
+        # a persistent device, moved: left in B on close
+        ip("tuntap", "add", "dev", "wgt5", "mode", "tun")
+        dev = TunDevice.create("wgt5", mtu=None, addresses=["10.66.0.1/24"])
+        ip("link", "set", "wgt5", "netns", "{b}")
+        dev.close()
+        res["persistent_in_b"] = mtu_in_b("wgt5")
+        print(json.dumps(res))
+    """)
+    res = json.loads(out)
+    assert res["gone_moved"] is False
+    assert res["mtu_moved"] == 1400
+    assert res["mtu_set_there"] == 1300
+    assert res["mtu_in_b"] == 1280
+    assert res["dummy"] == 0
+    assert res["left_in_b"] is None, "the moved device must be deleted where it is"
+    assert res["dummy_after"] == 0, "close() deleted another interface with the old index"
+    assert res["gone_deleted_there"] is True
+    assert res["persistent_in_b"] == 1500
+    assert res["home"] is False
+
+
+def test_tun_moved_without_cap_sys_admin(netns2):
+    """Without CAP_SYS_ADMIN (as under the systemd unit) the daemon cannot
+    join the other namespace: the MTU there cannot be read (an OSError,
+    which the daemon logs once), but the device is still known to be there
+    and alive, and closing it still deletes it."""
+    assert shutil.which("setpriv"), "setpriv (util-linux) is not installed"
+    a, b = netns2
+    code = textwrap.dedent(f"""
+        import json, subprocess
+        from vpncrypt.daemon.tun import create_tun
+        dev = create_tun("wgt6")
+        subprocess.run(["ip", "link", "set", "wgt6", "netns", "{b}"], check=True)
+        try:
+            dev.get_mtu()
+            mtu = "read"
+        except OSError as e:
+            mtu = type(e).__name__
+        res = dict(mtu=mtu, gone=dev.gone(), home=dev.in_home_namespace())
+        dev.close()
+        print(json.dumps(res))
+    """)
+    # root keeps after exec only the capabilities of its bounding set
+    r = subprocess.run(["ip", "netns", "exec", a, "setpriv", "--bounding-set", "-sys_admin",
+                        sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout) == {"mtu": "PermissionError", "gone": False, "home": False}
+    left = subprocess.run(["ip", "-n", b, "link", "show", "wgt6"], capture_output=True)
+    assert left.returncode != 0, "closing the moved device must delete it"

@@ -62,3 +62,63 @@ def test_deletes_what_it_created_by_ifindex(lab):
     assert a.stop(signal.SIGTERM) == 0, a.proc.log()
     assert _link(lab, "A", a.iface)["ifindex"] == newcomer, a.proc.log()
     assert _link(lab, "A", "vcrenamed") is None, a.proc.log()
+
+
+def _host(lab):
+    """The host's routing state in A: rules and routes of both families
+    (without the kernel's own routes for the persistent device's addresses
+    and link, which come and go with its up state) and the nft ruleset."""
+    out = {}
+    for v in ("-4", "-6"):
+        out[f"rules{v}"] = lab.run_in("A", "ip", v, "rule", "show").stdout
+        routes = lab.run_in("A", "ip", v, "route", "show", "table", "all").stdout.splitlines()
+        out[f"routes{v}"] = sorted(r for r in routes
+                                   if not ("proto kernel" in r or "table local" in r))
+    out["nft"] = lab.run_in("A", "nft", "list", "ruleset").stdout
+    return out
+
+
+def test_full_tunnel_on_a_persistent_device_killed_then_restarted(lab):
+    """F1: a full tunnel on a persistent TUN, killed with SIGKILL, leaves its
+    default routes in table 51820 (the device stays) and its policy rules.
+    The next start removes them, uses table 51820 again, and its handshake
+    goes out by the main table; a clean stop leaves the host as it was."""
+    far = "10.210.0.7"
+    lab.run_in("B", "ip", "address", "add", "198.18.7.2/32", "dev", lab.veth["B"])
+    lab.run_in("A", "ip", "route", "add", "default", "via", "192.168.241.2")
+    for side, addr in (("A", "fd00:241::1"), ("B", "fd00:241::2")):
+        lab.run_in(side, "ip", "-6", "address", "add", f"{addr}/64", "dev", lab.veth[side],
+                   "nodad")
+    lab.run_in("A", "ip", "-6", "route", "add", "default", "via", "fd00:241::2")
+    a, b = lab.node("A", "vpncrypt"), lab.node("B", "wggo")
+    b.start(b.conf([{"public": a.public, "inner": a.inner}]))
+    b.run("ip", "address", "add", f"{far}/32", "dev", b.iface)
+    lab.run_in("A", "ip", "tuntap", "add", "dev", a.iface, "mode", "tun")
+    before = _host(lab)
+    conf = a.conf([{"public": b.public, "allowed": "0.0.0.0/0, ::/0",
+                    "endpoint": f"198.18.7.2:{PORT}"}])
+    a.start(conf)
+    a.run("ping", "-c", "2", "-W", "2", far)
+    assert a.stop(signal.SIGKILL) == -9
+    left = _host(lab)
+    for v in ("-4", "-6"):         # what the killed run left: the host is offline
+        assert f"default dev {a.iface} table 51820" in "\n".join(left[f"routes{v}"]), left
+        assert "fwmark 0xca6c lookup 51820" in left[f"rules{v}"], left
+
+    a.start(conf)
+    assert a.wg("show", a.iface, "fwmark").stdout.strip() == "0xca6c", a.proc.log()
+    for v in ("-4", "-6"):
+        rules = lab.run_in("A", "ip", v, "rule", "show").stdout
+        assert rules.count("not from all fwmark 0xca6c lookup 51820") == 1, rules
+        assert rules.count("suppress_prefixlength 0") == 1, rules
+        assert "51821" not in rules, rules
+    r = a.run("ping", "-c", "3", "-W", "2", "-i", "0.3", far, check=False)
+    assert r.returncode == 0, f"no ping through the restarted full tunnel:\n{r.stdout}\n{lab.logs()}"
+    assert a.dump()[b.public]["handshake"] > 0
+    assert a.stop(signal.SIGTERM) == 0, a.proc.log()
+    after = _host(lab)
+    assert after == before, (after, before)
+    got = lab.run_in("A", "ip", "-4", "route", "get", "198.18.7.2").stdout
+    assert f"dev {lab.veth['A']}" in got, got
+    got = lab.run_in("A", "ip", "-6", "route", "get", "2001:db8::1").stdout
+    assert f"dev {lab.veth['A']}" in got, got

@@ -4,15 +4,27 @@ routes + sd_notify, on one asyncio (uvloop) event loop.
     daemon = Daemon("wg0", config_path="/etc/vpncrypt/wg0.conf")
     exit_code = run_daemon(daemon)          # blocks until SIGTERM/SIGINT
 
-Startup, in an order that leaves nothing behind when a step fails: read the
-config and resolve its endpoints (a config error touches nothing), open the
-UDP socket (dual-stack IPv6, or IPv4), create the TUN device or attach to a
-persistent one, add its Address lines, build the data plane (adapter.py),
-serve the UAPI on /var/run/wireguard/IFACE.sock, add the routes, then send
-READY=1.  SIGHUP re-reads the config and applies it as `wg syncconf` would
-(sessions of unchanged peers survive); SIGTERM/SIGINT undo what startup did
-and exit 0.  If the interface disappears (`ip link del`, `wg-quick down`) or
-the data plane fails, the daemon cleans up and exits 1.
+Startup, in an order that leaves nothing behind when a step fails: catch
+SIGTERM/SIGINT/SIGHUP (before anything on the host changes), read the
+config (a config error touches nothing), open the UDP socket (dual-stack
+IPv6, or IPv4), resolve the endpoints' host names (once: what is applied is
+the address found), create the TUN device or attach to a persistent one, add
+its Address lines, build the data plane (adapter.py), serve the UAPI on
+/var/run/wireguard/IFACE.sock, remove what an earlier run left behind and
+add the routes, then send READY=1.  A SIGTERM during startup undoes what was
+done so far and exits 0; a SIGHUP then is a reload once the daemon is up.
+
+SIGHUP re-reads the config and applies it as `wg syncconf` would (sessions
+of unchanged peers survive).  Host names are resolved in a thread, so that a
+slow resolver stalls neither the tunnel nor the UAPI; reloads run one at a
+time (a SIGHUP during one makes one more, afterwards).  SIGTERM/SIGINT undo
+what startup did and exit 0.
+
+The interface may be moved to another network namespace and back (`ip link
+set IFACE netns NS`): the UDP socket stays here, and the MTU set there is
+followed (tun.py).  If the interface is deleted, in whichever namespace it
+is (`ip link del`, `wg-quick down`), or the data plane fails, the daemon
+cleans up and exits 1.
 
 A startup failure is one line on stderr (``FILE:LINE: [Section] Key:
 reason`` for config errors) and exit status 1.
@@ -20,15 +32,17 @@ reason`` for config errors) and exit status 1.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
 import socket
+import threading
 import time
 from typing import Callable, Optional
 
 from ..config import Config, ConfigError, extras_operations, load_config, syncconf_operations
-from ..endpoints import resolve_endpoint
+from ..endpoints import Endpoint, resolve_endpoint
 from ..protocol.timers import TimerConfig
 from . import notify
 from .adapter import DataPlane, DeviceControl
@@ -45,8 +59,15 @@ log = logging.getLogger("vpncrypt.daemon")
 TICK = 1.0          # seconds between housekeeping rounds (interface check, MTU, STATUS=)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 class StartupError(Exception):
     """Startup failed; the message is one line meant for the user."""
+
+
+class StoppedDuringStartup(Exception):
+    """SIGTERM/SIGINT arrived while starting: undo what was done, exit 0."""
 
 
 def describe(e: BaseException) -> str:
@@ -87,6 +108,14 @@ class Daemon:
         self._stop: Optional[asyncio.Event] = None
         self._status = None
         self._timers = {}      # purpose -> the one pending TimerHandle
+        self._early = {}       # signal -> what it was set to before start() caught it
+        self._early_stop = ""  # the stop signal that arrived during startup
+        self._early_reload = False
+        self._reload_lock: Optional[asyncio.Lock] = None
+        self._reload_waiting = False
+        self._tasks: set = set()
+        self._home = True      # whether the interface is in the daemon's namespace
+        self._mtu_unknown = False  # warned that the MTU cannot be read where it is
 
     # ------------------------------------------------------------ helpers
 
@@ -131,9 +160,17 @@ class Daemon:
 
     def check_mtu(self) -> None:
         try:
-            mtu = self.tun.get_mtu()
-        except OSError:
+            mtu = self.tun.get_mtu()      # wherever the interface is
+        except OSError as e:
+            if not self._home and not self._mtu_unknown:
+                # joining the other namespace takes CAP_SYS_ADMIN and setns,
+                # which the systemd unit does not grant
+                log.warning("cannot read the MTU of %s in its network namespace (%s): "
+                            "packets stay padded to MTU %d", self.tun.name, describe(e),
+                            self.mtu)
+                self._mtu_unknown = True
             return
+        self._mtu_unknown = False
         if mtu != self.mtu:
             if self.mtu:
                 log.info("interface %s: MTU %d -> %d", self.interface, self.mtu, mtu)
@@ -152,23 +189,59 @@ class Daemon:
 
     # ------------------------------------------------------------ startup
 
-    def _load_config(self) -> Config:
-        """The config file, with every endpoint name resolvable (ConfigError
-        naming the Endpoint line otherwise).  No side effects."""
+    def _read_config(self) -> Config:
+        """The config file, parsed (ConfigError otherwise).  No side effects."""
         if self.config_path is None:
             return Config()
         cfg = load_config(self.config_path)
+        for w in cfg.warnings:
+            log.warning("%s", w)
+        return cfg
+
+    def _resolve(self, cfg: Config) -> Config:
+        """`cfg` with every peer's Endpoint as the address it resolves to
+        (each host name looked up once), so that applying it looks nothing
+        up; ConfigError naming the Endpoint line otherwise.  Blocks on the
+        resolver: called before the loop serves anything, or in a thread."""
+        found: dict = {}
+        peers = []
         for p in cfg.peers:
-            if p.endpoint is not None:
+            ep = p.endpoint
+            if ep is not None:
                 try:
-                    resolve_endpoint(p.endpoint, v6=True)
+                    if ep.host not in found:
+                        found[ep.host] = resolve_endpoint(ep, v6=self.v6)
+                    addr = found[ep.host]
                 except OSError as e:
                     line = p.line_of("Endpoint")
                     raise ConfigError(f"{cfg.path}:{line}: [Peer] Endpoint: {describe(e)}",
                                       path=cfg.path, line=line) from None
-        for w in cfg.warnings:
-            log.warning("%s", w)
-        return cfg
+                host = addr[0] if len(addr) < 4 or not addr[3] else f"{addr[0]}%{addr[3]}"
+                p = dataclasses.replace(p, endpoint=Endpoint(host=host, port=ep.port,
+                                                             text=ep.text))
+            peers.append(p)
+        return dataclasses.replace(cfg, peers=tuple(peers))
+
+    async def _in_thread(self, fn, *args):
+        """fn(*args) in a thread of its own (a daemon thread: a resolver that
+        hangs does not hold up the exit); its result on the loop."""
+        loop, fut = self.loop, self.loop.create_future()
+
+        def settle(ok, value):
+            if not fut.done():
+                (fut.set_result if ok else fut.set_exception)(value)
+
+        def work():
+            try:
+                ok, value = True, fn(*args)
+            except BaseException as e:          # noqa: BLE001 - raised on the loop
+                ok, value = False, e
+            try:
+                loop.call_soon_threadsafe(settle, ok, value)
+            except RuntimeError:                # the loop is closed: nobody waits
+                pass
+        threading.Thread(target=work, name="vpncrypt-resolve", daemon=True).start()
+        return await fut
 
     def _open_socket(self, cfg: Config) -> None:
         port = cfg.interface.listen_port or 0
@@ -187,10 +260,38 @@ class Daemon:
         log.debug("listening on UDP port %d (%s)", self.listen_port,
                   "IPv4+IPv6" if self.v6 else "IPv4 only")
 
+    # Signals during startup: a Python handler that only takes note (it may
+    # run at any point); the steps check between them, so a step that
+    # changed the host is always complete and undone by close().
+    def _catch_signals_early(self) -> None:
+        for sig in (*STOP_SIGNALS, signal.SIGHUP):
+            self._early.setdefault(sig, signal.getsignal(sig))
+            signal.signal(sig, self._early_signal)
+
+    def _early_signal(self, signum, _frame) -> None:
+        if signum == signal.SIGHUP:
+            self._early_reload = True
+        elif not self._early_stop:
+            self._early_stop = signal.Signals(signum).name
+
+    def _checkpoint(self) -> None:
+        if self._early_stop:
+            raise StoppedDuringStartup(self._early_stop)
+
+    def _restore_signals(self) -> None:
+        for sig, handler in self._early.items():
+            try:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            except (ValueError, TypeError, OSError):
+                pass
+        self._early.clear()
+
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        cfg = self.config = self._load_config()
+        self._reload_lock = asyncio.Lock()
+        self._catch_signals_early()
+        cfg = self._read_config()
         iface = cfg.interface
         self.fwmark = iface.fwmark or 0
         self.dataplane = DataPlane(bytes(iface.private_key) if iface.private_key is not None
@@ -200,23 +301,32 @@ class Daemon:
             log.warning("test-only protocol timers in use (%s): %s", TEST_TIMERS_ENV,
                         os.environ.get(TEST_TIMERS_ENV, ""))
         self._open_socket(cfg)
+        cfg = self.config = self._resolve(cfg)     # before the loop serves anything
+        self._checkpoint()
         self.tun = TunDevice.create(self.interface, mtu=iface.mtu if iface.mtu else None,
                                     addresses=iface.addresses, up=True, vnet_hdr=True)
         self.mtu = self.tun.get_mtu()
         if iface.addresses:
             log.info("interface %s: addresses %s", self.tun.name,
                      ", ".join(str(a) for a in iface.addresses))
+        self._checkpoint()
         apply_operations(syncconf_operations(self.control.snapshot(), cfg), self.control)
         self.dataplane.start(self.udp, self.tun.fileno(), loop=self.loop, mtu=self.mtu,
                              on_fatal=self._on_fatal)
+        self._checkpoint()
         self.uapi = await start_uapi_server(socket_path(self.tun.name, self.socket_dir),
                                             self.control, extensions_in_get=False)
+        self._checkpoint()
         self.routes = Routes(self.tun.name, iface.table, get_fwmark=lambda: self.fwmark,
                              set_fwmark=self.set_fwmark)
+        self.routes.remove_leftovers()
+        self._checkpoint()
         self.routes.sync(self.dataplane.allowed_ips())
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        self._checkpoint()
+        for sig in STOP_SIGNALS:
             self.loop.add_signal_handler(sig, self.stop, 0, signal.Signals(sig).name)
         self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+        self._checkpoint()             # one that came while the loop's handlers went in
         self._schedule_tick()
         wd = notify.watchdog_interval()
         if wd:
@@ -228,6 +338,9 @@ class Daemon:
         notify.ready(self._status)
         if self.on_ready is not None:
             self.on_ready()
+        if self._early_reload:
+            log.info("SIGHUP during startup: reloading %s", self.config_path)
+            self.reload()
 
     # ------------------------------------------------------------ running
 
@@ -241,6 +354,7 @@ class Daemon:
             log.error("interface %s was deleted; shutting down", self.tun.name)
             self.stop(1)
             return
+        self._check_namespace()
         self.check_mtu()
         text = self._status_text()
         if text != self._status:
@@ -255,6 +369,20 @@ class Daemon:
             notify.watchdog()
             self._timers["watchdog"] = self.loop.call_later(interval, ping)
         ping()
+
+    def _check_namespace(self) -> None:
+        try:
+            home = self.tun.in_home_namespace()
+        except OSError:
+            return                      # cannot tell now: nothing to say
+        if home != self._home:
+            self._home = home
+            if home:
+                log.info("interface %s is back in the daemon's network namespace (the moves "
+                         "dropped its addresses and routes)", self.tun.name)
+            else:
+                log.info("interface %s moved to another network namespace; its UDP socket "
+                         "stays in this one", self.tun.name)
 
     def _on_fatal(self, exc) -> None:
         if self.tun.gone():
@@ -272,28 +400,52 @@ class Daemon:
 
     def reload(self) -> None:
         """SIGHUP: the file against the running state, as `wg syncconf`, plus
-        the wg-quick extras and routes."""
+        the wg-quick extras and routes; one reload at a time (one that is
+        still waiting to start reads the file then, so a second SIGHUP meanwhile
+        adds nothing)."""
         if self.config_path is None:
             log.warning("SIGHUP: no config file to reload (configure through the UAPI)")
             return
+        if self._reload_waiting:
+            return
+        self._reload_waiting = True
+        task = self.loop.create_task(self._reload_in_turn())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reload_in_turn(self) -> None:
+        async with self._reload_lock:
+            self._reload_waiting = False
+            if not self._stop.is_set():
+                await self._reload()
+
+    async def _reload(self) -> None:
         notify.reloading()
         try:
-            new = self._load_config()
+            new = self._read_config()
+            new = await self._in_thread(self._resolve, new)     # the loop keeps serving
+            if self._stop.is_set():
+                return
             ops = syncconf_operations(self.control.snapshot(), new)
             ops += extras_operations(self.config, new)
             apply_operations(ops, self.control)
             self.config = new
             if new.interface.table != self.routes.table:
                 log.warning("reload: a changed Table takes effect at the next start")
-            self.routes.sync(self.dataplane.allowed_ips())
+            if self.tun.in_home_namespace():
+                self.routes.sync(self.dataplane.allowed_ips())
+            else:
+                log.warning("reload: %s is in another network namespace; its routes are for "
+                            "that namespace to set", self.tun.name)
             log.info("reloaded %s like `wg syncconf`: %d peer(s)", self.config_path,
                      self.dataplane.peer_count())
         except (ConfigError, ControlError, OSError, ValueError) as e:
             log.error("reload failed, keeping the running configuration: %s", describe(e))
         finally:
-            self.changed()
-            self._status = self._status_text()
-            notify.ready(self._status)
+            if not self._stop.is_set():
+                self.changed()
+                self._status = self._status_text()
+                notify.ready(self._status)
 
     async def wait(self) -> int:
         await self._stop.wait()
@@ -306,14 +458,39 @@ class Daemon:
         for t in self._timers.values():
             t.cancel()
         self._timers.clear()
-        if self.loop is not None:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                try:
-                    self.loop.remove_signal_handler(sig)
-                except (ValueError, RuntimeError):
-                    pass
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        # a second SIGTERM while cleaning up must not cut the cleanup short:
+        # the loop's handlers give way to the startup ones, with the signals
+        # held meanwhile (between the two they would have their default action)
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, (*STOP_SIGNALS, signal.SIGHUP))
+        try:
+            if self.loop is not None:
+                for sig in (*STOP_SIGNALS, signal.SIGHUP):
+                    try:
+                        self.loop.remove_signal_handler(sig)
+                    except (ValueError, RuntimeError):
+                        pass
+            if self._early:
+                self._catch_signals_early()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        try:
+            await self._undo()
+        finally:
+            self._restore_signals()
+
+    async def _undo(self) -> None:
+        here = True
+        if self.tun is not None:
+            try:
+                here = self.tun.in_home_namespace()
+            except OSError:
+                here = True
         if self.routes is not None:
-            self.routes.clear()
+            self.routes.clear(interface_here=here)
             self.routes = None
         if self.uapi is not None:
             self.uapi.close()
@@ -338,6 +515,9 @@ class Daemon:
         try:
             await self.start()
             code = await self.wait()
+        except StoppedDuringStartup as e:
+            log.info("received %s during startup; undoing it", e)
+            code = 0
         except (ConfigError, StartupError) as e:
             report_failure(str(e))
             code = 1

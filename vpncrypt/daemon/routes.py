@@ -21,10 +21,24 @@ removed again when the daemon stops.
 
 Routes are applied at startup and after each reload; changes made with
 `wg set` do not touch routes (as with wg-quick).  Only what this object
-added is removed, with one exception: before the two policy rules are added,
-copies of exactly those rules are deleted (a daemon killed with SIGKILL
-leaves them behind), and on removal every copy goes, as wg-quick's down
-does.
+added is removed, with two exceptions for what an earlier run killed with
+SIGKILL (or a crash) left behind:
+
+* at startup (unless ``Table = off``), remove_leftovers() deletes the
+  interface's routes in every table (not the kernel's own: an address's
+  prefix route, the local table), and every ``not fwmark T lookup T`` rule
+  whose table T held only routes through the interface (it was this
+  interface's full tunnel), with the ``suppress_prefixlength 0`` rule when
+  no other full tunnel's rule remains.  On a persistent TUN the earlier run's default route
+  would otherwise keep the host in a tunnel that nothing serves, and its
+  `not fwmark T lookup T` rule would capture the new run's UDP, which
+  carries another mark;
+* before the two policy rules are added, copies of exactly those rules are
+  deleted, and on removal every copy goes, as wg-quick's down does.
+
+If the interface was moved to another network namespace, its routes went
+with it (the kernel drops them): clear() then removes the rules and the nft
+tables, which stay in the daemon's namespace, and says so.
 """
 from __future__ import annotations
 
@@ -51,6 +65,25 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and r.returncode != 0:
         raise RouteError(f"`ip {' '.join(args)}` failed: {r.stderr.strip()}")
     return r
+
+
+def _json(*args: str) -> list:
+    """`ip -j ARGS` parsed ([] if it fails or says nothing)."""
+    r = _ip(args[0], "-j", *args[1:], check=False)
+    try:
+        out = json.loads(r.stdout or "[]")
+    except ValueError:
+        return []
+    return out if isinstance(out, list) else []
+
+
+def _own_rule(rule: dict, table: str) -> bool:
+    """Whether an `ip -j rule` entry has the shape of a full tunnel's
+    ``not fwmark T lookup T`` (the mark and the table the same number)."""
+    try:
+        return "not" in rule and int(str(rule.get("fwmark", "")), 0) == int(table)
+    except ValueError:
+        return False
 
 
 def _delete_rule_copies(v: str, rule) -> int:
@@ -191,6 +224,67 @@ class Routes:
         _ip(v, "route", "add", str(net), "dev", self.interface, "table", str(table))
         self.routes[net] = table
 
+    # ------------------------------------------------------------ leftovers
+
+    def remove_leftovers(self) -> None:
+        """Delete what an earlier run on this interface left behind (see the
+        module's text); before the first sync().  The interface's own routes
+        are listed (not every table's: a host may hold a full BGP table), and
+        deleted with one `ip -batch`."""
+        if self.table == "off":
+            return
+        for version in (4, 6):
+            v = f"-{version}"
+            # (`dev` given, iproute2 leaves it out of each entry)
+            mine = _json(v, "route", "show", "table", "all", "dev", self.interface)
+            owned = set()
+            for table in {str(r.get("table", "main")) for r in mine} - {"main", "local",
+                                                                          "default"}:
+                if all(r.get("dev") == self.interface
+                       for r in _json(v, "route", "show", "table", table)):
+                    owned.add(table)
+            gone = []
+            for r in mine:
+                table = str(r.get("table", "main"))
+                if table == "local" or r.get("protocol") == "kernel":
+                    continue
+                args = ["route", "del"]
+                if r.get("type") not in (None, "unicast"):
+                    args.append(r["type"])
+                args += [r.get("dst", "default"), "dev", self.interface, "table", table]
+                if "metric" in r:
+                    args += ["metric", str(r["metric"])]
+                gone.append((f"{r.get('dst', 'default')} table {table}", args))
+            if gone:
+                res = subprocess.run(["ip", "-force", v, "-batch", "-"], capture_output=True,
+                                     text=True,
+                                     input="".join(" ".join(a) + "\n" for _, a in gone))
+                if res.returncode != 0:
+                    log.warning("removing leftover IPv%d routes dev %s: %s", version,
+                                self.interface, res.stderr.strip()[:500])
+                log.info("removed %d leftover IPv%d route%s dev %s (an earlier run): %s%s",
+                         len(gone), version, "" if len(gone) == 1 else "s", self.interface,
+                         ", ".join(w for w, _ in gone[:10]), ", ..." if len(gone) > 10 else "")
+            removed_full_tunnel = False
+            for rule in _json(v, "rule", "show"):
+                table = str(rule.get("table", ""))
+                if table not in owned or "priority" not in rule or not _own_rule(rule, table):
+                    continue
+                res = _ip(v, "rule", "del", "priority", str(rule["priority"]), "table", table,
+                          check=False)
+                if res.returncode == 0:
+                    removed_full_tunnel = True
+                    log.info("removed the leftover rule `ip %s rule ... lookup %s` (priority %d): "
+                             "table %s was %s's full tunnel", v, table, rule["priority"], table,
+                             self.interface)
+            if removed_full_tunnel and not any("not" in r and "fwmark" in r
+                                               for r in _json(v, "rule", "show")):
+                # the earlier run's `lookup main suppress_prefixlength 0`, unless
+                # another full tunnel (wg-quick's, say) still relies on one
+                n = _delete_rule_copies(v, ("table", "main", "suppress_prefixlength", "0"))
+                if n:
+                    log.info("removed %d leftover `ip %s rule ... suppress_prefixlength 0`", n, v)
+
     # ------------------------------------------------------------ removing
 
     def _remove_route(self, net) -> None:
@@ -208,9 +302,20 @@ class Routes:
                 self.rules.remove(rule)
             self.filter.remove(net.version)
 
-    def clear(self) -> None:
+    def clear(self, interface_here: bool = True) -> None:
         """Remove every route and rule this object added (the routes may
-        already be gone with the interface; the rules never go by themselves)."""
+        already be gone with the interface; the rules never go by themselves).
+        `interface_here` False: the interface is in another network
+        namespace, so its routes went with it, and a route through an
+        interface of the same name here is not ours to delete."""
+        if not interface_here:
+            if self.routes:
+                log.info("%s is in another network namespace: its %d route(s) went with it; "
+                         "removing the policy rules and nft tables here", self.interface,
+                         len(self.routes))
+            for net in [n for n in self.routes if n.prefixlen == 0 and self.table is None]:
+                self.filter.remove(net.version)
+            self.routes.clear()
         for net in list(self.routes):
             self._remove_route(net)
         for v, rule in self.rules:

@@ -6,10 +6,24 @@ What vpncrypt created it deletes on close, by ifindex (a newer interface
 that took the same name is never touched).  A device it attached to stays,
 with its own addresses; only the addresses vpncrypt added are removed.
 
-The interface is identified by its ifindex, through a socket held open for
-the device's lifetime: gone() says True only when the kernel says the index
-does not exist (ENODEV/ENXIO), never because the process ran out of file
-descriptors."""
+The interface may be moved to another network namespace (`ip link set
+IFACE netns NS`, WireGuard's netns deployment) and back; the UDP socket
+stays where it was made.  So the device is identified by its TUN file
+descriptor, never by a name or index looked up in the daemon's namespace
+(another interface there may take the name or the index):
+
+* gone(): TUNGETIFF on the fd fails with EBADFD once the device was
+  deleted, in whichever namespace it was; any other failure (no memory, no
+  descriptors left) is not evidence that it is gone;
+* its current name comes from TUNGETIFF, its namespace from TUNGETDEVNETNS
+  (Linux 5.2), and the MTU and flags are read and set through a socket made
+  in that namespace (by a short-lived thread that joins it), so that
+  `ip -n NS link set IFACE mtu N` there takes effect here;
+* on close, a device vpncrypt created is deleted in the namespace where
+  it is now, by the index it has there (the kernel also deletes it with the
+  last descriptor);
+  addresses vpncrypt added to a persistent device are removed only while
+  the device is in the daemon's namespace (a move drops them anyway)."""
 from __future__ import annotations
 
 import errno
@@ -22,6 +36,7 @@ import re
 import socket
 import struct
 import subprocess
+import threading
 from typing import Iterable, Optional
 
 log = logging.getLogger("vpncrypt.tun")
@@ -40,6 +55,8 @@ SIOCSIFMTU = 0x8922
 SIOCGIFNAME = 0x8910
 SIOCGIFINDEX = 0x8933
 TUNGETIFF = 0x800454D2
+TUNGETDEVNETNS = 0x54E3   # _IO('T', 227): an fd of the device's network namespace (Linux 5.2)
+CLONE_NEWNET = 0x40000000
 IFF_PERSIST = 0x0800
 IFNAMSIZ = 16
 DEFAULT_MTU = 1420
@@ -47,6 +64,7 @@ RTM_DELLINK = 17
 NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
 NLMSG_ERROR = 2
 _GONE = (errno.ENODEV, errno.ENXIO)
+_DETACHED = (errno.EBADFD,)       # TUNGETIFF on a descriptor whose device was deleted
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_=+.-]{1,15}$")
 
@@ -84,7 +102,8 @@ class TunDevice:
         self.created = created
         self._ctl = ctl if ctl is not None else socket.socket(socket.AF_INET, socket.SOCK_DGRAM
                                                               | socket.SOCK_CLOEXEC)
-        self.ifindex = self._index_of(name)
+        self._home = _ns_key("/proc/thread-self/ns/net")   # the daemon's namespace
+        self.ifindex = self._index_of(name)   # at creation, in the daemon's namespace
         self._added: list = []      # addresses this process added (removed again on close)
 
     @classmethod
@@ -161,27 +180,80 @@ class TunDevice:
 
     # -- identity
     def _index_of(self, name: str) -> int:
-        res = fcntl.ioctl(self._ctl.fileno(), SIOCGIFINDEX, _ifreq(name, "i", 0))
-        return struct.unpack_from("i", res, IFNAMSIZ)[0]
+        return _index(self._ctl, name)
+
+    def _iff(self) -> tuple:
+        """(current name, TUN flags) from the descriptor itself (TUNGETIFF),
+        wherever the device lives; OSError(EBADFD) once it was deleted."""
+        res = fcntl.ioctl(self.fileno(), TUNGETIFF, bytes(40))
+        return (res[:IFNAMSIZ].split(b"\0", 1)[0].decode(),
+                struct.unpack_from("H", res, IFNAMSIZ)[0])
 
     def current_name(self) -> Optional[str]:
-        """The interface's name now (it may have been renamed), or None if the
-        interface is gone.  Other errors (no memory, ...) raise OSError."""
+        """The interface's name now (it may have been renamed or moved to
+        another namespace), or None if it was deleted.  Other errors (no
+        memory, ...) raise OSError."""
         try:
-            res = fcntl.ioctl(self._ctl.fileno(), SIOCGIFNAME,
-                              struct.pack(f"{IFNAMSIZ}si", b"", self.ifindex).ljust(40, b"\0"))
+            return self._iff()[0]
         except OSError as e:
-            if e.errno in _GONE:
+            if e.errno in _DETACHED:
                 return None
             raise
-        return res[:IFNAMSIZ].split(b"\0", 1)[0].decode()
 
     def gone(self) -> bool:
-        """True only when the kernel says the interface no longer exists."""
+        """True only when the kernel says the device was deleted (in any
+        namespace); a failure to ask is not evidence that it is gone."""
         try:
             return self.current_name() is None
         except OSError:
-            return False          # cannot tell (e.g. ENOMEM): not evidence that it is gone
+            return False
+
+    def _namespace_fd(self) -> Optional[int]:
+        """A descriptor of the device's namespace when that is not the
+        daemon's own (the caller closes it); None when it is, or when the
+        kernel cannot tell (before Linux 5.2, or without CAP_NET_ADMIN over
+        that namespace, a device is taken to be here)."""
+        try:
+            fd = fcntl.ioctl(self.fileno(), TUNGETDEVNETNS)
+        except OSError as e:
+            if e.errno in (errno.ENOTTY, errno.EINVAL, errno.EPERM):
+                return None             # cannot tell: taken to be here, as before Linux 5.2
+            raise
+        try:
+            if _ns_key(fd) == self._home:
+                os.close(fd)
+                return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def in_home_namespace(self) -> bool:
+        """Whether the device is in the namespace the daemon runs in (where
+        its routes, addresses and UDP socket are)."""
+        fd = self._namespace_fd()
+        if fd is None:
+            return True
+        os.close(fd)
+        return False
+
+    def _with_ctl(self, fn):
+        """fn(control socket, current name) with a socket in the device's
+        namespace: the one held open when the device is here, else one made
+        for the call by a thread that joins the device's namespace (no
+        socket is kept there: it would keep a deleted namespace alive, and
+        the device in it)."""
+        name = self._iff()[0]
+        fd = self._namespace_fd()
+        if fd is None:
+            return fn(self._ctl, name)
+        try:
+            def there():
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+                    return fn(s, name)
+            return run_in_namespace(fd, there)
+        finally:
+            os.close(fd)
 
     # -- packets
     def read(self, size: int = 65535) -> Optional[bytes]:
@@ -194,30 +266,36 @@ class TunDevice:
     def write(self, packet: bytes) -> int:
         return os.write(self.fileno(), packet)
 
-    # -- interface settings (ioctls on the held socket)
-    def _sock_ioctl(self, request: int, arg: bytes) -> bytes:
-        return fcntl.ioctl(self._ctl.fileno(), request, arg)
-
+    # -- interface settings (ioctls on a socket in the device's namespace)
     def set_mtu(self, mtu: int) -> None:
         if not 68 <= mtu <= 65535:
             raise ValueError(f"MTU {mtu} out of range (68-65535)")
         try:
-            self._sock_ioctl(SIOCSIFMTU, _ifreq(self.name, "i", mtu))
+            self._with_ctl(lambda ctl, name: fcntl.ioctl(ctl.fileno(), SIOCSIFMTU,
+                                                         _ifreq(name, "i", mtu)))
         except OSError as e:
             raise TunError(e.errno, f"cannot set MTU {mtu} on {self.name}: {e.strerror}") from None
 
     def get_mtu(self) -> int:
-        res = self._sock_ioctl(SIOCGIFMTU, _ifreq(self.name, "i", 0))
+        res = self._with_ctl(lambda ctl, name: fcntl.ioctl(ctl.fileno(), SIOCGIFMTU,
+                                                           _ifreq(name, "i", 0)))
         return struct.unpack_from("i", res, IFNAMSIZ)[0]
 
     def set_up(self, up: bool = True) -> None:
-        res = self._sock_ioctl(SIOCGIFFLAGS, _ifreq(self.name, "h", 0))
-        flags = struct.unpack_from("H", res, IFNAMSIZ)[0]
-        flags = (flags | IFF_UP) if up else (flags & ~IFF_UP)
+        def change(ctl, name):
+            res = fcntl.ioctl(ctl.fileno(), SIOCGIFFLAGS, _ifreq(name, "h", 0))
+            flags = struct.unpack_from("H", res, IFNAMSIZ)[0]
+            flags = (flags | IFF_UP) if up else (flags & ~IFF_UP)
+            fcntl.ioctl(ctl.fileno(), SIOCSIFFLAGS, _ifreq(name, "H", flags))
         try:
-            self._sock_ioctl(SIOCSIFFLAGS, _ifreq(self.name, "H", flags))
+            self._with_ctl(change)
         except OSError as e:
             raise TunError(e.errno, f"cannot bring {self.name} up: {e.strerror}") from None
+
+    def _here(self, what: str) -> None:
+        if not self.in_home_namespace():
+            raise TunError(errno.EXDEV, f"cannot {what} {self.name}: the interface is in "
+                           "another network namespace")
 
     def addresses(self) -> list:
         """The addresses on the interface now (ip_interface values)."""
@@ -233,6 +311,7 @@ class TunDevice:
 
     def add_addresses(self, addresses: Iterable) -> None:
         """Add the addresses the interface does not have yet; remember them."""
+        self._here("add addresses to")
         present = set(self.addresses())
         for a in addresses:
             iface = ipaddress.ip_interface(a)
@@ -243,6 +322,7 @@ class TunDevice:
             present.add(iface)
 
     def remove_addresses(self, addresses: Iterable) -> None:
+        self._here("remove addresses from")
         for a in addresses:
             iface = ipaddress.ip_interface(a)
             _ip(f"-{iface.version}", "address", "del", str(iface), "dev", self.name)
@@ -256,31 +336,59 @@ class TunDevice:
     def close(self) -> None:
         if self._fd < 0:
             return
-        fd, self._fd = self._fd, -1
         try:
             if self.created:
-                # Explicitly, in case a child process inherited the fd; by
-                # index, so that a newer interface with our name is safe.  (The
-                # kernel also removes a non-persistent device with its last fd.)
-                try:
-                    delete_link(self.ifindex)
-                except OSError as e:
-                    if e.errno not in _GONE:
-                        log.warning("cannot delete interface %s: %s", self.name, e.strerror)
-                log.info("removed TUN device %s", self.name)
+                self._delete()
             else:
-                name = self.current_name() if not self.gone() else None
-                for iface in list(self._added) if name else ():
-                    r = subprocess.run(["ip", f"-{iface.version}", "address", "del", str(iface),
-                                        "dev", name], capture_output=True, text=True)
-                    if r.returncode != 0:
-                        log.warning("cannot remove address %s from %s: %s", iface, name,
-                                    r.stderr.strip())
-                self._added.clear()
-                log.info("left the persistent TUN device %s in place", self.name)
+                self._leave()
         finally:
+            fd, self._fd = self._fd, -1
             os.close(fd)
             self._ctl.close()
+
+    def _delete(self) -> None:
+        """Delete the device vpncrypt created, wherever it is: by the index
+        it has now in its namespace, looked up there by its current name
+        (explicitly, in case a child process inherited the fd; a newer
+        interface that took our old name or index is never touched).  The
+        kernel also deletes a non-persistent device with its last fd."""
+        try:
+            if self.gone():
+                log.info("TUN device %s was already deleted", self.name)
+                return
+            self._with_ctl(lambda ctl, name: delete_link(_index(ctl, name)))
+        except OSError as e:
+            if e.errno not in _GONE + _DETACHED:
+                log.warning("cannot delete interface %s: %s (closing its descriptor deletes "
+                            "it)", self.name, e.strerror)
+                return
+        log.info("removed TUN device %s", self.name)
+
+    def _leave(self) -> None:
+        """Leave the persistent device, without the addresses this process
+        added (when it is still here: moving it to another namespace drops
+        them)."""
+        try:
+            name = self.current_name()
+            here = name is not None and self.in_home_namespace()
+        except OSError as e:
+            log.warning("cannot tell where the persistent TUN device %s is (%s): the addresses "
+                        "vpncrypt added stay", self.name, e.strerror)
+            return
+        if name is None:
+            log.info("the persistent TUN device %s was deleted", self.name)
+            return
+        if not here and self._added:
+            log.info("the persistent TUN device %s is in another network namespace: the "
+                     "addresses vpncrypt added here went with the move", name)
+        for iface in list(self._added) if here else ():
+            r = subprocess.run(["ip", f"-{iface.version}", "address", "del", str(iface),
+                                "dev", name], capture_output=True, text=True)
+            if r.returncode != 0:
+                log.warning("cannot remove address %s from %s: %s", iface, name,
+                            r.stderr.strip())
+        self._added.clear()
+        log.info("left the persistent TUN device %s in place", name)
 
     def __enter__(self):
         return self
@@ -304,6 +412,49 @@ def _exists(ctl: socket.socket, name: str) -> bool:
             return False
         raise TunError(e.errno, f"cannot look up interface {name}: {e.strerror}") from None
     return True
+
+
+def _index(ctl: socket.socket, name: str) -> int:
+    res = fcntl.ioctl(ctl.fileno(), SIOCGIFINDEX, _ifreq(name, "i", 0))
+    return struct.unpack_from("i", res, IFNAMSIZ)[0]
+
+
+def _ns_key(ns) -> tuple:
+    """What identifies a network namespace (a path or a descriptor of it)."""
+    st = os.stat(ns)
+    return (st.st_dev, st.st_ino)
+
+
+def _setns(fd: int) -> None:
+    if hasattr(os, "setns"):                    # Python 3.12
+        os.setns(fd, CLONE_NEWNET)
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def run_in_namespace(ns_fd: int, fn):
+    """fn() in a short-lived thread that joined the network namespace
+    `ns_fd`: the sockets it makes belong to that namespace (the process and
+    its other threads stay where they are).  Its result, or its exception."""
+    out = []
+
+    def there():
+        try:
+            _setns(ns_fd)
+            out.append((True, fn()))
+        except BaseException as e:          # noqa: BLE001 - raised in the caller
+            out.append((False, e))
+    t = threading.Thread(target=there, name="vpncrypt-netns", daemon=True)
+    t.start()
+    t.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
 
 
 def delete_link(ifindex: int) -> None:
