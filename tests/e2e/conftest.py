@@ -63,4 +63,6 @@ def world(impl):
         problems = w.close()
     leftovers = sorted(f for f in (os.listdir(SOCKET_DIR) if os.path.isdir(SOCKET_DIR) else ())
                        if w.id in f)
+    leftovers += [f"namespace {ns}" for ns in os.listdir("/run/netns") if w.id in ns] \
+        if os.path.isdir("/run/netns") else []
     assert not problems and not leftovers, "\n".join(problems + leftovers)

@@ -8,9 +8,6 @@ from tests.e2e.conftest import impls
 from tests.e2e.netns import DEFAULT_MTU
 from tests.e2e.topology import iperf, moved_pair
 
-MOVE_BUG = ("an interface moved to another namespace is taken for a deleted one: the daemon "
-            "logs 'interface ... was deleted; shutting down' and exits (issue 17, item 1)")
-
 GiB = 1 << 30
 # WireGuard's test sends 1 GB each way; so does this one (see README: the
 # whole e2e run stays within its budget at this size)
@@ -44,7 +41,7 @@ def traffic(w, size):
             assert end["sum_received"]["bytes"] >= size * 0.9, (what, end["sum_received"])
 
 
-@impls(vpncrypt_bug=MOVE_BUG)
+@impls()
 def test_counters_after_ten_pings(world):
     """10 pings of 84 bytes (56 + ICMP 8 + IPv4 20) received; the kernel's
     bounds for a userspace TUN (wireguard-go's test): rx >= 840, tx >= 880
@@ -57,7 +54,7 @@ def test_counters_after_ten_pings(world):
     world.assert_running()
 
 
-@impls(vpncrypt_bug=MOVE_BUG)
+@impls()
 @pytest.mark.parametrize("outer", ["v4", "v6"])
 @pytest.mark.parametrize("mtu", ["default", "big"])
 def test_traffic(world, outer, mtu):
