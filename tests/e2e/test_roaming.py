@@ -2,37 +2,33 @@
 topology (tests/e2e/topology.py)."""
 import secrets
 
+import pytest
+
 from tests.e2e.conftest import impls
 from tests.e2e.netns import genkey
 from tests.e2e.topology import moved_pair, udp_listen, udp_send
 
 
 @impls()
-def test_roaming_v4(world):
-    """wg1's source address and port change (ns0's loopback renumbered,
-    a new listen port): wg2 follows to exactly the new endpoint."""
+@pytest.mark.parametrize("family", ["v4", "v6"])
+def test_roaming(world, family):
+    """wg1 moves (v4: ns0's loopback renumbered to 127.212.121.99 and listen
+    port 9999; v6: from IPv4 outside to [::1] and listen port 9998): wg2
+    follows to exactly the new endpoint on the first packet."""
     p = moved_pair(world)
     p.endpoints("127.0.0.1", "127.0.0.1")
-    world.ping("1", "fd00::2")
-    world.ip("0", "-4", "address", "del", "127.0.0.1/8", "dev", "lo")
-    world.ip("0", "-4", "address", "add", "127.212.121.99/8", "dev", "lo")
-    world.wg_set(p.dev[1], "listen-port", "9999")
-    world.wg_set(p.dev[1], "peer", p.pub(2), "endpoint", "127.0.0.1:2")
-    world.ping("1", "fd00::2")
-    assert world.endpoints(p.dev[2]) == f"{p.pub(1)}\t127.212.121.99:9999"
-    world.assert_running()
-
-
-@impls()
-def test_roaming_v6(world):
-    """From IPv4 outside to IPv6 with a new listen port: wg2 follows."""
-    p = moved_pair(world)
-    p.endpoints("127.0.0.1", "127.0.0.1")
-    world.ping("1", "192.168.241.2")
-    world.wg_set(p.dev[1], "listen-port", "9998")
-    world.wg_set(p.dev[1], "peer", p.pub(2), "endpoint", "[::1]:2")
-    world.ping("1", "192.168.241.2")
-    assert world.endpoints(p.dev[2]) == f"{p.pub(1)}\t[::1]:9998"
+    inner = "fd00::2" if family == "v4" else "192.168.241.2"
+    world.ping("1", inner)
+    if family == "v4":
+        world.ip("0", "-4", "address", "del", "127.0.0.1/8", "dev", "lo")
+        world.ip("0", "-4", "address", "add", "127.212.121.99/8", "dev", "lo")
+        port, endpoint, expect = "9999", "127.0.0.1:2", "127.212.121.99:9999"
+    else:
+        port, endpoint, expect = "9998", "[::1]:2", "[::1]:9998"
+    world.wg_set(p.dev[1], "listen-port", port)
+    world.wg_set(p.dev[1], "peer", p.pub(2), "endpoint", endpoint)
+    world.ping("1", inner)
+    assert world.endpoints(p.dev[2]) == f"{p.pub(1)}\t{expect}"
     world.assert_running()
 
 
