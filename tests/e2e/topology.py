@@ -11,7 +11,6 @@ routed_pair:  the daemons started in ns1 and ns2 (sockets there), joined by
               `link_*` helpers (a router in ns0 with SNAT, or a veth pair).
 """
 import json
-import os
 import sys
 import time
 
