@@ -3,7 +3,9 @@
 #   - Debian packages through apt-get when running as root (only those missing);
 #   - Python packages into a venv (.venv, or $VPNCRYPT_VENV), with vpncrypt
 #     installed in editable mode so the native core is built from this tree;
-#   - pytest over tests/ on the host (every kernel this CPU has);
+#   - pytest over tests/ on the host (every kernel this CPU has), the
+#     end-to-end scenarios (tests/e2e) against vpncrypt-go and wireguard-go
+#     included;
 #   - the arm64 run: the crypto suite and the daemon end to end, cross-compiled
 #     and run under qemu-aarch64 (tests/arm64/run.sh).
 # Arguments are passed to the host pytest.  --host-only leaves out the arm64 run
@@ -49,10 +51,13 @@ fi
 "$venv/bin/python" -m pip install -q -e ".[test]"
 
 # The current wireguard-go (Debian 13's, with TUN offloads) for the interop,
-# hostile-path and tunnel-bench tests, fetched once into a cache outside the
-# repo (tests/tools/fetch-wireguard-go.sh; the system's apt state is untouched).
-VPNCRYPT_WIREGUARD_GO_CURRENT=$(bash "$repo/tests/tools/fetch-wireguard-go.sh")
-export VPNCRYPT_WIREGUARD_GO_CURRENT
+# hostile-path and tunnel-bench tests, and the newest (Debian unstable's) for
+# the end-to-end suite (tests/e2e), each fetched once into a cache outside the
+# repo that keeps one build per suite (tests/tools/fetch-wireguard-go.sh; the
+# system's apt state is untouched).
+VPNCRYPT_WIREGUARD_GO_CURRENT=$(bash "$repo/tests/tools/fetch-wireguard-go.sh" trixie)
+VPNCRYPT_WIREGUARD_GO_NEWEST=$(bash "$repo/tests/tools/fetch-wireguard-go.sh" sid)
+export VPNCRYPT_WIREGUARD_GO_CURRENT VPNCRYPT_WIREGUARD_GO_NEWEST
 
 status=0
 "$venv/bin/python" -m pytest "${args[@]}" || status=$?

@@ -6,7 +6,11 @@ writes OUTDIR/sources.list and OUTDIR/sources.list.d/ for a private apt state
 (Dir::Etc::SourceList / SourceParts), with every Debian entry of this machine's
 release moved to SUITE: `bookworm` -> SUITE, `bookworm-updates` ->
 SUITE-updates, `bookworm-security` -> SUITE-security.  Entries for other
-suites (third-party repositories) are left out.  The mirrors are read with
+suites (third-party repositories) are left out.  Debian's rolling suites
+(`sid`/`unstable`, `experimental`) have no -updates, -security or -backports
+suite (a source for one would fail `apt-get update` with "does not have a
+Release file"), so for them only the release's own suite is moved and the
+others are left out.  The mirrors are read with
 tests/arm64/sysroot.py's `sources`, so no host name is written in the repo.
 Standard library only (it runs under the system python3).
 """
@@ -35,12 +39,17 @@ def machine_codename(os_release: str = "/etc/os-release") -> str:
     raise SystemExit(f"debian_sources.py: no VERSION_CODENAME in {os_release}")
 
 
+# suites published without -updates, -security or -backports companions
+ROLLING = ("sid", "unstable", "experimental", "rc-buggy")
+
+
 def _suite(word: str, old: str, new: str):
-    """new's suite for one of old's suites (old, old-updates, ...), else None."""
+    """new's suite for one of old's suites (old, old-updates, ...), else None
+    (also for a companion suite that new does not have)."""
     if word == old:
         return new
     if word.startswith(old + "-"):
-        return new + word[len(old):]
+        return None if new in ROLLING else new + word[len(old):]
     return None
 
 

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # The current wireguard-go for the tunnel bench and the interop tests, on a
-# Debian release that ships an older one.
+# Debian release that ships an older one; and the newest (unstable's) for the
+# end-to-end suite (tests/e2e).
 #
 #   tests/tools/fetch-wireguard-go.sh [SUITE]      (default SUITE: trixie)
+#   tests/tools/fetch-wireguard-go.sh sid          (the newest Debian has)
 #
 # Downloads SUITE's `wireguard-go` package for this machine's architecture
 # through a PRIVATE apt state (Dir::State, Dir::Cache, Dir::Etc in a temporary
 # directory; the mirrors are this machine's own Debian sources moved to SUITE,
 # see debian_sources.py) and unpacks it with `dpkg -x` into a cache outside the
 # repo:
-#   ${VPNCRYPT_WGGO_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-wireguard-go}/<key>/
+#   ${VPNCRYPT_WGGO_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-wireguard-go}/<SUITE>-<ARCH>-<key>/
 # keyed by SUITE and these scripts, like tests/arm64/run.sh keys its sysroot.
+# The cache holds one build per suite and architecture: a new build replaces
+# that suite's older ones (other script versions) and leaves other suites'
+# alone, so fetching sid and trixie in turn fetches each once.
 # The system's apt state (/var/lib/apt, /var/cache/apt, /etc/apt) and dpkg
 # database are not touched; nothing is installed.
 #
@@ -21,6 +26,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 suite=${1:-trixie}
 prog="tests/tools/fetch-wireguard-go.sh"
+# a suite name is part of the cache's directory names
+[[ $suite =~ ^[a-z0-9][a-z0-9.-]*$ ]] || { echo "$prog: bad suite name '$suite'" >&2; exit 1; }
 for tool in apt-get dpkg dpkg-deb python3 sha256sum; do
     command -v "$tool" >/dev/null || { echo "$prog: $tool not found" >&2; exit 1; }
 done
@@ -28,7 +35,7 @@ arch=$(dpkg --print-architecture)
 key=$( { echo "$suite $arch"; cat "$here/fetch-wireguard-go.sh" "$here/debian_sources.py" \
          "$here/../arm64/sysroot.py"; } | sha256sum | cut -c1-16)
 cache_root=${VPNCRYPT_WGGO_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-wireguard-go}
-dest="$cache_root/$key"
+dest="$cache_root/$suite-$arch-$key"
 bin="$dest/usr/bin/wireguard-go"
 
 if [ ! -x "$bin" ] || [ ! -f "$dest/.vpncrypt-package" ]; then
@@ -63,9 +70,12 @@ if [ ! -x "$bin" ] || [ ! -f "$dest/.vpncrypt-package" ]; then
     dpkg-deb -f "${debs[0]}" Package Version Architecture > "$work/root/.vpncrypt-package"
     rm -rf "$dest"
     mv "$work/root" "$dest"
-    # builds for other suites or script versions are stale now
-    find "$cache_root" -mindepth 1 -maxdepth 1 -type d ! -name "$key" ! -name 'build.*' \
-        -exec rm -rf {} +
+    # this suite's builds by other script versions are stale now, and so are
+    # the builds of script versions that named them by key alone; other
+    # suites' builds stay
+    legacy=$(printf '[0-9a-f]%.0s' {1..16})
+    find "$cache_root" -mindepth 1 -maxdepth 1 -type d ! -name "${dest##*/}" \
+        \( -name "$suite-$arch-*" -o -name "$legacy" \) -exec rm -rf {} +
     echo "$prog: $(tr '\n' ' ' < "$dest/.vpncrypt-package")-> $bin" >&2
 fi
 "$bin" --version >/dev/null 2>&1 || { echo "$prog: $bin does not run" >&2; exit 1; }

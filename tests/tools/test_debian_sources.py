@@ -54,3 +54,36 @@ def test_one_line_entries_move_to_the_new_suite():
 def test_nothing_of_the_release_gives_nothing():
     assert rewrite_one_line("deb http://x/ sid main\n", "bookworm", "trixie") == ""
     assert rewrite_deb822("Types: deb\nURIs: http://x/\nSuites: sid\n", "bookworm", "trixie") == ""
+
+
+def test_sid_keeps_only_the_release_suite():
+    # sid has no sid-updates, sid-security or sid-backports: the archive
+    # publishes none, and a source for one fails `apt-get update`
+    assert rewrite_deb822(DEB822, "bookworm", "sid") == (
+        "Types: deb\n"
+        "URIs: http://mirror.example/debian\n"
+        "Suites: sid\n"
+        "Components: main\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+
+
+def test_sid_one_line_entries_drop_the_companion_suites():
+    text = ("deb http://mirror.example/debian bookworm main\n"
+            "deb http://mirror.example/debian bookworm-updates main\n"
+            "deb http://mirror.example/debian bookworm-backports main\n"
+            "deb http://mirror.example/debian-security bookworm-security main\n")
+    for rolling in ("sid", "unstable", "experimental"):
+        assert rewrite_one_line(text, "bookworm", rolling) == (
+            f"deb http://mirror.example/debian {rolling} main\n")
+
+
+def test_a_security_only_source_gives_nothing_for_sid():
+    text = "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n"
+    assert rewrite_deb822(text, "bookworm", "sid") == ""
+    assert "Suites: trixie-security" in rewrite_deb822(text, "bookworm", "trixie")
+
+
+def test_stable_releases_keep_their_companions():
+    text = "deb http://mirror.example/debian bookworm-backports main\n"
+    assert rewrite_one_line(text, "bookworm", "trixie") == (
+        "deb http://mirror.example/debian trixie-backports main\n")
