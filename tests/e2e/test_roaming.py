@@ -57,12 +57,7 @@ def test_crypto_routing_filter(world):
     world.assert_running()
 
 
-@impls(vpncrypt_bug=(
-    "after a private key change the next packet does not handshake at once: the peer is "
-    "reached only ~5 s later, where wireguard-go answers the first 1 s ping.  Device."
-    "set_private_key ends the sessions but not the REKEY_TIMEOUT hold on the last initiation "
-    "(sent a moment before, for the first ping); the Linux module and wireguard-go backdate "
-    "it when they expire a peer's keypairs, so the new handshake goes at once"))
+@impls()
 def test_private_key_change_then_immediate_handshake(world):
     """wg1 takes a new private key; wg2 swaps the old public key for the new
     one: the very next ping (one try, 1 s) handshakes and gets through."""

@@ -453,6 +453,26 @@ def test_remove_peer_and_set_private_key(crypto, clock):
     assert net.delivered[B_ADDR] == [a2b(0), a2b(2)]
 
 
+def test_own_private_key_change_handshakes_at_once(crypto, clock):
+    """A new private key ends the sessions and lifts the REKEY_TIMEOUT hold
+    (5 s) on the last initiation, as the kernel's and wireguard-go's
+    expire-current-keypairs do: the next packet starts a handshake at once
+    (WireGuard's netns.sh changes a key and pings with a 1 s deadline)."""
+    from vpncrypt.protocol import keys
+    from tests.protocol.helpers import make_rng
+    a, b, net = established(crypto, clock)
+    clock.now += 1                               # well inside REKEY_TIMEOUT of A's initiation
+    new_priv = keys.clamp(make_rng(78)(32))
+    old_pub = a.public_key
+    a.set_private_key(new_priv)
+    b.remove_peer(old_pub)
+    b.add_peer(a.public_key, allowed_ips=[A_IP + "/32"])
+    sent = len(net.log)
+    net.send(A_ADDR, [a2b(5)])
+    assert [d[0] for _, _, d in net.log[sent:]][:1] == [1]   # an initiation, now
+    assert net.delivered[B_ADDR][-1] == a2b(5)
+
+
 def test_reprs_hide_keys(crypto, clock):
     a, b, net = established(crypto, clock)
     pa = a.peers[b.public_key]

@@ -144,6 +144,10 @@ class Device:
             self._precompute(peer)
             self.sessions.drop_pending(peer)
             self.table.zero(peer.pid)
+            # as expiring the current keypairs does in the kernel and
+            # wireguard-go: the next packet may start a handshake at once,
+            # not REKEY_TIMEOUT after the last one
+            peer.last_sent_handshake = float("-inf")
 
     def _precompute(self, peer: Peer) -> None:
         peer.static_static = None
