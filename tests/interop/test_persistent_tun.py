@@ -6,6 +6,8 @@ import json
 import os
 import signal
 
+import pytest
+
 from tests.interop.lab import PORT
 
 
@@ -122,3 +124,47 @@ def test_full_tunnel_on_a_persistent_device_killed_then_restarted(lab):
     assert f"dev {lab.veth['A']}" in got, got
     got = lab.run_in("A", "ip", "-6", "route", "get", "2001:db8::1").stdout
     assert f"dev {lab.veth['A']}" in got, got
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "created"])
+@pytest.mark.parametrize("restart", ["table-off", "split"])
+def test_full_tunnel_killed_then_restarted_without_one(lab, persistent, restart):
+    """F1's leftovers when the next run has no full tunnel: with `Table =
+    off` (it adds no routes, yet the killed run's table 51820 and rules must
+    go, or the host stays offline) and with a split tunnel; on a persistent
+    TUN (the default route stays with the device) and on one the daemon made
+    (the kernel takes the routes, the rules over the empty table and the nft
+    tables stay).  After the restart nothing of the killed run is left, and
+    a clean stop leaves the host as it was."""
+    lab.run_in("B", "ip", "address", "add", "198.18.7.2/32", "dev", lab.veth["B"])
+    lab.run_in("A", "ip", "route", "add", "default", "via", "192.168.241.2")
+    for side, addr in (("A", "fd00:241::1"), ("B", "fd00:241::2")):
+        lab.run_in(side, "ip", "-6", "address", "add", f"{addr}/64", "dev", lab.veth[side],
+                   "nodad")
+    lab.run_in("A", "ip", "-6", "route", "add", "default", "via", "fd00:241::2")
+    a, b = lab.node("A", "vpncrypt"), lab.node("B", "wggo")
+    b.start(b.conf([{"public": a.public, "inner": a.inner}]))
+    if persistent:
+        lab.run_in("A", "ip", "tuntap", "add", "dev", a.iface, "mode", "tun")
+    before = _host(lab)
+    peer = {"public": b.public, "endpoint": f"198.18.7.2:{PORT}"}
+    a.start(a.conf([dict(peer, allowed="0.0.0.0/0, ::/0")]))
+    assert a.stop(signal.SIGKILL) == -9
+    left = _host(lab)
+    for v in ("-4", "-6"):
+        assert "fwmark 0xca6c lookup 51820" in left[f"rules{v}"], left
+    assert "vpncrypt-" in left["nft"], left
+    if restart == "table-off":
+        a.start(a.conf([dict(peer, allowed="10.77.0.2/32")], extra_iface="Table = off\n"))
+    else:
+        a.start(a.conf([dict(peer, allowed="10.77.0.2/32")]))
+    now = _host(lab)
+    for v in ("-4", "-6"):
+        assert "51820" not in now[f"rules{v}"], (v, now, a.proc.log())
+        assert "suppress_prefixlength" not in now[f"rules{v}"], (v, now)
+        assert not any("table 51820" in r for r in now[f"routes{v}"]), (v, now)
+    assert "vpncrypt-" not in now["nft"], now
+    got = lab.run_in("A", "ip", "-4", "route", "get", "198.18.7.2").stdout
+    assert f"dev {lab.veth['A']}" in got, got            # the host is online
+    assert a.stop(signal.SIGTERM) == 0, a.proc.log()
+    assert _host(lab) == before

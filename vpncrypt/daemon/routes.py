@@ -24,12 +24,13 @@ Routes are applied at startup and after each reload; changes made with
 added is removed, with two exceptions for what an earlier run killed with
 SIGKILL (or a crash) left behind:
 
-* at startup (unless ``Table = off``), remove_leftovers() deletes the
-  interface's routes in every table (not the kernel's own: an address's
-  prefix route, the local table), and every ``not fwmark T lookup T`` rule
-  whose table T held only routes through the interface (it was this
-  interface's full tunnel), with the ``suppress_prefixlength 0`` rule when
-  no other full tunnel's rule remains.  On a persistent TUN the earlier run's default route
+* at startup, remove_leftovers() deletes the interface's routes in every
+  table (not the kernel's own: an address's prefix route, the local table;
+  with ``Table = off`` only those of an earlier full tunnel's table), every
+  ``not fwmark T lookup T`` rule whose table T held only routes through the
+  interface (it was this interface's full tunnel) or is empty (its TUN went
+  with the kill), with the ``suppress_prefixlength 0`` rule when no other
+  full tunnel's rule remains, and the interface's own nft tables.  On a persistent TUN the earlier run's default route
   would otherwise keep the host in a tunnel that nothing serves, and its
   `not fwmark T lookup T` rule would capture the new run's UDP, which
   carries another mark;
@@ -231,8 +232,7 @@ class Routes:
         module's text); before the first sync().  The interface's own routes
         are listed (not every table's: a host may hold a full BGP table), and
         deleted with one `ip -batch`."""
-        if self.table == "off":
-            return
+        self.filter.remove_leftovers()
         for version in (4, 6):
             v = f"-{version}"
             # (`dev` given, iproute2 leaves it out of each entry)
@@ -243,11 +243,22 @@ class Routes:
                 if all(r.get("dev") == self.interface
                        for r in _json(v, "route", "show", "table", table)):
                     owned.add(table)
+            # a full tunnel's rule over a table left empty (its non-persistent
+            # TUN went with the kill, and the kernel took the routes): dead
+            # weight that no restart would otherwise remove
+            rules = _json(v, "rule", "show")
+            for rule in rules:
+                table = str(rule.get("table", ""))
+                if (table.isdigit() and table not in owned and _own_rule(rule, table)
+                        and not _json(v, "route", "show", "table", table)):
+                    owned.add(table)
             gone = []
             for r in mine:
                 table = str(r.get("table", "main"))
                 if table == "local" or r.get("protocol") == "kernel":
                     continue
+                if self.table == "off" and table not in owned:
+                    continue            # `Table = off`: only an earlier full tunnel's table
                 args = ["route", "del"]
                 if r.get("type") not in (None, "unicast"):
                     args.append(r["type"])
@@ -266,7 +277,7 @@ class Routes:
                          len(gone), version, "" if len(gone) == 1 else "s", self.interface,
                          ", ".join(w for w, _ in gone[:10]), ", ..." if len(gone) > 10 else "")
             removed_full_tunnel = False
-            for rule in _json(v, "rule", "show"):
+            for rule in rules:
                 table = str(rule.get("table", ""))
                 if table not in owned or "priority" not in rule or not _own_rule(rule, table):
                     continue

@@ -127,3 +127,21 @@ class TunnelFilter:
     def clear(self) -> None:
         for version in list(self.families):
             self.remove(version)
+
+    def remove_leftovers(self) -> int:
+        """Delete this interface's tables that an earlier run (killed, or
+        crashed) left behind; before the first apply().  The number deleted."""
+        nft = shutil.which("nft")
+        if nft is None:
+            return 0
+        n = 0
+        for version in (4, 6):
+            if version in self.families:
+                continue
+            r = subprocess.run([nft, "delete", "table", FAMILIES[version],
+                                table_name(self.interface)], capture_output=True, text=True)
+            if r.returncode == 0:
+                n += 1
+                log.info("removed the leftover nft table %s %s (an earlier run)",
+                         FAMILIES[version], table_name(self.interface))
+        return n
