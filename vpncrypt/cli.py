@@ -1,5 +1,6 @@
 """The `vpncrypt` command line."""
 import argparse
+import signal
 import sys
 
 
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    if (sys.argv[1:] if argv is None else list(argv))[:1] == ["up"]:
+        hold_sighup()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -63,8 +66,16 @@ def main(argv=None) -> int:
         return 130
 
 
+def hold_sighup() -> None:
+    """A daemon's SIGHUP before its own handler is in place (it installs it,
+    then reads the config) must not kill it, SIGHUP's default action: ignored
+    until then, from the first thing the command does."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
 def go_main(argv=None) -> int:
     """The `vpncrypt-go IFACE [-f]` entry point (wireguard-go's command line)."""
+    hold_sighup()
     from vpncrypt.daemon.commands import go_main as _go_main
     try:
         return _go_main(argv)

@@ -202,7 +202,7 @@ class Daemon:
         """`cfg` with every peer's Endpoint as the address it resolves to
         (each host name looked up once), so that applying it looks nothing
         up; ConfigError naming the Endpoint line otherwise.  Blocks on the
-        resolver: called before the loop serves anything, or in a thread."""
+        resolver: called in a thread."""
         found: dict = {}
         peers = []
         for p in cfg.peers:
@@ -221,6 +221,19 @@ class Daemon:
                                                              text=ep.text))
             peers.append(p)
         return dataclasses.replace(cfg, peers=tuple(peers))
+
+    async def _resolve_at_start(self, cfg: Config) -> Config:
+        """_resolve() in a thread, nothing on the host changed yet: a stop
+        (`systemctl stop` while a resolver takes its time) ends the wait at
+        once instead of after the resolver's timeouts."""
+        task = asyncio.ensure_future(self._in_thread(self._resolve, cfg))
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.05)
+            if done:
+                return task.result()
+            if self._early_stop:
+                task.cancel()             # the thread's answer, if it ever comes, is dropped
+                self._checkpoint()
 
     async def _in_thread(self, fn, *args):
         """fn(*args) in a thread of its own (a daemon thread: a resolver that
@@ -301,7 +314,7 @@ class Daemon:
             log.warning("test-only protocol timers in use (%s): %s", TEST_TIMERS_ENV,
                         os.environ.get(TEST_TIMERS_ENV, ""))
         self._open_socket(cfg)
-        cfg = self.config = self._resolve(cfg)     # before the loop serves anything
+        cfg = self.config = await self._resolve_at_start(cfg)
         self._checkpoint()
         self.tun = TunDevice.create(self.interface, mtu=iface.mtu if iface.mtu else None,
                                     addresses=iface.addresses, up=True, vnet_hdr=True)
