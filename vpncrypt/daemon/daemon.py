@@ -41,7 +41,8 @@ import threading
 import time
 from typing import Callable, Optional
 
-from ..config import Config, ConfigError, extras_operations, load_config, syncconf_operations
+from ..config import (Config, ConfigError, SetAddresses, extras_operations, load_config,
+                      syncconf_operations)
 from ..endpoints import Endpoint, resolve_endpoint
 from ..protocol.timers import TimerConfig
 from . import notify
@@ -441,10 +442,16 @@ class Daemon:
                 return
             # held apart from UAPI requests: a set applied in slices is never
             # met halfway, and a get never shows half a reload
+            extras = extras_operations(self.config, new)
+            if any(isinstance(op, SetAddresses) for op in extras) \
+                    and not self.tun.in_home_namespace():
+                # (checked before anything is applied: a request is whole or nothing)
+                log.warning("reload: %s is in another network namespace; its Address lines "
+                            "are for that namespace to set", self.tun.name)
+                extras = [op for op in extras if not isinstance(op, SetAddresses)]
             async with self.uapi.exclusive():
                 ops = syncconf_operations(self.control.snapshot(), new)
-                ops += extras_operations(self.config, new)
-                apply_operations(ops, self.control)
+                apply_operations(ops + extras, self.control)
             self.config = new
             if new.interface.table != self.routes.table:
                 log.warning("reload: a changed Table takes effect at the next start")
