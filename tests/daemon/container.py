@@ -49,8 +49,8 @@ class Container:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"the container exited:\n{self.console()}"
-            if self.leader is None:
-                self.leader = _child_of(self.proc.pid)
+            if self.leader is None or not _is_container_init(self.leader):
+                self.leader = _container_init(self.proc.pid)
             if self.leader is not None:
                 r = self.run("systemctl", "is-system-running", check=False)
                 if r.stdout.strip() in ("running", "degraded"):
@@ -94,8 +94,8 @@ class Container:
             pass
 
 
-def _child_of(pid):
-    """The first child process of `pid` (nspawn's child is the container's PID 1)."""
+def _children(pid):
+    out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -105,5 +105,31 @@ def _child_of(pid):
         except OSError:
             continue
         if int(fields[1]) == pid:
-            return int(entry)
+            out.append(int(entry))
+    return out
+
+
+def _is_container_init(pid) -> bool:
+    """Whether `pid` is PID 1 of a PID namespace of its own (its NSpid line
+    ends in 1): the container's systemd, not nspawn's short-lived
+    intermediate child, which a look at the tree can catch under load."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    ids = line.split()[1:]
+                    return len(ids) > 1 and ids[-1] == "1"
+    except OSError:
+        pass
+    return False
+
+
+def _container_init(pid):
+    """The container's PID 1 among nspawn's descendants, or None (not yet)."""
+    todo = _children(pid)
+    while todo:
+        p = todo.pop()
+        if _is_container_init(p):
+            return p
+        todo.extend(_children(p))
     return None
