@@ -54,7 +54,8 @@ class HandshakeWork:
         """The pure part of the work; safe on any thread.  Never raises: an
         unexpected error leaves outcome None (counted as internal_error)."""
         if self.data[:4] != HDR_INITIATION:
-            self.outcome = "ok"
+            self.outcome = "ok"         # responses and cookie replies: all in the apply phase
+            self._key = None
             return
         try:
             self.outcome = self._initiation()
