@@ -12,7 +12,13 @@ many in OpenMetrics), each after a pause; the probe's longest gap within
 each scrape is compared with its longest gap in idle windows of the same
 length (the control: this machine's own gaps).
 
-    python3 -m vpncrypt.bench.metrics [--peers 10000] [--scrapes 5] [--threads 1] [--json]
+    python3 -m vpncrypt.bench.metrics [--peers 10000] [--scrapes 6] [--threads 1] [--json]
+
+--in-process (no root): a Device with --peers peers in this process, every
+one with a handshake round-trip histogram (the largest scrape: a tunnel
+carries only the one peer's), read and written as a scrape is, --scrapes
+times per format; a 1 ms timer on the event loop records the loop's longest
+gap meanwhile (the data plane runs on that loop with --threads 1).
 
 Figures from a loaded machine are noisy; the idle windows say how noisy.
 Every namespace, interface and process is removed at the end.
@@ -137,6 +143,84 @@ def run(args, log) -> dict:
         lab.close()
 
 
+class _InProcess:
+    """What the scrape reads of the daemon, around a Device with no socket
+    and no TUN."""
+    interface = "wg0"
+    listen_port = 51820
+    uapi = None
+
+    def __init__(self, peers: int):
+        from vpncrypt.daemon.adapter import DataPlane
+        from vpncrypt.daemon.histogram import RTT_BUCKETS, Histogram
+        self.dataplane = DataPlane(os.urandom(32))
+        dev = self.dataplane.device
+        for i in range(peers):
+            pk = os.urandom(32)
+            dev.add_peer(pk, allowed_ips=[f"10.{64 + i // 65536}.{i // 256 % 256}.{i % 256}/32"],
+                         endpoint=(f"192.0.2.{i % 250 + 1}", 1024 + i % 60000))
+            h = self.dataplane.stats.rtt[pk] = Histogram(RTT_BUCKETS)
+            h.observe(0.002)
+
+    def counters(self, peer_drops=True):
+        return self.dataplane.counters(None, peer_drops=peer_drops)
+
+
+async def _timer_gaps(done, lags: list) -> None:
+    """A 1 ms timer on the loop until ``done`` is set: the time between its
+    runs into ``lags``."""
+    import asyncio
+    last = time.perf_counter()
+    while not done.is_set():
+        await asyncio.sleep(0.001)
+        now = time.perf_counter()
+        lags.append(now - last)
+        last = now
+
+
+def run_in_process(args) -> dict:
+    import asyncio
+    from vpncrypt.daemon.metrics import read_state, render_and_free
+    from vpncrypt.daemon.uapi import _cyclic_gc_paused, _short_switch_interval
+    host = _InProcess(args.peers)
+    formats = {"text": "", "openmetrics": "application/openmetrics-text; version=1.0.0"}
+
+    async def scrapes():
+        import concurrent.futures
+        loop = asyncio.get_running_loop()
+        worker = concurrent.futures.ThreadPoolExecutor(1)
+        out = {}
+        for fmt, accept in formats.items():
+            for _ in range(args.scrapes):
+                lags, done = [], asyncio.Event()
+                probe = asyncio.ensure_future(_timer_gaps(done, lags))
+                await asyncio.sleep(0.01)
+                t0 = time.perf_counter()
+                with _cyclic_gc_paused(True), _short_switch_interval(True):
+                    box = [await read_state(host)]
+                    body, _ = await loop.run_in_executor(worker, render_and_free, box, accept)
+                took = time.perf_counter() - t0
+                done.set()
+                await probe
+                r = out.setdefault(fmt, {"scrape_s": [], "loop_gap_ms": []})
+                r["scrape_s"].append(round(took, 3))
+                r["loop_gap_ms"].append(round(max(lags) * 1000, 1))
+                r["bytes"] = len(body)
+                r["series"] = sum(1 for line in body.split(b"\n")
+                                  if line and not line.startswith(b"#"))
+        # the control: the timer's longest gap with no scrape, as long as one
+        lags, done = [], asyncio.Event()
+        probe = asyncio.ensure_future(_timer_gaps(done, lags))
+        await asyncio.sleep(max(max(r["scrape_s"]) for r in out.values()) * args.scrapes)
+        done.set()
+        await probe
+        out["idle_loop_gap_ms"] = round(max(lags) * 1000, 1)
+        worker.shutdown()
+        return out
+    return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "peers": args.peers,
+            "in_process": asyncio.run(scrapes())}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m vpncrypt.bench.metrics", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -145,9 +229,25 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, choices=(1, 2),
                    help="the daemon's data-plane threads (1: on the event loop, the worst case)")
     p.add_argument("--wireguard-go", default=None, metavar="PATH")
+    p.add_argument("--in-process", action="store_true",
+                   help="no daemon: scrapes of a Device in this process, all peers with a "
+                        "round-trip histogram (no root)")
     p.add_argument("--json", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
+    if args.in_process:
+        res = run_in_process(args)
+        if args.json:
+            print(json.dumps(res, indent=2))
+            return 0
+        idle = res["in_process"].pop("idle_loop_gap_ms")
+        for fmt, r in res["in_process"].items():
+            print(f"in process, {res['peers']} peers, {r['series']} series, "
+                  f"{r['bytes'] / 1e6:.1f} MB ({fmt}): scrape "
+                  + ", ".join(f"{t:.3f}" for t in r["scrape_s"]) + " s; loop's longest gap "
+                  + ", ".join(f"{g:.1f}" for g in r["loop_gap_ms"]) + " ms")
+        print(f"loop's longest gap without a scrape (as long as {args.scrapes}): {idle} ms")
+        return 0
     if os.geteuid() != 0:
         print("vpncrypt.bench.metrics: needs root (network namespaces)", file=sys.stderr)
         return 1

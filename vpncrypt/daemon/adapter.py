@@ -218,7 +218,7 @@ class DataPlane:
         if drops is not None:
             totals = [0] * len(reader.drop_names)
         peers = list(dev.peers.values())
-        rtts, kas, failed = stats.rtt, stats.keepalives, stats.failed_by
+        rtts, kas = stats.rtt, stats.keepalives
         for start in range(0, len(peers), part):
             rows = []
             now = dev.table.clock(time.monotonic())
@@ -239,8 +239,7 @@ class DataPlane:
                                       c.rx_bytes + rx_wire, c.tx_bytes + tx_wire,
                                       c.rx_packets + rx_n, c.tx_packets + tx_n,
                                       sum(1 for x in p.staged if x) if p.staged else 0,
-                                      kas.get(pk, 0), failed.get(pk, 0), p.persistent_keepalive,
-                                      rtt.as_dict() if rtt is not None else None))
+                                      kas.get(pk, 0), rtt.snapshot() if rtt is not None else None))
             yield rows
         if drops is not None:
             for name, n in zip(reader.drop_names, totals):
@@ -261,9 +260,7 @@ class MetricRow:
     tx_packets: int
     staged: int                  # packets waiting for a handshake
     keepalives_sent: int
-    handshakes_failed: int
-    persistent_keepalive: int
-    handshake_rtt: Optional[dict]  # Histogram.as_dict(), or None before the first
+    handshake_rtt: Optional[Histogram]  # a copy, or None before the first round trip
 
 
 def open_fds() -> int:
@@ -286,7 +283,6 @@ class HandshakeStats:
         self.started = {}        # public key -> when its last initiation went out (monotonic)
         self.rtt = {}            # public key -> Histogram of round trips
         self.keepalives = {}     # public key -> keepalives sent
-        self.failed_by = {}      # public key -> handshakes given up
         self.failed = 0
         self.keepalives_total = 0
         self.under_load = False
@@ -309,16 +305,14 @@ class HandshakeStats:
                         h = self.rtt[ev.peer.public_key] = Histogram(RTT_BUCKETS)
                     h.observe(max(0.0, now - t0))
             elif kind is E.HandshakeGaveUp:
-                pk = ev.peer.public_key
-                self.started.pop(pk, None)
-                self.failed_by[pk] = self.failed_by.get(pk, 0) + 1
+                self.started.pop(ev.peer.public_key, None)
                 self.failed += 1
             elif kind is E.LoadChanged:
                 self.under_load = bool(ev.under_load)
         self._prune()
 
     def forget(self, public_key: bytes) -> None:
-        for d in (self.started, self.rtt, self.keepalives, self.failed_by):
+        for d in (self.started, self.rtt, self.keepalives):
             d.pop(public_key, None)
 
     def _prune(self) -> None:
@@ -326,7 +320,7 @@ class HandshakeStats:
         if dev is None:
             return
         limit = 2 * len(dev.peers) + 64
-        for name in ("started", "rtt", "keepalives", "failed_by"):
+        for name in ("started", "rtt", "keepalives"):
             d = getattr(self, name)
             if len(d) > limit:
                 setattr(self, name, {k: v for k, v in d.items() if k in dev.peers})

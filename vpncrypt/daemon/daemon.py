@@ -512,20 +512,15 @@ class Daemon:
         if self.routes is not None:
             self.routes.clear(interface_here=here)
             self.routes = None
-        if self.metrics is not None:
-            self.metrics.close()
-            try:
-                await asyncio.wait_for(self.metrics.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
-                pass
-            self.metrics = None
-        if self.uapi is not None:
-            self.uapi.close()
-            try:
-                await asyncio.wait_for(self.uapi.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
-                pass
-            self.uapi = None
+        for name in ("metrics", "uapi"):      # the servers: the metrics first, then the UAPI
+            server = getattr(self, name)
+            if server is not None:
+                server.close()
+                try:
+                    await asyncio.wait_for(server.wait_closed(), 2)
+                except (asyncio.TimeoutError, Exception):
+                    pass
+                setattr(self, name, None)
         if self.dataplane is not None:
             self.dataplane.stop()
         if self.udp is not None:

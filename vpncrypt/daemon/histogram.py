@@ -38,3 +38,10 @@ class Histogram:
 
     def as_dict(self) -> dict:
         return {"buckets": dict(self.cumulative()), "sum": self.total, "count": self.count}
+
+    def snapshot(self) -> "Histogram":
+        """A copy (cheap: for a scrape to read on the event loop, and turn
+        into text elsewhere)."""
+        h = Histogram.__new__(Histogram)
+        h.bounds, h.counts, h.total, h.count = self.bounds, self.counts[:], self.total, self.count
+        return h
