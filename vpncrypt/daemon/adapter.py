@@ -90,6 +90,13 @@ def fingerprint(public_key) -> str:
 # --------------------------------------------------------------------------
 # the data plane
 
+def handshake_threads() -> int:
+    """Worker threads for the responders' X25519 and Noise work (it runs
+    without the GIL): 2 where there is a second core, else none (the loop
+    serves the slices itself)."""
+    return 2 if (os.cpu_count() or 1) > 1 else 0
+
+
 class DataPlane:
     """The Device and the Engine of one interface."""
 
@@ -132,7 +139,8 @@ class DataPlane:
                  if inner.vnet_hdr else "none (no IFF_VNET_HDR)")
         self.device.set_mtu(mtu)
         self.engine = Engine(self.device, udp, inner, loop=loop, max_packet=MAX_PACKET,
-                             threads=self.threads, on_fatal=on_fatal, on_events=self.on_events)
+                             threads=self.threads, handshake_threads=handshake_threads(),
+                             on_fatal=on_fatal, on_events=self.on_events)
         self.engine.start()
 
     def replace_udp(self, udp) -> None:
