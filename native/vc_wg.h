@@ -226,4 +226,22 @@ size_t vc_wg_handshakes_take(vc_wg_table *t, uint8_t *out, uint32_t *len, vc_end
 /* How many messages wait; *under_load (unless NULL): whether the device is
  * under load at now. */
 size_t vc_wg_handshakes_waiting(vc_wg_table *t, double now, int32_t *under_load);
+/* ---- the responder's Noise work for one initiation (wg_handshake.c) ----
+ * Runs without the GIL; x25519 and x25519_base are the addresses of
+ * libsodium's crypto_scalarmult and crypto_scalarmult_base.  state: 96 bytes
+ * the caller keeps between the calls (wiped by respond and on any failure).
+ * begin decrypts the initiator's static key, finish (with the peer's
+ * static-static DH) its TAI64N timestamp, respond makes the response's
+ * ephemeral key and encrypted empty payload and the session keys (psk: 32
+ * zero bytes for none).  Each returns VC_OK, VC_WG_HS_AUTH or VC_WG_HS_DH. */
+#define VC_WG_HS_AUTH        -1   /* an AEAD tag did not verify */
+#define VC_WG_HS_DH          -2   /* an X25519 result was all zero */
+int vc_wg_hs_begin(uintptr_t x25519, uint8_t state[96], const uint8_t s_priv[32],
+                   const uint8_t s_pub[32], const uint8_t msg[116], uint8_t static_out[32]);
+int vc_wg_hs_finish(uint8_t state[96], const uint8_t dh_ss[32], const uint8_t msg[116],
+                    uint8_t ts_out[12]);
+int vc_wg_hs_respond(uintptr_t x25519, uintptr_t x25519_base, uint8_t state[96],
+                     const uint8_t e_priv[32], const uint8_t re_pub[32], const uint8_t rs_pub[32],
+                     const uint8_t psk[32], uint8_t e_pub_out[32], uint8_t empty_out[16],
+                     uint8_t send_key[32], uint8_t recv_key[32]);
 #endif

@@ -22,12 +22,12 @@ done
 
 # Debian packages the tests use: compilers and cross tools, qemu for arm64,
 # libsodium/OpenSSL for the C bench, WireGuard peers, network (nft for the full
-# tunnel's table) and systemd tools.
+# tunnel's table), systemd tools, and Prometheus (prometheus, promtool) for the metrics tests.
 deb_packages=(
     gcc libc6-dev libsodium-dev libssl-dev pkg-config clang llvm libclang-rt-14-dev
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
     wireguard-go wireguard-tools iproute2 nftables iperf3 iputils-ping procps
-    systemd systemd-container dpkg-dev
+    systemd systemd-container dpkg-dev prometheus
 )
 if [ "$(id -u)" = 0 ]; then
     missing=()

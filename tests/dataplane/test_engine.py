@@ -4,6 +4,7 @@
 import asyncio
 import random
 import socket
+from concurrent.futures import Executor, Future
 
 import pytest
 
@@ -47,7 +48,7 @@ def slab(packets, stride=2048):
 
 
 class Side:
-    def __init__(self, name, backend, loop, seed, batch, timers, threads=1):
+    def __init__(self, name, backend, loop, seed, batch, timers, threads=1, **engine_kw):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.bind(("127.0.0.1", 0))
         self.addr = s.getsockname()
@@ -58,7 +59,7 @@ class Side:
         self.events = []
         self.sent_at = []          # (loop time, event)
         self.engine = Engine(self.dev, self.udp, self.inner, loop=loop, max_packet=2048,
-                             threads=threads, on_events=self._events)
+                             threads=threads, on_events=self._events, **engine_kw)
         self.loop = loop
 
     def _events(self, events):
@@ -71,12 +72,14 @@ class Side:
 
 
 async def world(backend, batch=64, timers=None):
-    """backend: "native", "pynacl", or "native-threads" (the receive side on a thread)."""
+    """backend: "native", "pynacl", "native-threads" (the receive side on a
+    thread) or "native-hsworkers" (handshake work on two worker threads)."""
     loop = asyncio.get_running_loop()
     threads = 2 if backend.endswith("-threads") else 1
+    kw = {"handshake_threads": 2} if backend.endswith("-hsworkers") else {}
     backend = backend.split("-")[0]
-    a = Side("A", backend, loop, 1, batch, timers, threads)
-    b = Side("B", backend, loop, 2, batch, timers, threads)
+    a = Side("A", backend, loop, 1, batch, timers, threads, **kw)
+    b = Side("B", backend, loop, 2, batch, timers, threads, **kw)
     a.dev.add_peer(b.dev.public_key, allowed_ips=[B_IP + "/32"], endpoint=b.addr)
     b.dev.add_peer(a.dev.public_key, allowed_ips=[A_IP + "/32"])
     a.engine.start()
@@ -101,6 +104,7 @@ def backend(request):
     return request.param
 
 
+@pytest.mark.parametrize("backend", ["native", "native-threads", "native-hsworkers", "pynacl"])
 def test_handshake_then_data_both_ways(backend):
     async def main():
         a, b = await world(backend)
@@ -258,6 +262,101 @@ def test_handshake_flood_is_checked_in_c_and_served_in_slices(backend):
         assert slices and all(limit == 16 for limit, _ in slices)
         assert len(slices) >= -(-b.dev.drops()["unknown_peer"] // 16)
         assert b.inner.packets[1] == ipv4(A_IP, B_IP, b"during")
+        for side in (a, b):
+            side.engine.stop()
+    run(main())
+
+
+class Synchronous(Executor):
+    """An executor that runs each call at once, on the caller's thread: the
+    handshake workers' path, deterministic."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def submit(self, fn, *args, **kwargs):
+        self.calls += 1
+        f = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            f.set_exception(e)
+        return f
+
+
+@pytest.mark.parametrize("workers", ["synchronous", "threads"])
+def test_reconnect_storm_served_by_handshake_workers(workers):
+    """60 peers reconnect at once, each with two initiations (the older
+    first), from one socket, to an engine whose handshake work runs on
+    workers: every peer's newest initiation is answered and completes its
+    handshake, the 60 it replaced get no response, and the established
+    session's data still flows."""
+    from vpncrypt.protocol import Output
+    from vpncrypt.protocol.events import HandshakeResponded
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ex = Synchronous() if workers == "synchronous" else None
+        kw = {"handshake_executor": ex} if ex else {"handshake_threads": 2}
+        a = Side("A", "native", loop, 1, 64, None, 1, **kw)
+        b = Side("B", "native", loop, 2, 64, None, 1, **kw)
+        a.dev.add_peer(b.dev.public_key, allowed_ips=[B_IP + "/32"], endpoint=b.addr)
+        b.dev.add_peer(a.dev.public_key, allowed_ips=[A_IP + "/32"])
+        a.engine.start()
+        b.engine.start()
+        a.send([ipv4(A_IP, B_IP, b"first")])
+        await until(lambda: len(b.inner.packets) == 1)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+        peers = []
+        for i in range(60):
+            d = Device(keys.clamp(random.Random(500 + i).randbytes(32)), backend="native",
+                       rng=random.Random(900 + i).randbytes)
+            d.add_peer(b.dev.public_key, endpoint=b.addr)
+            b.dev.add_peer(d.public_key)
+            peers.append(d)
+        sent = []
+        for round_ in range(2):
+            for d in peers:
+                p = d.peers[b.dev.public_key]
+                p.last_sent_handshake = float("-inf")
+                out = Output()
+                d.handshakes.initiate(p, 1000.0, out)
+                sent.append(out.datagrams[0][0])
+            await asyncio.sleep(0.05)           # past the 16.8 ms timestamp whitening
+        by_sender = {m[4:8]: d for m, d in zip(sent[60:], peers)}
+        for m in sent:
+            s.sendto(m, b.addr)
+        a.send([ipv4(A_IP, B_IP, b"during")])
+        answered = []
+        end = loop.time() + 20
+        while len(answered) < 60 or b.dev.drops().get("replay", 0) < 60:
+            assert loop.time() < end, (len(answered), b.dev.drops())
+            try:
+                answered.append(s.recv(2048))
+            except BlockingIOError:
+                await asyncio.sleep(0.002)
+        await asyncio.sleep(0.05)
+        while True:
+            try:
+                answered.append(s.recv(2048))
+            except BlockingIOError:
+                break
+        s.close()
+        assert len(answered) == 60 and all(r[0] == 2 for r in answered)
+        assert sorted(r[8:12] for r in answered) == sorted(by_sender)   # the newest ones
+        for r in answered:
+            d = by_sender[r[8:12]]
+            d.receive_datagram(r, b.addr, 1000.0)
+            assert d.has_session(d.peers[b.dev.public_key])
+        storm = {d.public_key for d in peers}
+        assert sum(isinstance(e, HandshakeResponded) and e.peer.public_key in storm for e in b.events) == 60
+        await until(lambda: len(b.inner.packets) == 2)
+        assert b.inner.packets[1] == ipv4(A_IP, B_IP, b"during")
+        assert b.dev.drops() == {"replay": 60}
+        if ex is not None:
+            assert ex.calls >= 120 // 16        # the work went through the executor
         for side in (a, b):
             side.engine.stop()
     run(main())

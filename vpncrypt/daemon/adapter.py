@@ -9,6 +9,10 @@ native fast path happens here, and only here:
   the peers' AllowedIPs for routes).
 * DeviceControl is the Control interface (vpncrypt.daemon.control) that the
   UAPI server and the SIGHUP reload drive.
+* HandshakeStats reads the Device's events for the metrics (handshake
+  round trips, failures, keepalives, the load state): per event, never per
+  packet; DataPlane.metric_rows() reads the session table's counters for a
+  scrape, in parts.
 * TracedUdpSocket and EventTrace produce the debug trace (`--log-level
   debug`): handshake messages and keepalives as they cross the socket, and
   the Device's events (handshakes started, answered, completed and given
@@ -23,6 +27,7 @@ import errno
 import heapq
 import ipaddress
 import logging
+import os
 import socket
 import threading
 import time
@@ -35,6 +40,7 @@ from ..dataplane.sockopts import socket_drops
 from ..endpoints import (Endpoint, format_endpoint, format_packed_endpoint, pack_endpoint,
                          resolve_endpoint)
 from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
+from .histogram import RTT_BUCKETS, Histogram
 
 log = logging.getLogger("vpncrypt.daemon")
 trace = logging.getLogger("vpncrypt.trace")
@@ -84,6 +90,13 @@ def fingerprint(public_key) -> str:
 # --------------------------------------------------------------------------
 # the data plane
 
+def handshake_threads() -> int:
+    """Worker threads for the responders' X25519 and Noise work (it runs
+    without the GIL): 2 where there is a second core, else none (the loop
+    serves the slices itself)."""
+    return 2 if (os.cpu_count() or 1) > 1 else 0
+
+
 class DataPlane:
     """The Device and the Engine of one interface."""
 
@@ -96,6 +109,12 @@ class DataPlane:
         self.threads = threads
         self.tun_offloads = tun_offloads
         self.trace = EventTrace(self.device)
+        self.stats = HandshakeStats(self.device)
+
+    def on_events(self, events) -> None:
+        """The Device's events (on the loop): for the metrics, then the trace."""
+        self.stats.events(events, time.monotonic())
+        self.trace.events(events)
 
     def udp_socket(self, sock):
         """The batch socket the Engine gets: traced when debug logging is on."""
@@ -120,7 +139,8 @@ class DataPlane:
                  if inner.vnet_hdr else "none (no IFF_VNET_HDR)")
         self.device.set_mtu(mtu)
         self.engine = Engine(self.device, udp, inner, loop=loop, max_packet=MAX_PACKET,
-                             threads=self.threads, on_fatal=on_fatal, on_events=self.trace.events)
+                             threads=self.threads, handshake_threads=handshake_threads(),
+                             on_fatal=on_fatal, on_events=self.on_events)
         self.engine.start()
 
     def replace_udp(self, udp) -> None:
@@ -156,9 +176,17 @@ class DataPlane:
         table = self.device.table
         return [net for peer in self.device.peers.values() for net in table.routes(peer.pid)]
 
-    def counters(self, udp, *, loop=None, pending_timers: int = 0) -> dict:
+    def counters(self, udp, *, loop=None, pending_timers: int = 0,
+                 peer_drops: bool = True) -> dict:
+        """Without peer_drops, the drop counters leave out the session
+        table's per-peer ones (metric_rows() adds them up in parts)."""
         dev = self.device
-        out = {"drop_" + k: v for k, v in dev.drops().items()}
+        if peer_drops:
+            out = {"drop_" + k: v for k, v in dev.drops().items()}
+        else:
+            out = {"drop_" + k: v for k, v in dev.counters.drops.items() if v}
+            for k, v in dev.table.drops().items():
+                out["drop_" + k] = out.get("drop_" + k, 0) + v
         eng = self.engine
         if eng is not None:
             for k, v in eng.counters.as_dict().items():
@@ -178,11 +206,132 @@ class DataPlane:
                 out["drop_truncated"] = int(udp.dropped)
         out["handshakes_sent"] = dev.counters.handshakes_sent
         out["handshakes_completed"] = dev.counters.handshakes_completed
+        out["handshakes_failed"] = self.stats.failed
+        out["keepalives_sent"] = self.stats.keepalives_total
+        out["under_load"] = int(self.stats.under_load)
         # resource gauges, for the long-run tests: nothing here may grow
         if loop is not None:
             out["asyncio_tasks"] = len(asyncio.all_tasks(loop))
         out["pending_timers"] = pending_timers
+        out["open_fds"] = open_fds()
         return out
+
+    def metric_rows(self, part: int = 1024, drops: Optional[dict] = None) -> Iterator[list]:
+        """Every peer as a MetricRow, read from the session table and the
+        Device, ``part`` peers per list yielded (the caller lets the loop run
+        between them).  A peer removed meanwhile is left out.  The session
+        table's per-peer drops are added into ``drops`` ("drop_REASON": n)."""
+        dev, stats = self.device, self.stats
+        reader = _GetReader(dev.table, drops=drops is not None)
+        if drops is not None:
+            totals = [0] * len(reader.drop_names)
+        peers = list(dev.peers.values())
+        rtts, kas = stats.rtt, stats.keepalives
+        for start in range(0, len(peers), part):
+            rows = []
+            now = dev.table.clock(time.monotonic())
+            current = dev.peers.get
+            for p in peers[start:start + part]:
+                pk = p.public_key
+                if current(pk) is not p:
+                    continue
+                routes = reader.routes(p.pid)
+                if routes is None:                  # more than ROUTE_STEP: listed at once
+                    routes = dev.table.routes(p.pid, text=True)
+                rx_wire, tx_wire, rx_n, tx_n, endpoint = reader.counts(p.pid, now)
+                if drops is not None:
+                    totals = list(map(int.__add__, totals, reader.peer_drops))
+                c = p.counters
+                rtt = rtts.get(pk)
+                rows.append(MetricRow(pk, endpoint, routes, c.last_handshake or 0.0,
+                                      c.rx_bytes + rx_wire, c.tx_bytes + tx_wire,
+                                      c.rx_packets + rx_n, c.tx_packets + tx_n,
+                                      sum(1 for x in p.staged if x) if p.staged else 0,
+                                      kas.get(pk, 0), rtt.snapshot() if rtt is not None else None))
+            yield rows
+        if drops is not None:
+            for name, n in zip(reader.drop_names, totals):
+                if n:
+                    drops["drop_" + name] = drops.get("drop_" + name, 0) + n
+
+
+@dataclasses.dataclass(slots=True)
+class MetricRow:
+    """What a scrape shows of one peer (no key but its public one)."""
+    public_key: bytes
+    endpoint: Optional[str]
+    allowed_ips: list            # text
+    latest_handshake: float      # Unix time; 0 = never
+    rx_bytes: int                # as `wg show`: whole datagrams, handshakes included
+    tx_bytes: int
+    rx_packets: int              # transport data messages and handshake messages
+    tx_packets: int
+    staged: int                  # packets waiting for a handshake
+    keepalives_sent: int
+    handshake_rtt: Optional[Histogram]  # a copy, or None before the first round trip
+
+
+def open_fds() -> int:
+    """The process's open file descriptors (-1 where /proc cannot tell)."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1     # less the one listdir opened
+    except OSError:
+        return -1
+
+
+class HandshakeStats:
+    """What the metrics read from the Device's events: the round trip of
+    each handshake this side initiated (from the initiation sent, a retry's
+    included, to the response that completed it), handshakes given up,
+    keepalives sent, and whether the device is under load.  Kept only for
+    the device's peers: a removed peer is forgotten."""
+
+    def __init__(self, device=None):
+        self.device = device
+        self.started = {}        # public key -> when its last initiation went out (monotonic)
+        self.rtt = {}            # public key -> Histogram of round trips
+        self.keepalives = {}     # public key -> keepalives sent
+        self.failed = 0
+        self.keepalives_total = 0
+        self.under_load = False
+
+    def events(self, events, now: float) -> None:
+        from ..protocol import events as E
+        for ev in events:
+            kind = type(ev)
+            if kind is E.KeepaliveSent:
+                pk = ev.peer.public_key
+                self.keepalives[pk] = self.keepalives.get(pk, 0) + 1
+                self.keepalives_total += 1
+            elif kind is E.HandshakeInitiated:
+                self.started[ev.peer.public_key] = now
+            elif kind is E.HandshakeCompleted:
+                t0 = self.started.pop(ev.peer.public_key, None)
+                if ev.initiator and t0 is not None:
+                    h = self.rtt.get(ev.peer.public_key)
+                    if h is None:
+                        h = self.rtt[ev.peer.public_key] = Histogram(RTT_BUCKETS)
+                    h.observe(max(0.0, now - t0))
+            elif kind is E.HandshakeGaveUp:
+                self.started.pop(ev.peer.public_key, None)
+                self.failed += 1
+            elif kind is E.LoadChanged:
+                self.under_load = bool(ev.under_load)
+        self._prune()
+
+    def forget(self, public_key: bytes) -> None:
+        for d in (self.started, self.rtt, self.keepalives):
+            d.pop(public_key, None)
+
+    def _prune(self) -> None:
+        dev = self.device
+        if dev is None:
+            return
+        limit = 2 * len(dev.peers) + 64
+        for name in ("started", "rtt", "keepalives"):
+            d = getattr(self, name)
+            if len(d) > limit:
+                setattr(self, name, {k: v for k, v in d.items() if k in dev.peers})
 
 
 # --------------------------------------------------------------------------
@@ -225,8 +374,13 @@ class _GetReader:
     tuples, a buffer per peer).  A peer with more than ROUTE_STEP allowed IPs
     is listed by big_routes(), in steps."""
 
-    def __init__(self, table):
+    def __init__(self, table, drops: bool = False):
+        from ..transport import status as S
         self.table = table
+        self.drops = drops                  # counts() also reads the peer's drops
+        self._codes = tuple(S.DROP_NAMES)
+        self.drop_names = tuple(S.DROP_NAMES.values())
+        self.peer_drops = [0] * len(self._codes)
         self.native = getattr(table, "backend", None) == "native"
         if self.native:
             from .._native import ffi, lib
@@ -245,6 +399,24 @@ class _GetReader:
         if self._lib.vc_wg_peer_get(self.table.ptr, pid, st, now):
             raise KeyError(f"no peer {pid}")
         return (st.rx_wire_bytes, st.tx_wire_bytes,
+                format_packed_endpoint(self._ep[:]) if st.endpoint_set else None)
+
+    def counts(self, pid: int, now: float) -> tuple:
+        """(rx wire bytes, tx wire bytes, rx messages, tx messages, endpoint
+        text or None), one call into the table."""
+        if not self.native:
+            st = self.table.stats(pid, now)
+            if self.drops:
+                self.peer_drops = [st.drops.get(name, 0) for name in self.drop_names]
+            return (st.rx_wire_bytes, st.tx_wire_bytes, st.rx_packets, st.tx_packets,
+                    format_endpoint(st.endpoint))
+        st = self._st
+        if self._lib.vc_wg_peer_get(self.table.ptr, pid, st, now):
+            raise KeyError(f"no peer {pid}")
+        if self.drops:
+            arr = st.drops
+            self.peer_drops = [arr[code] for code in self._codes]
+        return (st.rx_wire_bytes, st.tx_wire_bytes, st.rx_packets, st.tx_packets,
                 format_packed_endpoint(self._ep[:]) if st.endpoint_set else None)
 
     def routes(self, pid: int):
@@ -306,6 +478,7 @@ class DeviceControl(Control):
         dataplane = getattr(self.d, "dataplane", None)
         if dataplane is not None:
             dataplane.trace.forget(public_key)
+            dataplane.stats.forget(public_key)
 
     # ------------------------------------------------------------ reading
 

@@ -38,7 +38,35 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
                         f"{default_threads()} on this machine")
     p.add_argument("--tun-offloads", choices=["on", "off"], default=None,
                    help="TSO/USO and GRO on the TUN device (default $VPNCRYPT_TUN_OFFLOADS, else on)")
+    add_metrics_arguments(p)
     add_logging_arguments(p)
+
+
+def add_metrics_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics", metavar="ADDR:PORT", default=None,
+                   help="serve Prometheus/OpenMetrics on http://ADDR:PORT/metrics (default "
+                        "$VPNCRYPT_METRICS, else off); a loopback address unless "
+                        "--metrics-allow-remote")
+    p.add_argument("--metrics-allow-remote", action="store_true", default=None,
+                   help="allow a --metrics address other than loopback (the metrics name "
+                        "every peer's public key and endpoint); also "
+                        "VPNCRYPT_METRICS_ALLOW_REMOTE=1")
+
+
+def _metrics_settings(address=None, allow_remote=None):
+    """--metrics / --metrics-allow-remote, else the environment: (host, port)
+    or None (off).  ValueError with one line for the user."""
+    from .metrics import parse_address
+    if address is None:
+        address = os.environ.get("VPNCRYPT_METRICS", "").strip() or None
+    if allow_remote is None:
+        env = os.environ.get("VPNCRYPT_METRICS_ALLOW_REMOTE", "").strip().lower()
+        if env not in ("", "0", "1", "no", "yes", "false", "true"):
+            raise ValueError(f"VPNCRYPT_METRICS_ALLOW_REMOTE: {env!r} is not 1 or 0")
+        allow_remote = env in ("1", "yes", "true")
+    if address is None or address.lower() == "off":
+        return None
+    return parse_address(address, allow_remote)
 
 
 def default_threads() -> int:
@@ -67,7 +95,8 @@ def _data_plane_settings(threads=None, tun_offloads=None):
     return threads, tun_offloads == "on"
 
 
-def _build_daemon(interface, config, on_ready=None, threads=None, tun_offloads=None):
+def _build_daemon(interface, config, on_ready=None, threads=None, tun_offloads=None,
+                  metrics=None, metrics_allow_remote=None):
     from .daemon import Daemon
     from .fdlimit import raise_open_files_limit
     from .logsetup import report_failure
@@ -78,18 +107,20 @@ def _build_daemon(interface, config, on_ready=None, threads=None, tun_offloads=N
         raise_open_files_limit()
         timers = timer_config_from_env()
         threads, offloads = _data_plane_settings(threads, tun_offloads)
+        metrics_address = _metrics_settings(metrics, metrics_allow_remote)
     except ValueError as e:
         report_failure(str(e))
         return None
     return Daemon(interface, config, timer_config=timers, on_ready=on_ready, threads=threads,
-                  tun_offloads=offloads)
+                  tun_offloads=offloads, metrics_address=metrics_address)
 
 
 def cmd_up(args) -> int:
     from .daemon import run_daemon
     setup_logging(args.log_level)
     daemon = _build_daemon(args.interface, args.config, threads=args.threads,
-                           tun_offloads=args.tun_offloads)
+                           tun_offloads=args.tun_offloads, metrics=args.metrics,
+                           metrics_allow_remote=args.metrics_allow_remote)
     if daemon is None:
         return 1
     return run_daemon(daemon)
@@ -211,6 +242,42 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
     return "\n".join(out)
 
 
+def show_json(interface: str, dev: dict, ours: bool) -> dict:
+    """One interface as `vpncrypt show --json` gives it: what the metrics
+    serve, structured (a daemon other than vpncrypt: what its get=1 says).
+    No key material but public keys."""
+    out = {"name": interface, "implementation": "vpncrypt" if ours else "other"}
+    if "private_key" in dev:
+        from ..protocol import keys
+        out["public_key"] = keys.pubkey(_b64(dev["private_key"]))
+    else:
+        out["public_key"] = None
+    out["listen_port"] = int(dev.get("listen_port", 0))
+    out["fwmark"] = int(dev.get("fwmark", 0))
+    peers = []
+    for p in dev["peers"]:
+        lh = int(p.get("last_handshake_time_sec", 0))
+        peers.append({
+            "public_key": _b64(p["public_key"]),
+            "preshared_key": "(hidden)" if "preshared_key" in p else None,
+            "endpoint": p.get("endpoint"),
+            "allowed_ips": list(p["allowed_ips"]),
+            "latest_handshake": lh + int(p.get("last_handshake_time_nsec", 0)) / 1e9 if lh else 0,
+            "received_bytes": int(p.get("rx_bytes", 0)),
+            "sent_bytes": int(p.get("tx_bytes", 0)),
+            "persistent_keepalive": int(p.get("persistent_keepalive_interval", 0)),
+        })
+    out["peers"] = peers
+    if dev["counters"]:
+        c = dev["counters"]
+        out["drops"] = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("drop_")}
+        out["counters"] = {k: v for k, v in sorted(c.items()) if not k.startswith("drop_")}
+        out["crypto_kernels"] = dict(dev.get("info", {}))
+    else:
+        out["drops"] = out["counters"] = out["crypto_kernels"] = None
+    return out
+
+
 def cmd_show(args) -> int:
     if args.interface:
         names = [args.interface]
@@ -218,16 +285,22 @@ def cmd_show(args) -> int:
         names = sorted(os.path.basename(p)[:-5]
                        for p in glob.glob(os.path.join(args.socket_dir, "*.sock")))
     status = 0
-    blocks = []
+    blocks, found = [], []
     for name in names:
         try:
-            dev, _ours = get_device(name, args.socket_dir)
+            dev, ours = get_device(name, args.socket_dir)
         except OSError as e:
             print(f"vpncrypt show: {name}: {e.strerror or e}", file=sys.stderr)
             status = 1
             continue
-        blocks.append(format_show(name, dev))
-    if blocks:
+        if args.json:
+            found.append(show_json(name, dev, ours))
+        else:
+            blocks.append(format_show(name, dev))
+    if args.json:
+        import json
+        print(json.dumps({"time": time.time(), "interfaces": found}, indent=2))
+    elif blocks:
         print("\n\n".join(blocks))
     return status
 
@@ -258,6 +331,9 @@ def register(sub) -> None:
                        "does, read over the UAPI socket, plus vpncrypt's drop counters "
                        "by reason (the get=vpncrypt extension).")
     p.add_argument("interface", metavar="IFACE", nargs="?", help="interface (default: all)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON: {\"time\": ..., \"interfaces\": [...]}, the data the "
+                        "metrics serve, structured (public keys only)")
     p.add_argument("--socket-dir", default=DEFAULT_SOCKET_DIR, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_show)
 

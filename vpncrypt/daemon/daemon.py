@@ -10,8 +10,9 @@ config (a config error touches nothing), open the UDP socket (dual-stack
 IPv6, or IPv4), resolve the endpoints' host names (once: what is applied is
 the address found), create the TUN device or attach to a persistent one, add
 its Address lines, build the data plane (adapter.py), serve the UAPI on
-/var/run/wireguard/IFACE.sock, remove what an earlier run left behind and
-add the routes, then send READY=1.  A SIGTERM during startup undoes what was
+/var/run/wireguard/IFACE.sock, serve the metrics if asked (metrics.py; a
+port that cannot be bound fails the start), remove what an earlier run left
+behind and add the routes, then send READY=1.  A SIGTERM during startup undoes what was
 done so far and exits 0; a SIGHUP then is a reload once the daemon is up.
 
 SIGHUP re-reads the config and applies it as `wg syncconf` would (sessions
@@ -84,8 +85,11 @@ class Daemon:
                  socket_dir: str = DEFAULT_SOCKET_DIR,
                  timer_config: Optional[TimerConfig] = None,
                  on_ready: Optional[Callable[[], None]] = None,
-                 threads: int = 1, tun_offloads: bool = True):
+                 threads: int = 1, tun_offloads: bool = True,
+                 metrics_address: Optional[tuple] = None):
         self.interface = interface
+        self.metrics_address = metrics_address     # (host, port), checked; None: no metrics
+        self.metrics = None
         self.threads = threads
         self.tun_offloads = tun_offloads
         self.config_path = config_path
@@ -137,8 +141,9 @@ class Daemon:
         if self.dataplane is not None:
             self.dataplane.trace.endpoint_set(public_key, endpoint)
 
-    def counters(self) -> dict:
-        return self.dataplane.counters(self.udp, loop=self.loop, pending_timers=len(self._timers))
+    def counters(self, peer_drops: bool = True) -> dict:
+        return self.dataplane.counters(self.udp, loop=self.loop, pending_timers=len(self._timers),
+                                       peer_drops=peer_drops)
 
     def rebind(self, port: int) -> None:
         if port and port == self.listen_port:
@@ -331,6 +336,9 @@ class Daemon:
         self.uapi = await start_uapi_server(socket_path(self.tun.name, self.socket_dir),
                                             self.control, extensions_in_get=False)
         self._checkpoint()
+        if self.metrics_address is not None:
+            await self._start_metrics(*self.metrics_address)
+            self._checkpoint()
         self.routes = Routes(self.tun.name, iface.table, get_fwmark=lambda: self.fwmark,
                              set_fwmark=self.set_fwmark)
         self.routes.remove_leftovers()
@@ -355,6 +363,15 @@ class Daemon:
         if self._early_reload:
             log.info("SIGHUP during startup: reloading %s", self.config_path)
             self.reload()
+
+    async def _start_metrics(self, host: str, port: int) -> None:
+        from .metrics import start_metrics_server
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            self.metrics = await start_metrics_server(self, host, port)
+        except OSError as e:
+            why = os.strerror(e.errno) if e.errno else describe(e)
+            raise StartupError(f"--metrics {where}: cannot listen: {why}") from None
 
     # ------------------------------------------------------------ running
 
@@ -515,13 +532,15 @@ class Daemon:
         if self.routes is not None:
             self.routes.clear(interface_here=here)
             self.routes = None
-        if self.uapi is not None:
-            self.uapi.close()
-            try:
-                await asyncio.wait_for(self.uapi.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
-                pass
-            self.uapi = None
+        for name in ("metrics", "uapi"):      # the servers: the metrics first, then the UAPI
+            server = getattr(self, name)
+            if server is not None:
+                server.close()
+                try:
+                    await asyncio.wait_for(server.wait_closed(), 2)
+                except (asyncio.TimeoutError, Exception):
+                    pass
+                setattr(self, name, None)
         if self.dataplane is not None:
             self.dataplane.stop()
         if self.udp is not None:

@@ -59,6 +59,7 @@ from ..config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
                           SetPrivateKey)
 from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
 from ..permissions import ensure_private_dir
+from .histogram import Histogram
 from .logsetup import RateLimitedLog
 
 __all__ = [
@@ -529,6 +530,9 @@ class UAPIServer:
         self.yields = 0           # times a request let the event loop run before it was done
         self.refused = 0          # connections closed at once: too many clients
         self.timed_out = 0        # clients closed for not completing a request in time
+        # seconds from a whole request read to its answer sent, by operation
+        # (for the metrics: vpncrypt.daemon.metrics)
+        self.latency = {"get": Histogram(), "set": Histogram(), "other": Histogram()}
 
     async def start(self) -> "UAPIServer":
         directory = os.path.dirname(self.path) or "."
@@ -689,14 +693,19 @@ class UAPIServer:
                 await writer.drain()
                 return
             trace.debug("UAPI: %s request from uid %d", op_line[:16], uid)
+            began = time.perf_counter()
             if op_line == "set=1":
+                kind = "set"
                 writer.write(await self._set(body))
             elif op_line in _GET_LINES and not body:
+                kind = "get"
                 await self._get(writer, self.extensions_in_get or op_line == "get=vpncrypt")
             else:
+                kind = "other"
                 writer.write(handle_request(op_line, body, self.control))
             # the answer is written under the lock, sent without it
             await asyncio.wait_for(writer.drain(), self.request_timeout)
+            self.latency[kind].observe(time.perf_counter() - began)
 
     @contextlib.asynccontextmanager
     async def exclusive(self):

@@ -3,7 +3,7 @@ device, or the in-memory port of the loopback bench) and the sans-I/O
 protocol Device, in batches.
 
     engine = Engine(device, udp, inner, loop=loop, max_packet=65535, threads=1,
-                    on_events=None, on_fatal=None)
+                    handshake_threads=0, on_events=None, on_fatal=None)
     engine.start()            # the UDP (and TUN) fds to the loop, or to worker threads
     engine.send_inner(...)    # the inner side hands over a batch of IP packets
     engine.stop()
@@ -17,7 +17,15 @@ the cookie replies it makes, which the engine sends at once, and the
 per-source rate limit) and puts what passes into the table's bounded
 handshake queue.  Data comes first: each turn of the event loop serves the
 sockets, then one slice of at most HANDSHAKE_SLICE queued handshake messages
-(Device.serve_handshakes), and schedules the next slice for the next turn.  On the pynacl backend every packet goes through the
+(Device.serve_handshakes), and schedules the next slice for the next turn.
+With ``handshake_threads=N`` (native backend) the expensive part of a slice
+(the X25519 and hashing of each initiation, which changes no state) runs on
+N worker threads (vpncrypt.dataplane.handshake_workers) while the loop goes
+on; when a slice is computed, the loop applies it (Device.
+finish_handshake_work: the replay and rate checks on the peer's state, the
+session, the response).  At most HANDSHAKE_IN_FLIGHT slices are out at a
+time; they are applied in the order they were taken, so each is served newest
+first as without workers.  On the pynacl backend every packet goes through the
 Device's list-form calls: that is what ``--crypto pynacl`` measures.
 
 Threads: with ``threads=1`` everything runs on the event loop.  With
@@ -40,7 +48,9 @@ import os
 import select
 import threading
 import time
+from collections import deque
 
+from vpncrypt.dataplane.handshake_workers import HandshakeWorkers
 from vpncrypt.transport import status as S
 from vpncrypt.transport.model import Touch
 
@@ -57,6 +67,9 @@ HOLD = 0.01
 # costs it up to 3 X25519 operations); the rest wait for the next turn, after
 # the sockets have been served again.
 HANDSHAKE_SLICE = 16
+# With handshake worker threads: how many slices may be computing at once (one
+# being applied on the loop while the next computes keeps both cores busy).
+HANDSHAKE_IN_FLIGHT = 2
 _SEAL_ROOM = S.OVERHEAD + 16
 _IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
@@ -88,7 +101,7 @@ class _Direction:
 
 class Engine:
     def __init__(self, device, udp, inner, *, loop, max_packet: int = 65535, threads: int = 1,
-                 on_fatal=None, on_events=None):
+                 handshake_threads: int = 0, handshake_executor=None, on_fatal=None, on_events=None):
         self.device = device
         self.table = device.table
         self.udp = udp
@@ -115,6 +128,13 @@ class Engine:
         self._held = {}               # peer -> [received?, flags, messages, bytes, data batches]
         self._held_timer = None
         self._serving = None          # the handle of the next handshake slice
+        # handshake work off the loop (native backend): `handshake_executor`,
+        # an Executor (tests give a synchronous one), or a pool of its own
+        self._hs_threads = max(1, int(handshake_threads)) if self.native and (
+            handshake_threads > 0 or handshake_executor is not None) else 0
+        self._hs_executor = handshake_executor
+        self._workers = None          # HandshakeWorkers while started, with _hs_threads
+        self._slices = deque()        # [work, now, computed?] in the order taken
         self.last_kernels = None      # (chacha, poly1305) that served a data thread last
 
     @property
@@ -133,6 +153,8 @@ class Engine:
 
     def start(self) -> None:
         self._running = True
+        if self._hs_threads and self._workers is None:
+            self._workers = HandshakeWorkers(self.loop, self._hs_threads, self._hs_executor)
         inner_fd = getattr(self.inner, "fd", None)
         if self.threads >= 2:
             self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -183,6 +205,12 @@ class Engine:
         if self._serving is not None:
             self._serving.cancel()
             self._serving = None
+        # slices still computing are dropped when they come back: their
+        # initiators retry, as after any loss
+        self._slices.clear()
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
 
     def replace_udp(self, udp) -> None:
         """Switch to another UdpBatchSocket (same batch size), e.g. after a
@@ -298,9 +326,37 @@ class Engine:
         self._serving = None
         if not self._running:
             return
+        if self._workers is not None:
+            self._send_slices()
+            return
         out, left = self.device.serve_handshakes(self.loop.time(), HANDSHAKE_SLICE)
         self.emit(out)
         if left and self._running:
+            self._serving = self.loop.call_soon(self._serve_handshakes)
+
+    def _send_slices(self) -> None:
+        """Slices of the queue to the worker threads, up to HANDSHAKE_IN_FLIGHT."""
+        while len(self._slices) < HANDSHAKE_IN_FLIGHT:
+            now = self.loop.time()
+            work = self.device.take_handshake_work(now, HANDSHAKE_SLICE)
+            if not work:
+                return
+            entry = [work, now, False]
+            self._slices.append(entry)
+            self._workers.run(work, lambda e=entry: self._computed(e))
+
+    def _computed(self, entry) -> None:
+        """A slice came back from the workers (on the loop): apply every
+        computed slice at the head, in the order they were taken."""
+        entry[2] = True
+        left = 0
+        while self._slices and self._slices[0][2]:
+            work, now, _ = self._slices.popleft()
+            if not self._running:
+                continue
+            out, left = self.device.finish_handshake_work(work, now)
+            self.emit(out)
+        if left and self._running and self._serving is None:
             self._serving = self.loop.call_soon(self._serve_handshakes)
 
     def _take_held(self) -> list:

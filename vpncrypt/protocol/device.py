@@ -22,6 +22,8 @@ last-handshake time.
     dev.receive_datagrams([(udp_payload, addr), ...], now) -> Output
     dev.receive_datagram(udp_payload, addr, now) -> Output
     dev.serve_handshakes(now, limit) -> (Output, messages still waiting)
+    dev.take_handshake_work(now, limit) -> [HandshakeWork]   # .compute() on any thread, then
+    dev.finish_handshake_work(work, now) -> (Output, messages still waiting)
     dev.send_packets([ip_packet, ...], now) -> Output
     dev.on_transport(touches, now, waiting=()) -> Output
     dev.handle_timers(now) -> Output
@@ -91,6 +93,7 @@ class Device:
         self.datapath = DataPath(self)
         self._last_wall = float("-inf")
         self.static_private = None        # bytearray, wiped when replaced
+        self.key_generation = 0
         self.public_key = None
         if private_key is not None:
             self.set_private_key(private_key)
@@ -130,6 +133,7 @@ class Device:
         DH and ends every session and handshake in flight."""
         if self.static_private is not None:
             self.static_private[:] = bytes(32)
+        self.key_generation += 1      # handshake work begun with the old key is stale
         if private_key is None or not any(private_key):
             self.static_private = None
             self.public_key = None
@@ -156,6 +160,7 @@ class Device:
                 peer.static_static = keys.dh(bytes(self.static_private), peer.public_key)
             except keys.DHError:
                 peer.static_static = None
+        peer.refresh_handshake_config()
 
     def add_peer(self, public_key: bytes, *, preshared_key=None, allowed_ips=(), endpoint=None,
                  persistent_keepalive: int = 0) -> Peer:
@@ -325,6 +330,24 @@ class Device:
         out = Output()
         self.handshakes.serve(self.table.clock(now), out, limit)
         return out, self.handshakes.waiting
+
+    def take_handshake_work(self, now: float, limit: int) -> list:
+        """serve_handshakes in two phases, for a caller that runs the
+        expensive part elsewhere: up to `limit` queued messages, newest
+        first, as HandshakeWork (vpncrypt.protocol.handshake_work).  Each
+        one's ``compute()`` may run on any thread; then hand them all, in
+        this order, to finish_handshake_work with the same `now`."""
+        return self.handshakes.take(self.table.clock(now), limit)
+
+    def finish_handshake_work(self, work, now: float) -> tuple[Output, int]:
+        """Apply HandshakeWork from take_handshake_work (its `now`), after
+        compute() ran on each; returns the Output and how many messages
+        still wait.  Work for a configuration since changed (our key, the
+        peer, its PSK) is dropped as unknown_peer."""
+        out = Output()
+        self.handshakes.finish(work, self.table.clock(now), out)
+        return out, self.handshakes.waiting
+
     def send_packets(self, ip_packets, now: float) -> Output:
         out = Output()
         self.datapath.send(ip_packets, self.table.clock(now), out)

@@ -110,16 +110,24 @@ def wg_finish_consume_initiation(ss, dh_ss, msg):
     return ik_responder_read_payload(ss, dh_ss, msg.timestamp)
 
 
-def wg_create_response(ss, e_priv, initiation, initiator_static, psk, local_index):
-    """Returns (the 60 bytes before mac1, (send_key, recv_key)); wipes ss."""
-    from vpncrypt.protocol.messages import pack_response_body
+def wg_respond(ss, e_priv, initiation, initiator_static, psk):
+    """The Noise part of a response: (e_pub, encrypted empty payload,
+    (send_key, recv_key)); wipes ss.  The local index is not part of it (it
+    is framing), so this can run before an index is reserved."""
     try:
         e_pub, empty = ik_responder_write(ss, e_priv, initiation.ephemeral, initiator_static,
                                           psk or ZERO_PSK, b"")
         t_i2r, t_r2i = ss.split()
     finally:
         ss.wipe()
-    return pack_response_body(local_index, initiation.sender, e_pub, empty), (t_r2i, t_i2r)
+    return e_pub, empty, (t_r2i, t_i2r)
+
+
+def wg_create_response(ss, e_priv, initiation, initiator_static, psk, local_index):
+    """Returns (the 60 bytes before mac1, (send_key, recv_key)); wipes ss."""
+    from vpncrypt.protocol.messages import pack_response_body
+    e_pub, empty, session_keys = wg_respond(ss, e_priv, initiation, initiator_static, psk)
+    return pack_response_body(local_index, initiation.sender, e_pub, empty), session_keys
 
 
 def wg_consume_response(pending, s_priv, psk, msg):

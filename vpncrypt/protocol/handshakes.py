@@ -8,11 +8,9 @@ from vpncrypt.crypto import AuthenticationError
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.events import (CookieReceived, EndpointChanged, HandshakeInitiated,
                                       HandshakeResponded, LoadChanged)
-from vpncrypt.protocol.handshake import (
-    wg_begin_consume_initiation, wg_consume_response, wg_create_initiation, wg_create_response,
-    wg_finish_consume_initiation,
-)
-from vpncrypt.protocol.messages import HDR_COOKIE_REPLY, HDR_INITIATION, HDR_RESPONSE, parse_initiation, parse_response
+from vpncrypt.protocol.handshake import wg_consume_response, wg_create_initiation
+from vpncrypt.protocol.handshake_work import HandshakeWork
+from vpncrypt.protocol.messages import HDR_COOKIE_REPLY, HDR_INITIATION, HDR_RESPONSE, pack_response_body, parse_response
 
 
 class Handshakes:
@@ -64,15 +62,31 @@ class Handshakes:
         peer's latest initiation is answered and an older one it replaced
         fails the timestamp check before it costs a response.  Returns how
         many were taken (self.waiting: how many still wait)."""
+        work = self.take(now, limit)
+        for w in work:
+            w.compute()
+        self.finish(work, now, out)
+        return len(work)
+
+    def take(self, now: float, limit: int) -> list:
+        """Up to `limit` queued messages as HandshakeWork, newest first.  Each
+        one's compute() may run on any thread, in any order; finish() then
+        applies them all, on the caller's thread, in this order."""
         dev = self.dev
-        items = dev.table.take_handshakes(limit)
-        for data, addr in items:
+        key = None if dev.static_private is None else (bytes(dev.static_private), dev.public_key)
+        return [HandshakeWork(data, addr, now, dev, key)
+                for data, addr in dev.table.take_handshakes(limit)]
+
+    def finish(self, work, now: float, out) -> None:
+        """Apply computed HandshakeWork (from take(), in its order): what
+        needs the peers' state, the session table and the timers."""
+        dev = self.dev
+        for w in work:
             try:
-                self._one(data, addr, now, out)
+                self._apply(w, now, out)
             except Exception:       # a message must never take the device down
                 dev.drop("internal_error")
         self.note_load(now, out)
-        return len(items)
 
     def note_load(self, now: float, out) -> None:
         """The table's under-load state, as an event when it changes."""
@@ -81,63 +95,53 @@ class Handshakes:
             self._under_load = under_load
             out.events.append(LoadChanged(under_load))
 
-    def _one(self, data, addr, now, out):
-        head = data[:4]
+    def _apply(self, w, now, out):
+        head = w.data[:4]
         if head == HDR_INITIATION:
-            self._initiation(data, addr, now, out)
+            self._initiation(w, now, out)
         elif head == HDR_RESPONSE:
-            self._response(data, addr, now, out)
+            self._response(w.data, w.addr, now, out)
         elif head == HDR_COOKIE_REPLY:
-            self._cookie_reply(data, now, out)
+            self._cookie_reply(w.data, now, out)
         else:                       # the table queues nothing else
             self.dev.drop("malformed")
 
-    def _initiation(self, data, addr, now, out):
+    def _initiation(self, w, now, out):
         dev = self.dev
-        msg = parse_initiation(data)
-        if dev.static_private is None:      # cleared since the message was queued
+        if w.outcome is None:           # never computed, or it failed
+            dev.drop("internal_error")
+            return
+        peer = w.peer
+        if peer is None:
+            dev.drop(w.outcome)         # bad_tag, malformed, unknown_peer
+            return
+        if (dev.key_generation != w.key_generation or dev.peers.get(w.static) is not peer
+                or peer.handshake_config is not w.config):
+            # our key, the peer or its keys changed since the work began: what
+            # it computed is for a configuration that is gone
             dev.drop("unknown_peer")
             return
-        try:
-            ss, static = wg_begin_consume_initiation(dev.crypto, bytes(dev.static_private),
-                                                     dev.public_key, msg)
-        except AuthenticationError:
-            dev.drop("bad_tag")
-            return
-        except keys.DHError:
-            dev.drop("malformed")
-            return
-        peer = dev.peers.get(static)
-        if peer is None or peer.static_static is None:
-            ss.wipe()
-            dev.drop("unknown_peer")
-            return
-        try:
-            ts = wg_finish_consume_initiation(ss, peer.static_static, msg)
-        except AuthenticationError:
-            ss.wipe()
-            dev.drop("bad_tag", peer)
-            return
-        if ts <= peer.last_timestamp:
-            ss.wipe()
+        # replay and rate are checked again on the peer's state now (earlier
+        # messages of this slice may have moved it); both only grow, so a
+        # message the work already refused stays refused
+        if w.outcome == "replay" or w.timestamp <= peer.last_timestamp:
             dev.drop("replay", peer)
             return
-        if now - peer.last_initiation_consumed < dev.config.min_initiation_interval:
-            ss.wipe()
+        if (w.outcome == "rate_limited"
+                or now - peer.last_initiation_consumed < dev.config.min_initiation_interval):
             dev.drop("rate_limited", peer)
             return
-        peer.last_timestamp = ts
-        peer.last_initiation_consumed = now
-        index = dev.sessions.new_index(peer)
-        try:
-            body, (send_key, recv_key) = wg_create_response(
-                ss, keys.generate_private(dev.rng), msg, static, peer.psk_bytes(), index)
-        except keys.DHError:
-            dev.table.release_index(index)
-            dev.drop("malformed", peer)
+        if w.outcome != "ok":           # bad_tag on the payload, or a DH failed
+            dev.drop(w.outcome, peer)
             return
-        dev.count_rx(peer, len(data))
-        _roam(dev, peer, addr, out)
+        peer.last_timestamp = w.timestamp
+        peer.last_initiation_consumed = now
+        index = dev.sessions.new_index(peer, w.index_bytes)
+        e_pub, empty, (send_key, recv_key) = w.response
+        msg = w.msg
+        body = pack_response_body(index, msg.sender, e_pub, empty)
+        dev.count_rx(peer, len(w.data))
+        _roam(dev, peer, w.addr, out)
         t = dev.timers
         t.event(peer, "traversal", now)
         t.event(peer, "authenticated_received", now)
@@ -147,7 +151,7 @@ class Handshakes:
         dev.sessions.drop_pending(peer)
         dev.sessions.install(peer, index, msg.sender, send_key, recv_key, False, now)
         peer.last_sent_handshake = now
-        dev.emit(peer, peer.cookie.add_macs(body, now), addr, out)
+        dev.emit(peer, peer.cookie.add_macs(body, now), w.addr, out)
         out.events.append(HandshakeResponded(peer))
         t.event(peer, "session_derived", now)
         t.event(peer, "traversal", now)

@@ -21,6 +21,10 @@ class Peer:
         self._psk = None
         self.persistent_keepalive = int(persistent_keepalive or 0)
         self.static_static = None         # DH(our static, their static), or None
+        # (static_static, psk) as one immutable snapshot for handshake work
+        # running off the event loop; replaced (never changed) when either
+        # changes, so such work can tell that it used an old one
+        self.handshake_config = None
         self.cookie = CookieState(self.public_key, cookie_valid_for)
         self.pending = None               # PendingInitiation
         self.last_timestamp = b""         # greatest TAI64N accepted from this peer
@@ -42,6 +46,12 @@ class Peer:
         if self._psk is not None:
             self._psk[:] = bytes(32)
         self._psk = bytearray(psk) if psk and any(psk) else None
+        self.refresh_handshake_config()
+
+    def refresh_handshake_config(self) -> None:
+        """A new handshake_config after static_static or the PSK changed."""
+        ss = self.static_static
+        self.handshake_config = None if ss is None else (ss, self.psk_bytes())
 
     def psk_bytes(self):
         return bytes(self._psk) if self._psk is not None else None

@@ -9,11 +9,13 @@ class Sessions:
     def __init__(self, device):
         self.dev = device
 
-    def new_index(self, peer) -> int:
-        """A random local index, unused in the table, reserved for the peer."""
+    def new_index(self, peer, first: bytes | None = None) -> int:
+        """A random local index, unused in the table, reserved for the peer
+        (`first`: 4 random bytes drawn earlier, tried before drawing more)."""
         table, rng = self.dev.table, self.dev.rng
         while True:
-            index = int.from_bytes(rng(4), "little")
+            index = int.from_bytes(first if first is not None else rng(4), "little")
+            first = None
             if table.reserve_index(index, peer.pid):
                 return index
 
