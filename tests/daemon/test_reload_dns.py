@@ -4,13 +4,8 @@ in-process, in a network namespace made for the test, with a resolver that
 blocks until the test lets it answer: while it blocks, the UAPI answers and
 the loop's timers run; two SIGHUPs meanwhile give reloads one after the
 other, never two resolutions at a time."""
-import json
-import os
-import secrets
-import shutil
-import subprocess
-import sys
-import textwrap
+
+from tests.daemon.inprocess import run_child_in_namespace
 
 CHILD = r"""
 import asyncio, json, os, signal, socket, sys, tempfile, threading
@@ -116,20 +111,7 @@ print(json.dumps(result))
 
 
 def test_reload_resolves_off_the_loop_and_once(tmp_path):
-    assert os.geteuid() == 0, "the daemon tests need root (tests/run.sh runs them as root)"
-    assert shutil.which("ip"), "iproute2 is not installed (tests/run.sh installs it)"
-    ns = "vpncrypt-dns-" + secrets.token_hex(4)
-    r = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    try:
-        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", textwrap.dedent(CHILD)],
-                           capture_output=True, text=True, timeout=240,
-                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-                               os.path.abspath(__file__)))))
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    res = run_child_in_namespace(CHILD, "vpncrypt-dns", timeout=240)
     # start-up: one lookup per name (not one for the check and one to apply)
     assert res["startup_calls"] == ["one.vpncrypt.test", "two.vpncrypt.test"], res
     assert res["resolving"], res

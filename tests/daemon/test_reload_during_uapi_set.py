@@ -4,13 +4,8 @@ mixed into the set nor refused.  The daemon runs in-process in a network
 namespace made for the test; the set gives one peer that the file does not
 name 300,000 allowed IPs, so after the reload that peer is gone and the
 file's peer is there with its network."""
-import json
-import os
-import secrets
-import shutil
-import subprocess
-import sys
-import textwrap
+
+from tests.daemon.inprocess import run_child_in_namespace
 
 CHILD = r"""
 import json, logging, os, signal, sys, tempfile, threading, time
@@ -89,20 +84,7 @@ print(json.dumps(result))
 
 
 def test_sighup_during_a_sliced_set_waits_and_then_applies_the_file():
-    assert os.geteuid() == 0, "the daemon tests need root (tests/run.sh runs them as root)"
-    assert shutil.which("ip"), "iproute2 is not installed (tests/run.sh installs it)"
-    ns = "vpncrypt-rl-" + secrets.token_hex(4)
-    r = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    try:
-        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", textwrap.dedent(CHILD)],
-                           capture_output=True, text=True, timeout=300,
-                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-                               os.path.abspath(__file__)))))
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    res = run_child_in_namespace(CHILD, "vpncrypt-rl", timeout=300)
     assert res["hup_during_set"], res
     assert res["set_answer"] == "errno=0", res
     assert len(res["reload_logs"]) == 1 and res["reload_logs"][0].startswith("reloaded"), res

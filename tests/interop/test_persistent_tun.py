@@ -80,18 +80,25 @@ def _host(lab):
     return out
 
 
-def test_full_tunnel_on_a_persistent_device_killed_then_restarted(lab):
-    """F1: a full tunnel on a persistent TUN, killed with SIGKILL, leaves its
-    default routes in table 51820 (the device stays) and its policy rules.
-    The next start removes them, uses table 51820 again, and its handshake
-    goes out by the main table; a clean stop leaves the host as it was."""
-    far = "10.210.0.7"
+def _host_with_default_routes(lab):
+    """A as a host with its own IPv4 and IPv6 default routes (via B), and
+    the peer's endpoint address 198.18.7.2 on B's link: what a full tunnel
+    takes over and must give back."""
     lab.run_in("B", "ip", "address", "add", "198.18.7.2/32", "dev", lab.veth["B"])
     lab.run_in("A", "ip", "route", "add", "default", "via", "192.168.241.2")
     for side, addr in (("A", "fd00:241::1"), ("B", "fd00:241::2")):
         lab.run_in(side, "ip", "-6", "address", "add", f"{addr}/64", "dev", lab.veth[side],
                    "nodad")
     lab.run_in("A", "ip", "-6", "route", "add", "default", "via", "fd00:241::2")
+
+
+def test_full_tunnel_on_a_persistent_device_killed_then_restarted(lab):
+    """F1: a full tunnel on a persistent TUN, killed with SIGKILL, leaves its
+    default routes in table 51820 (the device stays) and its policy rules.
+    The next start removes them, uses table 51820 again, and its handshake
+    goes out by the main table; a clean stop leaves the host as it was."""
+    far = "10.210.0.7"
+    _host_with_default_routes(lab)
     a, b = lab.node("A", "vpncrypt"), lab.node("B", "wggo")
     b.start(b.conf([{"public": a.public, "inner": a.inner}]))
     b.run("ip", "address", "add", f"{far}/32", "dev", b.iface)
@@ -136,12 +143,7 @@ def test_full_tunnel_killed_then_restarted_without_one(lab, persistent, restart)
     (the kernel takes the routes, the rules over the empty table and the nft
     tables stay).  After the restart nothing of the killed run is left, and
     a clean stop leaves the host as it was."""
-    lab.run_in("B", "ip", "address", "add", "198.18.7.2/32", "dev", lab.veth["B"])
-    lab.run_in("A", "ip", "route", "add", "default", "via", "192.168.241.2")
-    for side, addr in (("A", "fd00:241::1"), ("B", "fd00:241::2")):
-        lab.run_in(side, "ip", "-6", "address", "add", f"{addr}/64", "dev", lab.veth[side],
-                   "nodad")
-    lab.run_in("A", "ip", "-6", "route", "add", "default", "via", "fd00:241::2")
+    _host_with_default_routes(lab)
     a, b = lab.node("A", "vpncrypt"), lab.node("B", "wggo")
     b.start(b.conf([{"public": a.public, "inner": a.inner}]))
     if persistent:

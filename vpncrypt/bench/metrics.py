@@ -26,7 +26,6 @@ Every namespace, interface and process is removed at the end.
 from __future__ import annotations
 
 import argparse
-import array
 import json
 import os
 import signal
@@ -35,7 +34,7 @@ import sys
 import time
 
 from vpncrypt.bench.tunnel import INNER, BenchError, Lab, Node, _wait_tunnel
-from vpncrypt.bench.uapi import PROBE_PORT, _uapi, longest_gap
+from vpncrypt.bench.uapi import PROBE_PORT, _uapi, longest_gap, read_arrivals
 from vpncrypt.selfcmd import python_command
 
 METRICS = ("127.0.0.1", 9586)
@@ -112,9 +111,7 @@ def run(args, log) -> dict:
         finally:
             lab.stop_proc(send)
             lab.stop_proc(recv)
-        arrivals = array.array("d")
-        with open(out, "rb") as f:
-            arrivals.frombytes(f.read())
+        arrivals = read_arrivals(out)
         for s in scrapes:
             if s["peers"] != args.peers + 1:
                 raise BenchError(f"a scrape listed {s['peers']} of {args.peers + 1} peers")

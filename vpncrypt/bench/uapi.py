@@ -97,6 +97,15 @@ def probe_recv(port: int, out_path: str) -> None:
         arrivals.tofile(f)
 
 
+def read_arrivals(path: str):
+    """The probe receiver's arrival times (doubles, as probe_receive writes them)."""
+    import array
+    arrivals = array.array("d")
+    with open(path, "rb") as f:
+        arrivals.frombytes(f.read())
+    return arrivals
+
+
 def longest_gap(arrivals, start: float, end: float) -> float:
     """The longest stretch within [start, end] with no arrival (seconds)."""
     last, gap = start, 0.0
@@ -177,10 +186,7 @@ def run_gaps(lab: Lab, impl: str, index: int, args, log) -> dict:
     finally:
         lab.stop_proc(send)
         lab.stop_proc(recv)
-    import array
-    arrivals = array.array("d")
-    with open(out, "rb") as f:
-        arrivals.frombytes(f.read())
+    arrivals = read_arrivals(out)
     res = {}
     for name, t0, t1, took, note in windows:
         r = res.setdefault(name, {"longest_gap_ms": [], "request_s": [], "answer": note})
