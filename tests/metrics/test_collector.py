@@ -86,6 +86,7 @@ def _state():
             "uapi": {"get": {"buckets": {"0.001": 1, "+Inf": 1}, "sum": 0.0005, "count": 1},
                      "set": {"buckets": {"0.001": 0, "+Inf": 0}, "sum": 0.0, "count": 0},
                      "other": {"buckets": {"0.001": 0, "+Inf": 0}, "sum": 0.0, "count": 0}},
+            "batch_sizes": {"rx": ([1, 1, 1, 0, 0, 0, 1, 1], 135), "tx": ([0] * 8, 0)},
             "peers": rows}
 
 
@@ -131,3 +132,26 @@ def test_the_fast_writer_writes_what_prometheus_client_writes(accept):
     slow, ctype_slow = render(state, accept, fast=False)
     assert ctype == ctype_slow
     assert fast.decode() == slow.decode()
+
+
+def test_batch_sizes_in_power_of_two_buckets_and_as_a_histogram():
+    """Batches of 1, 2, 3, 64 and 65 packets: one each at most 1, 2, 4 and
+    64, and one above 64; served as vpncrypt_dataplane_batch_size."""
+    from vpncrypt.dataplane.engine import EngineCounters
+    c = EngineCounters()
+    for n in (1, 2, 3, 64, 65):
+        c.rx_batch(n)
+    c.tx_batch(8)
+    sizes = c.batch_sizes()
+    assert sizes["rx"] == ([1, 1, 1, 0, 0, 0, 1, 1], 135)
+    assert sizes["tx"] == ([0, 0, 0, 1, 0, 0, 0, 0], 8)
+    assert c.rx_batches == 5 and c.tx_batches == 1
+    total = EngineCounters()
+    total.add(c)
+    total.add(c)
+    assert total.batch_sizes()["rx"] == ([2, 2, 2, 0, 0, 0, 2, 2], 270)
+    text = render(_state())[0].decode()
+    for le, n in (("1", 1), ("2", 2), ("4", 3), ("32", 3), ("64", 4), ("+Inf", 5)):
+        assert (f'vpncrypt_dataplane_batch_size_bucket{{direction="rx",interface="wg0",'
+                f'le="{le}"}} {n}.0') in text, (le, text[text.find("batch_size"):][:800])
+    assert 'vpncrypt_dataplane_batch_size_sum{direction="rx",interface="wg0"} 135.0' in text

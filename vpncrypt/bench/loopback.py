@@ -524,13 +524,15 @@ async def _worker_main(cfg, inp, outp):
             probe = _Source([64], len(dsts), src, dsts, 99)
             probe.fill(len(dsts), lib.vc_monotonic_ns())
             engines[0].send_inner(probe.slab, probe.view, probe.off, probe.len, len(dsts))
-        deadline = loop.time() + 10
+        # a lost first initiation is sent again after REKEY_TIMEOUT (5 s), and
+        # a machine under load may need more than one more: room for several
+        deadline = loop.time() + 30
         while loop.time() < deadline:
             if all(d.has_session(p) for d in devices for p in d.peers.values()):
                 break
             await asyncio.sleep(0.01)
         else:
-            ready, error = False, "handshake did not complete within 10 s"
+            ready, error = False, "handshake did not complete within 30 s"
     write({"ready": ready, "error": error})
     await read()                                     # go
     sink.armed = True

@@ -27,6 +27,8 @@ import ipaddress
 import logging
 from typing import Optional
 
+from ..dataplane.engine import BATCH_SIZE_BOUNDS
+
 log = logging.getLogger("vpncrypt.daemon")
 
 DEFAULT_PORT = 9586           # what prometheus_wireguard_exporter listens on
@@ -82,6 +84,7 @@ async def read_state(daemon, part: int = PART) -> dict:
         "public_key": _b64(dp.device.public_key) if dp.device.public_key else None,
         "counters": daemon.counters(peer_drops=False),
         "kernels": kernels(dp.engine),
+        "batch_sizes": dp.engine.counters.batch_sizes() if dp.engine is not None else {},
         "uapi": {k: h.as_dict() for k, h in daemon.uapi.latency.items()}
         if daemon.uapi is not None else {},
         "peers": [],
@@ -143,6 +146,16 @@ def _families(state: dict):
     batches.add_metric([iface, "rx"], c.get("engine_rx_batches", 0))
     batches.add_metric([iface, "tx"], c.get("engine_tx_batches", 0))
     yield batches
+    sizes = HistogramMetricFamily("vpncrypt_dataplane_batch_size",
+                                  "Packets per batch the data plane moved, by direction.",
+                                  labels=["interface", "direction"])
+    for direction, (counts, packets) in sorted(state.get("batch_sizes", {}).items()):
+        running, buckets = 0, []
+        for bound, n in zip([*map(str, BATCH_SIZE_BOUNDS), "+Inf"], counts):
+            running += n
+            buckets.append((bound, running))
+        sizes.add_metric([iface, direction], buckets, packets)
+    yield sizes
     errors = CounterMetricFamily("vpncrypt_dataplane_errors",
                                  "Send and write failures the data plane saw, by kind.",
                                  labels=["interface", "kind"])

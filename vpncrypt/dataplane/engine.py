@@ -74,17 +74,50 @@ _SEAL_ROOM = S.OVERHEAD + 16
 _IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
+# Batch sizes are counted in buckets of at most 1, 2, 4, ... 64 packets, and more
+# (bucket (n - 1).bit_length(), the last one open): one addition per batch.
+BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64)
+
+
 class EngineCounters:
-    """Drops the engine itself sees (the protocol and the session table count the rest)."""
+    """Drops the engine itself sees (the protocol and the session table count
+    the rest), and the batches it moved with their sizes."""
     __slots__ = ("tx_send_errors", "tx_dropped", "inner_write_errors", "inner_dropped",
-                 "rx_batches", "tx_batches")
+                 "rx_batches", "tx_batches", "rx_batch_packets", "tx_batch_packets",
+                 "rx_batch_sizes", "tx_batch_sizes")
+    _LISTS = ("rx_batch_sizes", "tx_batch_sizes")
 
     def __init__(self):
         for name in self.__slots__:
-            setattr(self, name, 0)
+            setattr(self, name, [0] * (len(BATCH_SIZE_BOUNDS) + 1) if name in self._LISTS else 0)
+
+    def rx_batch(self, n: int) -> None:
+        self.rx_batches += 1
+        self.rx_batch_packets += n
+        self.rx_batch_sizes[min((n - 1).bit_length(), len(BATCH_SIZE_BOUNDS))] += 1
+
+    def tx_batch(self, n: int) -> None:
+        self.tx_batches += 1
+        self.tx_batch_packets += n
+        self.tx_batch_sizes[min((n - 1).bit_length(), len(BATCH_SIZE_BOUNDS))] += 1
+
+    def add(self, other: "EngineCounters") -> None:
+        for name in self.__slots__:
+            if name in self._LISTS:
+                mine = getattr(self, name)
+                for i, v in enumerate(getattr(other, name)):
+                    mine[i] += v
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def as_dict(self):
-        return {name: getattr(self, name) for name in self.__slots__}
+        """The plain counts (the size buckets are batch_sizes())."""
+        return {name: getattr(self, name) for name in self.__slots__ if name not in self._LISTS}
+
+    def batch_sizes(self) -> dict:
+        """{"rx"/"tx": (counts per bucket of BATCH_SIZE_BOUNDS and one more, packets)}."""
+        return {"rx": (list(self.rx_batch_sizes), self.rx_batch_packets),
+                "tx": (list(self.tx_batch_sizes), self.tx_batch_packets)}
 
 
 class _Direction:
@@ -145,8 +178,7 @@ class Engine:
         if self.native:
             parts += [self.rx.counters, self.tx.counters]
         for part in parts:
-            for name in EngineCounters.__slots__:
-                setattr(total, name, getattr(total, name) + getattr(part, name))
+            total.add(part)
         return total
 
     # ------------------------------------------------------------ lifecycle
@@ -420,7 +452,7 @@ class Engine:
             n, view, off, lens, ep = self.udp.recv()
             if n == 0:
                 break
-            self._counters.rx_batches += 1
+            self._counters.rx_batch(n)
             datagrams = [(bytes(view[off[i]:off[i] + lens[i]]), to_addr(ep + i)) for i in range(n)]
             self.emit(self.device.receive_datagrams(datagrams, self.loop.time()))
 
@@ -439,7 +471,7 @@ class Engine:
             n, view, off, lens, ep = udp.recv()
             if n == 0:
                 break
-            c.rx_batches += 1
+            c.rx_batch(n)
             delivered, n_reply = rx.open(udp.slab, off, lens, ep, n, tnow)
             if n_reply:
                 sent, err = udp.send(rx.tx_slab, rx.tx_off, rx.tx_len, rx.tx_ep, n_reply)
@@ -485,7 +517,7 @@ class Engine:
         """Route, seal and send a batch of inner IP packets (slab is the cffi
         pointer, view a memoryview of the same memory)."""
         if not self.native:
-            self._counters.tx_batches += 1
+            self._counters.tx_batch(n)
             pkts = [bytes(view[off[i]:off[i] + lens[i]]) for i in range(n)]
             self.emit(self.device.send_packets(pkts, self.loop.time()))
             return
@@ -508,7 +540,7 @@ class Engine:
 
     def _seal_send(self, d, slab, view, off, lens, n, tnow, touches, waiting, held) -> None:
         tx, c = d.batch, d.counters
-        c.tx_batches += 1
+        c.tx_batch(n)
         k = tx.seal(slab, off, lens, n, tnow)
         if k:
             sent, err = d.udp.send(tx.tx_slab, tx.tx_off, tx.tx_len, tx.tx_ep, k)
