@@ -73,7 +73,11 @@ log = logging.getLogger("vpncrypt.uapi")
 trace = logging.getLogger("vpncrypt.trace")     # rate-limited (logsetup)
 
 DEFAULT_SOCKET_DIR = "/var/run/wireguard"
-MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# A set request's body is read whole before it is checked (a request is
+# applied whole or not at all).  wireguard-go reads without a bound; this
+# one (about 18 million allowed_ip lines) is far above any configuration
+# seen, and above it the answer is ENOMEM.
+MAX_REQUEST_BYTES = 512 * 1024 * 1024
 _COUNTER_NAME_RE = re.compile(r"^[a-z0-9_]+$")
 _INFO_VALUE_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 # How long a request works on the event loop before it lets everything else
