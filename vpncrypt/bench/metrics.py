@@ -33,8 +33,8 @@ import statistics
 import sys
 import time
 
-from vpncrypt.bench.tunnel import INNER, BenchError, Lab, Node, _wait_tunnel
-from vpncrypt.bench.uapi import PROBE_PORT, _uapi, longest_gap, read_arrivals
+from vpncrypt.bench.tunnel import BenchError, Lab, Node, _wait_tunnel
+from vpncrypt.bench.uapi import _uapi, longest_gap, read_arrivals, start_probe
 from vpncrypt.selfcmd import python_command
 
 METRICS = ("127.0.0.1", 9586)
@@ -88,15 +88,7 @@ def run(args, log) -> dict:
         if "errno=0" not in answer:
             raise BenchError(f"set of {args.peers} peers failed: {answer.strip()}")
         out = os.path.join(lab.tmp, "probe.bin")
-        recv = lab.spawn("probe-recv", "A", python_command(
-            f"from vpncrypt.bench.uapi import probe_recv; probe_recv({PROBE_PORT}, {out!r})"))
-        deadline = time.monotonic() + 10
-        while not os.path.exists(out + ".ready"):
-            if recv.poll() is not None or time.monotonic() > deadline:
-                raise BenchError(f"the probe receiver did not start: {lab.log_text('probe-recv')}")
-            time.sleep(0.05)
-        send = lab.spawn("probe-send", "B", python_command(
-            f"from vpncrypt.bench.uapi import probe_send; probe_send({INNER['A']!r}, {PROBE_PORT})"))
+        recv, send = start_probe(lab, "metrics", out)
         try:
             time.sleep(1.0)
             idle_t0 = time.monotonic()

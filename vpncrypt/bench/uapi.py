@@ -97,6 +97,22 @@ def probe_recv(port: int, out_path: str) -> None:
         arrivals.tofile(f)
 
 
+def start_probe(lab, name: str, out: str):
+    """The probe stream B -> A through the tunnel: a receiver in A that
+    records arrival times into `out`, then a sender in B; (receiver, sender)."""
+    recv = lab.spawn(f"probe-recv-{name}", "A", python_command(
+        f"from vpncrypt.bench.uapi import probe_recv; probe_recv({PROBE_PORT}, {out!r})"))
+    deadline = time.monotonic() + 10
+    while not os.path.exists(out + ".ready"):
+        if recv.poll() is not None or time.monotonic() > deadline:
+            raise BenchError("the probe receiver did not start: "
+                             f"{lab.log_text('probe-recv-' + name)}")
+        time.sleep(0.05)
+    send = lab.spawn(f"probe-send-{name}", "B", python_command(
+        f"from vpncrypt.bench.uapi import probe_send; probe_send({INNER['A']!r}, {PROBE_PORT})"))
+    return recv, send
+
+
 def read_arrivals(path: str):
     """The probe receiver's arrival times (doubles, as probe_receive writes them)."""
     import array
@@ -151,15 +167,7 @@ def run_gaps(lab: Lab, impl: str, index: int, args, log) -> dict:
     b.configure(a, 1420, initiator=False)
     _wait_tunnel(lab, a, b)
     out = os.path.join(lab.tmp, f"probe-{impl}.bin")
-    recv = lab.spawn(f"probe-recv-{impl}", "A", python_command(
-        f"from vpncrypt.bench.uapi import probe_recv; probe_recv({PROBE_PORT}, {out!r})"))
-    deadline = time.monotonic() + 10
-    while not os.path.exists(out + ".ready"):
-        if recv.poll() is not None or time.monotonic() > deadline:
-            raise BenchError(f"the probe receiver did not start: {lab.log_text('probe-recv-' + impl)}")
-        time.sleep(0.05)
-    send = lab.spawn(f"probe-send-{impl}", "B", python_command(
-        f"from vpncrypt.bench.uapi import probe_send; probe_send({INNER['A']!r}, {PROBE_PORT})"))
+    recv, send = start_probe(lab, impl, out)
     windows = []
     try:
         time.sleep(1.0)                                  # the stream flowing
