@@ -5,8 +5,15 @@ from setuptools import Extension, setup
 # links no crypto code and calls the cffi module's kernels through the table
 # vpncrypt.crypto hands it at import (native/vc_oneshot.h).
 # tests/arm64/run.sh cross-compiles it with these flags too (read from here).
-ONESHOT_CFLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                  "-Wno-missing-field-initializers", "-Wno-cast-function-type"]
+ONESHOT_CFLAGS = [
+    "-O2",
+    "-std=gnu11",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-Wno-missing-field-initializers",
+    "-Wno-cast-function-type",
+]
 oneshot = Extension(
     "vpncrypt._oneshot",
     sources=["native/pyext/oneshot.c"],

@@ -179,15 +179,17 @@ static int open_core(kernels k, uint8_t *pt, const uint8_t *ct, size_t len, cons
     return ok ? VC_OK : VC_ERR_AUTH;
 }
 
-/* XChaCha: subkey = HChaCha20(key, nonce[0..16]); nonce' = 0^4 || nonce[16..24]. */
-static void xchacha_state(const vc_chacha_impl *c, uint32_t st[16], const uint8_t key[32],
-                          const uint8_t nonce[24])
+/* XChaCha on the kernels in force, which it returns: st = the ChaCha20 state of
+ * subkey = HChaCha20(key, nonce[0..16]) and nonce' = 0^4 || nonce[16..24]. */
+static kernels xchacha_state(uint32_t st[16], const uint8_t key[32], const uint8_t nonce[24])
 {
+    kernels k = current_kernels();
     uint8_t subkey[32], n12[12] = {0};
-    hchacha(c, subkey, key, nonce, 20);
+    hchacha(k.c, subkey, key, nonce, 20);
     memcpy(n12 + 4, nonce + 16, 8);
     vc_chacha_init_state(st, subkey, 0, n12);
     vc_wipe(subkey, sizeof subkey);
+    return k;
 }
 
 VC_API int vc_aead_seal(uint8_t *ct, uint8_t tag[16], const uint8_t *pt, size_t len,
@@ -212,9 +214,8 @@ VC_API int vc_xaead_seal(uint8_t *ct, uint8_t tag[16], const uint8_t *pt, size_t
                          const uint8_t *aad, size_t aad_len,
                          const uint8_t key[32], const uint8_t nonce[24])
 {
-    kernels k = current_kernels();
     uint32_t st[16];
-    xchacha_state(k.c, st, key, nonce);
+    kernels k = xchacha_state(st, key, nonce);
     return seal_core(k, ct, tag, pt, len, aad, aad_len, st);
 }
 
@@ -222,33 +223,48 @@ VC_API int vc_xaead_open(uint8_t *pt, const uint8_t *ct, size_t len, const uint8
                          const uint8_t *aad, size_t aad_len,
                          const uint8_t key[32], const uint8_t nonce[24])
 {
-    kernels k = current_kernels();
     uint32_t st[16];
-    xchacha_state(k.c, st, key, nonce);
+    kernels k = xchacha_state(st, key, nonce);
     return open_core(k, pt, ct, len, tag, aad, aad_len, st);
 }
 
 /* ---- attached tag: what a language binding wants ---- */
 
-VC_API int vc_aead_seal_attached(uint8_t *out, const uint8_t *pt, size_t len,
-                                 const uint8_t *aad, size_t aad_len, const uint8_t key[32],
-                                 const uint8_t nonce[12])
+/* out = ciphertext || tag (len + 16 bytes) on the given kernels. */
+VC_INLINE int seal_attached(kernels k, uint8_t *out, const uint8_t *pt, size_t len,
+                            const uint8_t *aad, size_t aad_len, const uint8_t key[32],
+                            const uint8_t nonce[12])
 {
     uint32_t st[16];
     vc_chacha_init_state(st, key, 0, nonce);
-    return seal_core(current_kernels(), out, out + len, pt, len, aad, aad_len, st);
+    return seal_core(k, out, out + len, pt, len, aad, aad_len, st);
 }
 
-VC_API int vc_aead_open_attached(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
-                                 const uint8_t *aad, size_t aad_len, const uint8_t key[32],
-                                 const uint8_t nonce[12])
+/* sealed = ciphertext || tag (sealed_len >= 16) into sealed_len - 16 bytes of out. */
+VC_INLINE int open_attached(kernels k, uint8_t *out, const uint8_t *sealed, size_t sealed_len,
+                            const uint8_t *aad, size_t aad_len, const uint8_t key[32],
+                            const uint8_t nonce[12])
 {
     if (sealed_len < 16)
         return VC_ERR_LENGTH;
     size_t len = sealed_len - 16;
     uint32_t st[16];
     vc_chacha_init_state(st, key, 0, nonce);
-    return open_core(current_kernels(), out, sealed, len, sealed + len, aad, aad_len, st);
+    return open_core(k, out, sealed, len, sealed + len, aad, aad_len, st);
+}
+
+VC_API int vc_aead_seal_attached(uint8_t *out, const uint8_t *pt, size_t len,
+                                 const uint8_t *aad, size_t aad_len, const uint8_t key[32],
+                                 const uint8_t nonce[12])
+{
+    return seal_attached(current_kernels(), out, pt, len, aad, aad_len, key, nonce);
+}
+
+VC_API int vc_aead_open_attached(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
+                                 const uint8_t *aad, size_t aad_len, const uint8_t key[32],
+                                 const uint8_t nonce[12])
+{
+    return open_attached(current_kernels(), out, sealed, sealed_len, aad, aad_len, key, nonce);
 }
 
 VC_API int vc_xaead_seal_attached(uint8_t *out, const uint8_t *pt, size_t len,
@@ -268,103 +284,74 @@ VC_API int vc_xaead_open_attached(uint8_t *out, const uint8_t *sealed, size_t se
     return vc_xaead_open(out, sealed, len, sealed + len, aad, aad_len, key, nonce);
 }
 
-VC_API int vc_aead_seal_noad(uint8_t *out, const uint8_t *pt, size_t len, const uint8_t key[32],
-                             const uint8_t nonce[12])
-{
-    return vc_aead_seal_attached(out, pt, len, NULL, 0, key, nonce);
-}
-
-VC_API int vc_aead_open_noad(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
-                             const uint8_t key[32], const uint8_t nonce[12])
-{
-    return vc_aead_open_attached(out, sealed, sealed_len, NULL, 0, key, nonce);
-}
-
-VC_API int vc_xaead_seal_noad(uint8_t *out, const uint8_t *pt, size_t len, const uint8_t key[32],
-                              const uint8_t nonce[24])
-{
-    return vc_xaead_seal_attached(out, pt, len, NULL, 0, key, nonce);
-}
-
-VC_API int vc_xaead_open_noad(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
-                              const uint8_t key[32], const uint8_t nonce[24])
-{
-    return vc_xaead_open_attached(out, sealed, sealed_len, NULL, 0, key, nonce);
-}
-
 /* ---- batches: the kernels are read once per batch ---- */
 
-VC_API size_t vc_aead_seal_batch(vc_aead_item *it, size_t n)
+/* One attached-tag operation on the given kernels; `open` is a constant at
+ * every call site, so each batch below compiles to its own direct loop. */
+VC_INLINE int attached(int open, kernels k, uint8_t *out, const uint8_t *in, size_t in_len,
+                       const uint8_t *aad, size_t aad_len, const uint8_t key[32],
+                       const uint8_t nonce[12])
+{
+    return open ? open_attached(k, out, in, in_len, aad, aad_len, key, nonce)
+                : seal_attached(k, out, in, in_len, aad, aad_len, key, nonce);
+}
+
+VC_INLINE size_t run_batch(int open, vc_aead_item *it, size_t n)
 {
     kernels k = current_kernels();
     size_t ok = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t st[16];
-        vc_chacha_init_state(st, it[i].key, 0, it[i].nonce);
-        it[i].status = seal_core(k, it[i].out, it[i].out + it[i].in_len, it[i].input,
-                                 it[i].in_len, it[i].aad, it[i].aad_len, st);
+        it[i].status = attached(open, k, it[i].out, it[i].input, it[i].in_len, it[i].aad,
+                                it[i].aad_len, it[i].key, it[i].nonce);
         ok += it[i].status == VC_OK;
     }
     return ok;
+}
+
+/* Packed: the messages one after another in `in`, their results one after
+ * another in `out` (len + 16 bytes each sealing, len - 16 opening; nothing for
+ * an opened message shorter than a tag). */
+VC_INLINE size_t run_packed(int open, uint8_t *out, const uint8_t *in, const uint32_t *lens,
+                            size_t n, const uint8_t *nonces, const uint8_t *aad, size_t aad_len,
+                            const uint8_t key[32], int32_t *status)
+{
+    kernels k = current_kernels();
+    size_t ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = lens[i];
+        status[i] = attached(open, k, out, in, len, aad, aad_len, key, nonces + 12 * i);
+        ok += status[i] == VC_OK;
+        if (!open)
+            out += len + 16;
+        else if (len >= 16)
+            out += len - 16;
+        in += len;
+    }
+    return ok;
+}
+
+VC_API size_t vc_aead_seal_batch(vc_aead_item *it, size_t n)
+{
+    return run_batch(0, it, n);
 }
 
 VC_API size_t vc_aead_open_batch(vc_aead_item *it, size_t n)
 {
-    kernels k = current_kernels();
-    size_t ok = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (it[i].in_len < 16) {
-            it[i].status = VC_ERR_LENGTH;
-            continue;
-        }
-        size_t len = it[i].in_len - 16;
-        uint32_t st[16];
-        vc_chacha_init_state(st, it[i].key, 0, it[i].nonce);
-        it[i].status = open_core(k, it[i].out, it[i].input, len, it[i].input + len, it[i].aad,
-                                 it[i].aad_len, st);
-        ok += it[i].status == VC_OK;
-    }
-    return ok;
+    return run_batch(1, it, n);
 }
 
 VC_API size_t vc_aead_seal_packed(uint8_t *out, const uint8_t *in, const uint32_t *lens, size_t n,
                                   const uint8_t *nonces, const uint8_t *aad, size_t aad_len,
                                   const uint8_t key[32], int32_t *status)
 {
-    kernels k = current_kernels();
-    size_t ok = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t len = lens[i];
-        uint32_t st[16];
-        vc_chacha_init_state(st, key, 0, nonces + 12 * i);
-        status[i] = seal_core(k, out, out + len, in, len, aad, aad_len, st);
-        ok += status[i] == VC_OK;
-        in += len;
-        out += len + 16;
-    }
-    return ok;
+    return run_packed(0, out, in, lens, n, nonces, aad, aad_len, key, status);
 }
 
 VC_API size_t vc_aead_open_packed(uint8_t *out, const uint8_t *in, const uint32_t *lens, size_t n,
                                   const uint8_t *nonces, const uint8_t *aad, size_t aad_len,
                                   const uint8_t key[32], int32_t *status)
 {
-    kernels k = current_kernels();
-    size_t ok = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t len = lens[i];
-        if (len < 16) {
-            status[i] = VC_ERR_LENGTH;
-        } else {
-            uint32_t st[16];
-            vc_chacha_init_state(st, key, 0, nonces + 12 * i);
-            status[i] = open_core(k, out, in, len - 16, in + len - 16, aad, aad_len, st);
-            ok += status[i] == VC_OK;
-            out += len - 16;
-        }
-        in += len;
-    }
-    return ok;
+    return run_packed(1, out, in, lens, n, nonces, aad, aad_len, key, status);
 }
 
 /* ---- the one-shot table ---- */

@@ -4,6 +4,7 @@ setuptools runs it through ``cffi_modules`` in setup.py; ``emit_c_code`` is used
 the arm64 cross build (tests/arm64/run.sh), which compiles the same sources with
 aarch64-linux-gnu-gcc.
 """
+
 import os
 import re
 import sys
@@ -14,20 +15,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Kernel and core sources: every .c file directly in native/ (bench/ and fuzz/
 # hold stand-alone programs).  Files for another architecture compile to nothing.
-SOURCES = sorted(
-    os.path.join("native", f) for f in os.listdir(HERE) if f.endswith(".c")
-)
+SOURCES = sorted(os.path.join("native", f) for f in os.listdir(HERE) if f.endswith(".c"))
 
 # -O3 only: SIMD kernels carry their own target attributes, so the module runs on
 # any CPU of the architecture.
-CFLAGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wextra",
-          "-Wno-unused-parameter", "-fvisibility=hidden"]
+CFLAGS = [
+    "-O3",
+    "-std=gnu11",
+    "-fno-strict-aliasing",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-fvisibility=hidden",
+]
 
 
 # The public headers, in order: the crypto core, the batch socket/TUN I/O, the TUN
-# offloads (vnet header split and coalesce), and the WireGuard transport fast path.
+# offloads (vnet header split and coalesce), the WireGuard transport fast path, and
+# the loopback bench's packet source and sink (`vpncrypt loopback-bench`).
 # Their declarations are the cffi cdef.
-PUBLIC_HEADERS = ["vpncrypt.h", "vc_io.h", "vc_offload.h", "vc_wg.h", "vc_traffic.h"]
+PUBLIC_HEADERS = ["vpncrypt.h", "vc_io.h", "vc_offload.h", "vc_wg.h", "vc_loopback.h"]
 
 
 def cdef_source() -> str:
@@ -49,8 +56,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(cdef_source())
 ffibuilder.set_source(
     "vpncrypt._native",
-    "".join(f'#include "{h}"\n' for h in PUBLIC_HEADERS
-            if os.path.exists(os.path.join(HERE, h))),
+    "".join(f'#include "{h}"\n' for h in PUBLIC_HEADERS if os.path.exists(os.path.join(HERE, h))),
     sources=SOURCES,
     include_dirs=["native"],
     extra_compile_args=CFLAGS,

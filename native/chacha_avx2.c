@@ -16,6 +16,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include "vc_internal.h"
+#include "chacha_x86.h"
 
 #define TGT __attribute__((target("avx2")))
 #define TGT_INLINE static inline __attribute__((always_inline, target("avx2")))
@@ -79,15 +80,6 @@ TGT_INLINE void xor_partial(uint8_t *dst, const uint8_t *src, size_t n, __m256i 
     const __m256i rot8 = _mm256_setr_epi8(3, 0, 1, 2, 7, 4, 5, 6, 11, 8, 9, 10, 15, 12, 13, 14, \
                                           3, 0, 1, 2, 7, 4, 5, 6, 11, 8, 9, 10, 15, 12, 13, 14)
 
-/* 4x4 dword transpose inside each 128-bit lane. */
-#define T4X4(a, b, c, d)                                                        \
-    do {                                                                        \
-        __m256i t0_ = _mm256_unpacklo_epi32(a, b), t1_ = _mm256_unpackhi_epi32(a, b); \
-        __m256i t2_ = _mm256_unpacklo_epi32(c, d), t3_ = _mm256_unpackhi_epi32(c, d); \
-        a = _mm256_unpacklo_epi64(t0_, t2_); b = _mm256_unpackhi_epi64(t0_, t2_); \
-        c = _mm256_unpacklo_epi64(t1_, t3_); d = _mm256_unpackhi_epi64(t1_, t3_); \
-    } while (0)
-
 /* ---------------- 8 blocks, one per ymm lane; len in 1..512 ---------------- */
 /* (with otk: len in 0..448) */
 static TGT void pass8(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len,
@@ -106,25 +98,14 @@ static TGT void pass8(uint8_t *otk, uint8_t *dst, const uint8_t *src, size_t len
     __m256i x15 = _mm256_set1_epi32((int)st[15]);
     const __m256i ctrv = x12;
     for (int i = 0; i < rounds; i += 2) {
-        QR(x0, x4, x8, x12);
-        QR(x1, x5, x9, x13);
-        QR(x2, x6, x10, x14);
-        QR(x3, x7, x11, x15);
-        QR(x0, x5, x10, x15);
-        QR(x1, x6, x11, x12);
-        QR(x2, x7, x8, x13);
-        QR(x3, x4, x9, x14);
+        VC_CHACHA_DOUBLE_ROUND(QR);
     }
 #define FF(i) x##i = ADD(x##i, _mm256_set1_epi32((int)st[i]))
     FF(0); FF(1); FF(2); FF(3); FF(4); FF(5); FF(6); FF(7);
     FF(8); FF(9); FF(10); FF(11); FF(13); FF(14); FF(15);
 #undef FF
     x12 = ADD(x12, ctrv);
-    /* Lane k of x(4g+m) -> words 4g..4g+3 of block 4k+m. */
-    T4X4(x0, x1, x2, x3);
-    T4X4(x4, x5, x6, x7);
-    T4X4(x8, x9, x10, x11);
-    T4X4(x12, x13, x14, x15);
+    VC_T4X4_ALL(256);
     /* Block m: lo half = (x_m lane0 | x_{4+m} lane0), hi half = (x_{8+m} | x_{12+m});
      * block 4+m: the same with lane 1. */
 #define LO(p, q) _mm256_permute2x128_si256(p, q, 0x20)
@@ -196,10 +177,7 @@ static TGT void chacha_avx2_stream(uint8_t *dst, const uint8_t *src, size_t len,
                                    const uint32_t st[16], int rounds)
 {
     uint32_t ctr = st[12];
-    while (len >= 512) {
-        pass8(NULL, dst, src, 512, st, ctr, rounds);
-        ctr += 8; dst += 512; src += 512; len -= 512;
-    }
+    VC_CHACHA_WHOLE_PASSES(pass8, 8)
     if (len > 256)
         pass8(NULL, dst, src, len, st, ctr, rounds);
     else if (len > 128)
@@ -221,13 +199,7 @@ static TGT void chacha_avx2_stream_otk(uint8_t otk[32], uint8_t *dst, const uint
         row4(otk, dst, src, first, st, ctr, rounds);
     else
         row2(otk, dst, src, first, st, ctr, rounds);
-    if (len > first) {
-        uint32_t rest[16];
-        memcpy(rest, st, sizeof rest);
-        rest[12] = ctr + 8;
-        chacha_avx2_stream(dst + first, src + first, len - first, rest, rounds);
-        vc_wipe(rest, sizeof rest);
-    }
+    VC_CHACHA_OTK_REST(chacha_avx2_stream, 8)
 }
 
 const vc_chacha_impl vc_chacha_avx2_impl = {

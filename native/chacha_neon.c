@@ -97,17 +97,24 @@ VC_INLINE uint32x4_t rot16v(uint32x4_t x)
                                : vaddq_u32(x##a, vsriq_n_u32(ps##b, px##b, 25)))
 #define V_D_XOR_ROT16(a, d) (x##d = rot16v(veorq_u32(x##d, x##a)))
 #define V_C_ADD_D(c, d)  (x##c = vaddq_u32(x##c, x##d))
+/* rot = rotl(t, n), then sum += rot.  fuse: sum takes t's two halves itself
+ * (a shift-right-accumulate and an add), so it need not wait for rot; the
+ * same value either way. */
+#define V_ROTL_ADD(rot, sum, t, n, fuse)                                          \
+    do {                                                                          \
+        uint32x4_t s_ = vshlq_n_u32(t, n);                                        \
+        if (fuse) {                                                               \
+            sum = vaddq_u32(vsraq_n_u32(sum, t, 32 - (n)), s_);                   \
+            rot = vsriq_n_u32(s_, t, 32 - (n));                                   \
+        } else {                                                                  \
+            rot = vsriq_n_u32(s_, t, 32 - (n));                                   \
+            sum = vaddq_u32(sum, rot);                                            \
+        }                                                                         \
+    } while (0)
 #define V_B_ROT12(a, b, c)                                                        \
     do {                                                                          \
         uint32x4_t t_ = veorq_u32(vsriq_n_u32(ps##b, px##b, 25), x##c);           \
-        uint32x4_t s_ = vshlq_n_u32(t_, 12);                                      \
-        if (VC_NEON_FUSE & 1) {                                                   \
-            x##a = vaddq_u32(vsraq_n_u32(x##a, t_, 20), s_);                      \
-            x##b = vsriq_n_u32(s_, t_, 20);                                       \
-        } else {                                                                  \
-            x##b = vsriq_n_u32(s_, t_, 20);                                       \
-            x##a = vaddq_u32(x##a, x##b);                                         \
-        }                                                                         \
+        V_ROTL_ADD(x##b, x##a, t_, 12, VC_NEON_FUSE & 1);                         \
     } while (0)
 #define V_D_ROT8_C(a, c, d)                                                       \
     do {                                                                          \
@@ -116,14 +123,7 @@ VC_INLINE uint32x4_t rot16v(uint32x4_t x)
             x##d = U32(vqtbl1q_u8(U8(t_), r8));                                   \
             x##c = vaddq_u32(x##c, x##d);                                         \
         } else {                                                                  \
-            uint32x4_t s_ = vshlq_n_u32(t_, 8);                                   \
-            if (VC_NEON_FUSE & 2) {                                               \
-                x##c = vaddq_u32(vsraq_n_u32(x##c, t_, 24), s_);                  \
-                x##d = vsriq_n_u32(s_, t_, 24);                                   \
-            } else {                                                              \
-                x##d = vsriq_n_u32(s_, t_, 24);                                   \
-                x##c = vaddq_u32(x##c, x##d);                                     \
-            }                                                                     \
+            V_ROTL_ADD(x##d, x##c, t_, 8, VC_NEON_FUSE & 2);                      \
         }                                                                         \
     } while (0)
 #define V_B_ROT7(b, c)                                                            \

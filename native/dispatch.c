@@ -32,82 +32,109 @@ static const vc_chacha_impl *const chacha_all[] = {
     &vc_chacha_generic_impl, &vc_chacha_neon4_impl, &vc_chacha_neon_impl,
     &vc_chacha_avx2_impl, &vc_chacha_avx512_impl,
 };
-static const vc_poly1305_impl *const poly_all[] = {
+static const vc_poly1305_impl *const poly1305_all[] = {
     &vc_poly1305_generic_impl, &vc_poly1305_neon_impl,
     &vc_poly1305_avx2_impl, &vc_poly1305_avx512_impl,
 };
 static const vc_nh_impl *const nh_all[] = {
     &vc_nh_generic_impl, &vc_nh_neon_impl, &vc_nh_avx2_impl,
 };
-#define N_CHACHA (sizeof chacha_all / sizeof chacha_all[0])
-#define N_POLY (sizeof poly_all / sizeof poly_all[0])
-#define N_NH (sizeof nh_all / sizeof nh_all[0])
+/* One registry per primitive P (chacha, poly1305, nh) over its table P_all of
+ * kernel type T: the kernels compiled in (P_tab, P_n, written once by setup()
+ * and read-only afterwards), the one in use (P_cur, NULL until setup() has
+ * run) and the one that served this thread's last operation (P_last), with
+ * the entry points vc_P_impl_count/_name/_available/_active/_select,
+ * vc_P_current (the fast path: one acquire load; setup() runs on the first
+ * call only) and vc_last_P_impl. */
+static void ensure_setup(void);
 
-/* Written once by setup(), read-only afterwards. */
-static const vc_chacha_impl *chacha_tab[N_CHACHA];
-static const vc_poly1305_impl *poly_tab[N_POLY];
-static const vc_nh_impl *nh_tab[N_NH];
-static int n_chacha, n_poly, n_nh;
+#define VC_REGISTRY(P, T)                                                       \
+    static const T *P##_tab[sizeof P##_all / sizeof P##_all[0]];                \
+    static int P##_n;                                                           \
+    static _Atomic(const T *) P##_cur;                                          \
+    static __thread const T *P##_last;                                          \
+    static int P##_avail(int i)                                                 \
+    {                                                                           \
+        return !P##_tab[i]->available || P##_tab[i]->available();               \
+    }                                                                           \
+    /* the kernels compiled in, in table order; the last one this CPU runs */  \
+    static int P##_setup(void)                                                  \
+    {                                                                           \
+        int n = 0, best = 0;                                                    \
+        for (size_t i = 0; i < sizeof P##_all / sizeof P##_all[0]; i++)         \
+            if (P##_all[i])                                                     \
+                P##_tab[n++] = P##_all[i];                                      \
+        P##_n = n;                                                              \
+        for (int i = 0; i < n; i++)                                             \
+            if (P##_avail(i))                                                   \
+                best = i;                                                       \
+        return best;                                                            \
+    }                                                                           \
+    static int P##_index(const T *impl)                                         \
+    {                                                                           \
+        for (int i = 0; i < P##_n; i++)                                         \
+            if (P##_tab[i] == impl)                                             \
+                return i;                                                       \
+        return -1;                                                              \
+    }                                                                           \
+    VC_API int vc_##P##_impl_count(void)                                        \
+    {                                                                           \
+        ensure_setup();                                                         \
+        return P##_n;                                                           \
+    }                                                                           \
+    VC_API const char *vc_##P##_impl_name(int i)                                \
+    {                                                                           \
+        ensure_setup();                                                         \
+        return (i >= 0 && i < P##_n) ? P##_tab[i]->name : NULL;                 \
+    }                                                                           \
+    VC_API int vc_##P##_impl_available(int i)                                   \
+    {                                                                           \
+        ensure_setup();                                                         \
+        return i >= 0 && i < P##_n && P##_avail(i);                             \
+    }                                                                           \
+    const T *vc_##P##_current(void)                                             \
+    {                                                                           \
+        const T *c = atomic_load_explicit(&P##_cur, memory_order_acquire);      \
+        if (__builtin_expect(c == NULL, 0)) {                                   \
+            ensure_setup();                                                     \
+            c = atomic_load_explicit(&P##_cur, memory_order_acquire);           \
+        }                                                                       \
+        return c;                                                               \
+    }                                                                           \
+    VC_API int vc_##P##_impl_active(void)                                       \
+    {                                                                           \
+        return P##_index(vc_##P##_current());                                   \
+    }                                                                           \
+    VC_API int vc_##P##_impl_select(int i)                                      \
+    {                                                                           \
+        if (!vc_##P##_impl_available(i))                                        \
+            return VC_ERR_IMPL;                                                 \
+        atomic_store_explicit(&P##_cur, P##_tab[i], memory_order_release);      \
+        return VC_OK;                                                           \
+    }                                                                           \
+    VC_API int vc_last_##P##_impl(void)                                         \
+    {                                                                           \
+        ensure_setup();                                                         \
+        return P##_last ? P##_index(P##_last) : -1;                             \
+    }
+
+VC_REGISTRY(chacha, vc_chacha_impl)
+VC_REGISTRY(poly1305, vc_poly1305_impl)
+VC_REGISTRY(nh, vc_nh_impl)
+
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
-
-/* The kernels in use; NULL until setup() has run. */
-static _Atomic(const vc_chacha_impl *) chacha_cur;
-static _Atomic(const vc_poly1305_impl *) poly_cur;
-static _Atomic(const vc_nh_impl *) nh_cur;
-
-/* The kernels that served this thread's last operation (vc_last_*_impl). */
-static __thread const vc_chacha_impl *last_chacha;
-static __thread const vc_poly1305_impl *last_poly;
-static __thread const vc_nh_impl *last_nh;
-
-static int chacha_avail(int i)
-{
-    return !chacha_tab[i]->available || chacha_tab[i]->available();
-}
-
-static int poly_avail(int i)
-{
-    return !poly_tab[i]->available || poly_tab[i]->available();
-}
-
-static int nh_avail(int i)
-{
-    return !nh_tab[i]->available || nh_tab[i]->available();
-}
 
 static void setup(void)
 {
-    int nc = 0, np = 0;
-    for (size_t i = 0; i < N_CHACHA; i++)
-        if (chacha_all[i])
-            chacha_tab[nc++] = chacha_all[i];
-    for (size_t i = 0; i < N_POLY; i++)
-        if (poly_all[i])
-            poly_tab[np++] = poly_all[i];
-    n_chacha = nc;
-    n_poly = np;
-    int best = 0;
-    for (int i = 0; i < nc; i++)
-        if (chacha_avail(i))
-            best = i;
+    int best = chacha_setup();
     const char *want = vc_chacha_preferred_name();
-    for (int i = 0; want && i < nc; i++)
+    for (int i = 0; want && i < chacha_n; i++)
         if (chacha_avail(i) && strcmp(chacha_tab[i]->name, want) == 0)
             best = i;
-    int pbest = 0;
-    for (int i = 0; i < np; i++)
-        if (poly_avail(i))
-            pbest = i;
-    int nn = 0, nbest = 0;
-    for (size_t i = 0; i < N_NH; i++)
-        if (nh_all[i])
-            nh_tab[nn++] = nh_all[i];
-    n_nh = nn;
-    for (int i = 0; i < nn; i++)
-        if (nh_avail(i))
-            nbest = i;
+    int pbest = poly1305_setup();
+    int nbest = nh_setup();
     atomic_store_explicit(&nh_cur, nh_tab[nbest], memory_order_release);
-    atomic_store_explicit(&poly_cur, poly_tab[pbest], memory_order_release);
+    atomic_store_explicit(&poly1305_cur, poly1305_tab[pbest], memory_order_release);
     atomic_store_explicit(&chacha_cur, chacha_tab[best], memory_order_release);
 }
 
@@ -116,180 +143,13 @@ static void ensure_setup(void)
     pthread_once(&setup_once, setup);
 }
 
-VC_API int vc_chacha_impl_count(void)
-{
-    ensure_setup();
-    return n_chacha;
-}
-
-VC_API const char *vc_chacha_impl_name(int i)
-{
-    ensure_setup();
-    return (i >= 0 && i < n_chacha) ? chacha_tab[i]->name : NULL;
-}
-
-VC_API int vc_chacha_impl_available(int i)
-{
-    ensure_setup();
-    return i >= 0 && i < n_chacha && chacha_avail(i);
-}
-
-static int chacha_index(const vc_chacha_impl *impl)
-{
-    for (int i = 0; i < n_chacha; i++)
-        if (chacha_tab[i] == impl)
-            return i;
-    return -1;
-}
-
-static int poly_index(const vc_poly1305_impl *impl)
-{
-    for (int i = 0; i < n_poly; i++)
-        if (poly_tab[i] == impl)
-            return i;
-    return -1;
-}
-
-VC_API int vc_chacha_impl_active(void)
-{
-    return chacha_index(vc_chacha_current());
-}
-
-VC_API int vc_chacha_impl_select(int i)
-{
-    if (!vc_chacha_impl_available(i))
-        return VC_ERR_IMPL;
-    atomic_store_explicit(&chacha_cur, chacha_tab[i], memory_order_release);
-    return VC_OK;
-}
-
-VC_API int vc_poly1305_impl_count(void)
-{
-    ensure_setup();
-    return n_poly;
-}
-
-VC_API const char *vc_poly1305_impl_name(int i)
-{
-    ensure_setup();
-    return (i >= 0 && i < n_poly) ? poly_tab[i]->name : NULL;
-}
-
-VC_API int vc_poly1305_impl_available(int i)
-{
-    ensure_setup();
-    return i >= 0 && i < n_poly && poly_avail(i);
-}
-
-VC_API int vc_poly1305_impl_active(void)
-{
-    return poly_index(vc_poly1305_current());
-}
-
-VC_API int vc_poly1305_impl_select(int i)
-{
-    if (!vc_poly1305_impl_available(i))
-        return VC_ERR_IMPL;
-    atomic_store_explicit(&poly_cur, poly_tab[i], memory_order_release);
-    return VC_OK;
-}
-
-/* The fast path is one acquire load; setup() runs on the first call only. */
-const vc_chacha_impl *vc_chacha_current(void)
-{
-    const vc_chacha_impl *c = atomic_load_explicit(&chacha_cur, memory_order_acquire);
-    if (__builtin_expect(c == NULL, 0)) {
-        ensure_setup();
-        c = atomic_load_explicit(&chacha_cur, memory_order_acquire);
-    }
-    return c;
-}
-
-const vc_poly1305_impl *vc_poly1305_current(void)
-{
-    const vc_poly1305_impl *p = atomic_load_explicit(&poly_cur, memory_order_acquire);
-    if (__builtin_expect(p == NULL, 0)) {
-        ensure_setup();
-        p = atomic_load_explicit(&poly_cur, memory_order_acquire);
-    }
-    return p;
-}
-
 void vc_note_kernels(const vc_chacha_impl *c, const vc_poly1305_impl *p)
 {
-    last_chacha = c;
-    last_poly = p;
-}
-
-VC_API int vc_last_chacha_impl(void)
-{
-    ensure_setup();
-    return last_chacha ? chacha_index(last_chacha) : -1;
-}
-
-VC_API int vc_last_poly1305_impl(void)
-{
-    ensure_setup();
-    return last_poly ? poly_index(last_poly) : -1;
-}
-
-/* ---- NH (vc_nh.h): the same registry, for NHPoly1305 and Adiantum ---- */
-VC_API int vc_nh_impl_count(void)
-{
-    ensure_setup();
-    return n_nh;
-}
-
-VC_API const char *vc_nh_impl_name(int i)
-{
-    ensure_setup();
-    return (i >= 0 && i < n_nh) ? nh_tab[i]->name : NULL;
-}
-
-VC_API int vc_nh_impl_available(int i)
-{
-    ensure_setup();
-    return i >= 0 && i < n_nh && nh_avail(i);
-}
-
-static int nh_index(const vc_nh_impl *impl)
-{
-    for (int i = 0; i < n_nh; i++)
-        if (nh_tab[i] == impl)
-            return i;
-    return -1;
-}
-
-VC_API int vc_nh_impl_active(void)
-{
-    return nh_index(vc_nh_current());
-}
-
-VC_API int vc_nh_impl_select(int i)
-{
-    if (!vc_nh_impl_available(i))
-        return VC_ERR_IMPL;
-    atomic_store_explicit(&nh_cur, nh_tab[i], memory_order_release);
-    return VC_OK;
-}
-
-const vc_nh_impl *vc_nh_current(void)
-{
-    const vc_nh_impl *n = atomic_load_explicit(&nh_cur, memory_order_acquire);
-    if (__builtin_expect(n == NULL, 0)) {
-        ensure_setup();
-        n = atomic_load_explicit(&nh_cur, memory_order_acquire);
-    }
-    return n;
+    chacha_last = c;
+    poly1305_last = p;
 }
 
 void vc_note_nh(const vc_nh_impl *n)
 {
-    last_nh = n;
-}
-
-VC_API int vc_last_nh_impl(void)
-{
-    ensure_setup();
-    return last_nh ? nh_index(last_nh) : -1;
+    nh_last = n;
 }

@@ -31,8 +31,6 @@ typedef struct {
     uint64_t  have_pow;  /* rp valid */
 } poly_avx2;
 
-_Static_assert(sizeof(poly_avx2) <= sizeof(vc_poly1305_state), "state too small");
-
 /* ---- vector ---- */
 
 typedef struct { __m256i l[5]; } v5;
@@ -108,15 +106,11 @@ static inline TAVX2 v5 split(__m256i a, __m256i b, __m256i hib)
 
 static TAVX2 __attribute__((noinline)) void compute_powers(poly_avx2 *p)
 {
-    uint64_t r2[3], r3[3], r4[3];
-    vc_poly44_mul(r2, p->base.r, p->base.r);
-    vc_poly44_mul(r3, r2, p->base.r);
-    vc_poly44_mul(r4, r2, r2);
     /* lanes (positions 0,2,1,3) = r^4, r^2, r^3, r^1 */
-    __m256i l0 = _mm256_set_epi64x((long long)p->base.r[0], (long long)r3[0], (long long)r2[0], (long long)r4[0]);
-    __m256i l1 = _mm256_set_epi64x((long long)p->base.r[1], (long long)r3[1], (long long)r2[1], (long long)r4[1]);
-    __m256i l2 = _mm256_set_epi64x((long long)p->base.r[2], (long long)r3[2], (long long)r2[2], (long long)r4[2]);
-    v5 t = to26(l0, l1, l2);
+    __m256i l[3];
+    uint64_t r4[3];
+    vc_poly44_power_lanes(&p->base, (const int[4]){4, 2, 3, 1}, l, r4);
+    v5 t = to26(l[0], l[1], l[2]);
     for (int k = 0; k < 5; k++) p->rp[k] = t.l[k];
     p->have_pow = 1;
 }
@@ -184,48 +178,13 @@ static TAVX2 void vec_blocks(poly_avx2 *p, const uint8_t *m, size_t n)
         x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
         l[k] = (uint64_t)_mm_cvtsi128_si64(x);
     }
-    /* back to radix 2^44 */
-    uint64_t t, c, h0, h1, h2;
-    t = l[0] + (l[1] << 26);                 h0 = t & VC_M44; c = t >> 44;
-    t = c + (l[2] << 8) + (l[3] << 34);      h1 = t & VC_M44; c = t >> 44;
-    h2 = c + (l[4] << 16);
-    c = h2 >> 42; h2 &= VC_M42; h0 += c * 5;
-    c = h0 >> 44; h0 &= VC_M44; h1 += c;
-    p->base.h[0] = h0; p->base.h[1] = h1; p->base.h[2] = h2;
+    vc_poly44_set_hash26(&p->base, l);
 }
 
 /* ---- interface ---- */
 
-static void init(vc_poly1305_state *st, const uint8_t key[32])
-{
-    poly_avx2 *p = (poly_avx2 *)st->opaque;
-    vc_poly44_init(&p->base, key);
-    p->have_pow = 0;
-}
-
-static TAVX2 void bulk(void *ctx, const uint8_t *m, size_t n)
-{
-    poly_avx2 *p = ctx;
-    if (n >= AVX2_MIN_BLOCKS) vec_blocks(p, m, n);
-    else vc_poly44_blocks(&p->base, m, n, 1);
-}
-
-static void update(vc_poly1305_state *st, const uint8_t *m, size_t len)
-{
-    poly_avx2 *p = (poly_avx2 *)st->opaque;
-    vc_poly44_update(&p->base, m, len, bulk, p);
-}
-
-static void final(vc_poly1305_state *st, uint8_t tag[16])
-{
-    poly_avx2 *p = (poly_avx2 *)st->opaque;
-    vc_poly44_finish(&p->base, tag);
-    vc_wipe(p, sizeof *p);
-}
-
-const vc_poly1305_impl vc_poly1305_avx2_impl = {
-    "avx2", init, update, final, vc_cpu_has_avx2,
-};
+VC_POLY44_KERNEL(poly_avx2, have_pow, TAVX2, vec_blocks, AVX2_MIN_BLOCKS, 1,
+                 vc_poly1305_avx2_impl, "avx2", vc_cpu_has_avx2)
 
 #else
 typedef int vc_poly1305_avx2_unused;

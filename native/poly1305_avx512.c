@@ -32,8 +32,6 @@ typedef struct {
     uint64_t  have_pow;  /* rp valid */
 } poly_512;
 
-_Static_assert(sizeof(poly_512) <= sizeof(vc_poly1305_state), "state too small");
-
 /* ---- vector ---- */
 
 typedef struct { __m512i l0, l1, l2; } v3;
@@ -104,14 +102,11 @@ static inline T512 v3 split(__m512i t0, __m512i t1, __m512i hib)
 
 static T512 __attribute__((noinline)) void compute_powers(poly_512 *p)
 {
-    uint64_t r2[3], r3[3], r4[3];
-    vc_poly44_mul(r2, p->base.r, p->base.r);
-    vc_poly44_mul(r3, r2, p->base.r);
-    vc_poly44_mul(r4, r2, r2);
     /* [r^4, r^3, r^2, r^1] * r^4 = [r^8, r^7, r^6, r^5], 4 lanes */
-    __m256i a0 = _mm256_set_epi64x((long long)p->base.r[0], (long long)r2[0], (long long)r3[0], (long long)r4[0]);
-    __m256i a1 = _mm256_set_epi64x((long long)p->base.r[1], (long long)r2[1], (long long)r3[1], (long long)r4[1]);
-    __m256i a2 = _mm256_set_epi64x((long long)p->base.r[2], (long long)r2[2], (long long)r3[2], (long long)r4[2]);
+    __m256i a[3];
+    uint64_t r4[3];
+    vc_poly44_power_lanes(&p->base, (const int[4]){4, 3, 2, 1}, a, r4);
+    __m256i a0 = a[0], a1 = a[1], a2 = a[2];
     v3 x = {_mm512_zextsi256_si512(a0), _mm512_zextsi256_si512(a1), _mm512_zextsi256_si512(a2)};
     __m512i y0 = _mm512_set1_epi64((long long)r4[0]);
     __m512i y1 = _mm512_set1_epi64((long long)r4[1]);
@@ -176,49 +171,14 @@ static T512 void vec_blocks(poly_512 *p, const uint8_t *m, size_t n)
     v3 none = {zero, zero, zero};
     h = vmul(h, rp0, rp1, rp2, times20(rp1), times20(rp2), none);
 
-    uint64_t h0 = (uint64_t)_mm512_reduce_add_epi64(h.l0);
-    uint64_t h1 = (uint64_t)_mm512_reduce_add_epi64(h.l1);
-    uint64_t h2 = (uint64_t)_mm512_reduce_add_epi64(h.l2);
-    uint64_t c;
-    c = h0 >> 44; h0 &= VC_M44; h1 += c;
-    c = h1 >> 44; h1 &= VC_M44; h2 += c;
-    c = h2 >> 42; h2 &= VC_M42; h0 += c * 5;
-    c = h0 >> 44; h0 &= VC_M44; h1 += c;
-    p->base.h[0] = h0; p->base.h[1] = h1; p->base.h[2] = h2;
+    vc_poly44_set_hash(&p->base, (uint64_t)_mm512_reduce_add_epi64(h.l0),
+                       (uint64_t)_mm512_reduce_add_epi64(h.l1), (uint64_t)_mm512_reduce_add_epi64(h.l2));
 }
 
 /* ---- interface ---- */
 
-static void init(vc_poly1305_state *st, const uint8_t key[32])
-{
-    poly_512 *p = (poly_512 *)st->opaque;
-    vc_poly44_init(&p->base, key);
-    p->have_pow = 0;
-}
-
-static T512 void bulk(void *ctx, const uint8_t *m, size_t n)
-{
-    poly_512 *p = ctx;
-    if (n >= AVX512_MIN_BLOCKS) vec_blocks(p, m, n);
-    else vc_poly44_blocks(&p->base, m, n, 1);
-}
-
-static void update(vc_poly1305_state *st, const uint8_t *m, size_t len)
-{
-    poly_512 *p = (poly_512 *)st->opaque;
-    vc_poly44_update(&p->base, m, len, bulk, p);
-}
-
-static void final(vc_poly1305_state *st, uint8_t tag[16])
-{
-    poly_512 *p = (poly_512 *)st->opaque;
-    vc_poly44_finish(&p->base, tag);
-    vc_wipe(p, sizeof *p);
-}
-
-const vc_poly1305_impl vc_poly1305_avx512_impl = {
-    "avx512", init, update, final, vc_cpu_has_avx512ifma,
-};
+VC_POLY44_KERNEL(poly_512, have_pow, T512, vec_blocks, AVX512_MIN_BLOCKS, 1,
+                 vc_poly1305_avx512_impl, "avx512", vc_cpu_has_avx512ifma)
 
 #else
 typedef int vc_poly1305_avx512_unused;

@@ -23,8 +23,6 @@ typedef struct {
     int       have_pw;
 } poly_neon;
 
-_Static_assert(sizeof(poly_neon) <= sizeof(vc_poly1305_state), "state too small");
-
 /* radix 2^44 (carried) -> radix 2^26 */
 static void to26(uint32_t o[5], const uint64_t a[3])
 {
@@ -39,18 +37,10 @@ static void to26(uint32_t o[5], const uint64_t a[3])
     o[4] = (uint32_t)((hi >> 40) | ((a2 >> 40) << 24));
 }
 
-static void pn_init(vc_poly1305_state *st, const uint8_t key[32])
-{
-    poly_neon *p = (poly_neon *)st->opaque;
-    vc_poly44_init(&p->base, key);
-    p->have_pw = 0;
-}
-
 static void powers(poly_neon *p)
 {
     uint64_t r2[3], r4[3];
-    vc_poly44_mul(r2, p->base.r, p->base.r);
-    vc_poly44_mul(r4, r2, r2);
+    vc_poly44_powers(&p->base, r2, NULL, r4);
     to26(p->pw[0], p->base.r);
     to26(p->pw[1], r2);
     to26(p->pw[2], r4);
@@ -165,38 +155,11 @@ static void blocks_neon(poly_neon *p, const uint8_t *m, size_t n)
     c = e[1] >> 26; e[1] &= M26; e[2] += c;
     c = e[2] >> 26; e[2] &= M26; e[3] += c;
     c = e[3] >> 26; e[3] &= M26; e[4] += c;
-    c = e[4] >> 26; e[4] &= M26; e[0] += c * 5;
-    c = e[0] >> 26; e[0] &= M26; e[1] += c;
-    /* radix 2^26 -> 2^44 (limbs may be a little over) */
-    p->base.h[0] = e[0] + ((e[1] & 0x3ffff) << 26);
-    p->base.h[1] = (e[1] >> 18) + (e[2] << 8) + ((e[3] & 0x3ff) << 34);
-    p->base.h[2] = (e[3] >> 10) + (e[4] << 16);
+    c = e[4] >> 26; e[4] &= M26; e[0] += c * 5;     /* e0 < 2^37, e1..e4 < 2^26 */
+    vc_poly44_set_hash26(&p->base, e);
 }
 
-static void run_blocks(void *ctx, const uint8_t *m, size_t n)
-{
-    poly_neon *p = ctx;
-    if (n >= NEON_MIN_BLOCKS) {
-        size_t even = n & ~(size_t)1;
-        blocks_neon(p, m, even);
-        m += 16 * even; n -= even;
-    }
-    if (n) vc_poly44_blocks(&p->base, m, n, 1);
-}
-
-static void pn_update(vc_poly1305_state *st, const uint8_t *m, size_t len)
-{
-    poly_neon *p = (poly_neon *)st->opaque;
-    vc_poly44_update(&p->base, m, len, run_blocks, p);
-}
-
-static void pn_final(vc_poly1305_state *st, uint8_t tag[16])
-{
-    poly_neon *p = (poly_neon *)st->opaque;
-    vc_poly44_finish(&p->base, tag);
-    vc_wipe(p, sizeof *p);
-}
-
-const vc_poly1305_impl vc_poly1305_neon_impl = {
-    .name = "neon", .init = pn_init, .update = pn_update, .final = pn_final};
+/* blocks_neon takes an even count: an odd last block goes to the scalar code */
+VC_POLY44_KERNEL(poly_neon, have_pw, , blocks_neon, NEON_MIN_BLOCKS, 2,
+                 vc_poly1305_neon_impl, "neon", NULL)
 #endif /* __aarch64__ */

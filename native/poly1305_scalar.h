@@ -52,6 +52,32 @@ VC_INLINE void vc_poly44_mul(uint64_t o[3], const uint64_t a[3], const uint64_t 
     o[0] = x0; o[1] = x1; o[2] = x2;
 }
 
+/* r^2, r^3 and r^4 for a kernel's table of powers (r3 may be NULL). */
+VC_INLINE void vc_poly44_powers(const vc_poly44 *p, uint64_t r2[3], uint64_t r3[3], uint64_t r4[3])
+{
+    vc_poly44_mul(r2, p->r, p->r);
+    if (r3) vc_poly44_mul(r3, r2, p->r);
+    vc_poly44_mul(r4, r2, r2);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* An x86 kernel's table of powers: v[k] = limb k of r^1..r^4 in a vector's
+ * 64-bit lanes, lane j holding r^order[j] (order: constants, each in 1..4);
+ * r4 gets r^4's limbs. */
+VC_INLINE __attribute__((target("avx2"))) void vc_poly44_power_lanes(const vc_poly44 *p,
+                                                                     const int order[4],
+                                                                     __m256i v[3], uint64_t r4[3])
+{
+    uint64_t r2[3], r3[3];
+    vc_poly44_powers(p, r2, r3, r4);
+    const uint64_t *pw[5] = {NULL, p->r, r2, r3, r4};
+    for (int k = 0; k < 3; k++)
+        v[k] = _mm256_set_epi64x((long long)pw[order[3]][k], (long long)pw[order[2]][k],
+                                 (long long)pw[order[1]][k], (long long)pw[order[0]][k]);
+}
+#endif
+
 /* h = (h + m_i + hibit * 2^128) * r for n whole 16-byte blocks. */
 VC_INLINE void vc_poly44_blocks(vc_poly44 *p, const uint8_t *m, size_t n, uint64_t hibit)
 {
@@ -92,6 +118,67 @@ VC_INLINE void vc_poly44_update(vc_poly44 *p, const uint8_t *m, size_t len,
     }
     if (len) { memcpy(p->buf, m, len); p->buf_len = len; }
 }
+
+/* Store h0 + h1*2^44 + h2*2^88 (each limb < 2^63, the value unchanged mod
+ * 2^130 - 5) as the hash, partially reduced as vc_poly44_mul leaves it: one carry
+ * round h0 -> h1 -> h2 -> h0 (times 5), then h0 -> h1 once more. */
+VC_INLINE void vc_poly44_set_hash(vc_poly44 *p, uint64_t h0, uint64_t h1, uint64_t h2)
+{
+    uint64_t c;
+    c = h0 >> 44; h0 &= VC_M44; h1 += c;
+    c = h1 >> 44; h1 &= VC_M44; h2 += c;
+    c = h2 >> 42; h2 &= VC_M42; h0 += c * 5;
+    c = h0 >> 44; h0 &= VC_M44; h1 += c;
+    p->h[0] = h0; p->h[1] = h1; p->h[2] = h2;
+}
+
+/* A SIMD kernel's sum in radix 2^26 (l[k] at weight 2^(26k); l0 < 2^62 and
+ * l1..l4 < 2^30, so no shift below overflows) back into the hash: l0 + l1*2^26 at 2^0, l2*2^52 = (l2 << 8)*2^44 and l3*2^78 =
+ * (l3 << 34)*2^44 at 2^44, l4*2^104 = (l4 << 16)*2^88 at 2^88. */
+VC_INLINE void vc_poly44_set_hash26(vc_poly44 *p, const uint64_t l[5])
+{
+    vc_poly44_set_hash(p, l[0] + (l[1] << 26), (l[2] << 8) + (l[3] << 34), l[4] << 16);
+}
+
+/* The kernel interface around vc_poly44 for a SIMD kernel, from its state
+ * type T (a struct with the member `vc_poly44 base` and a flag `pow` that says
+ * its precomputed powers of r are valid) and its vector routine VEC(T *, m, n)
+ * for n >= MIN whole blocks, n a multiple of GRAIN (a power of two); ATTR is
+ * the routine's target attribute.  It makes the static init/update/final that
+ * a vc_poly1305_impl names, and bulk: runs of MIN blocks or more go to VEC (less
+ * a remainder of GRAIN - 1 at most), the rest to the scalar code.  The state
+ * is wiped after the tag.  Last, the kernel's entry IMPL (vc_internal.h), named
+ * NAME, usable when AVAILABLE() says so (NULL: always). */
+#define VC_POLY44_KERNEL(T, pow, ATTR, VEC, MIN, GRAIN, IMPL, NAME, AVAILABLE)  \
+    _Static_assert(sizeof(T) <= sizeof(vc_poly1305_state), "state too small"); \
+    static ATTR void bulk(void *ctx, const uint8_t *m, size_t n)                \
+    {                                                                           \
+        T *p = ctx;                                                             \
+        if (n >= (MIN)) {                                                       \
+            size_t v = n & ~(size_t)((GRAIN) - 1);                              \
+            VEC(p, m, v);                                                       \
+            m += 16 * v; n -= v;                                                \
+        }                                                                       \
+        if (n) vc_poly44_blocks(&p->base, m, n, 1);                             \
+    }                                                                           \
+    static void init(vc_poly1305_state *st, const uint8_t key[32])              \
+    {                                                                           \
+        T *p = (T *)(void *)st->opaque;                                         \
+        vc_poly44_init(&p->base, key);                                          \
+        p->pow = 0;                                                             \
+    }                                                                           \
+    static void update(vc_poly1305_state *st, const uint8_t *m, size_t len)     \
+    {                                                                           \
+        T *p = (T *)(void *)st->opaque;                                         \
+        vc_poly44_update(&p->base, m, len, bulk, p);                            \
+    }                                                                           \
+    static void final(vc_poly1305_state *st, uint8_t tag[16])                   \
+    {                                                                           \
+        T *p = (T *)(void *)st->opaque;                                         \
+        vc_poly44_finish(&p->base, tag);                                        \
+        vc_wipe(p, sizeof *p);                                                  \
+    }                                                                           \
+    const vc_poly1305_impl IMPL = {NAME, init, update, final, AVAILABLE};
 
 /* The padded last block, the full reduction mod 2^130 - 5 (constant time),
  * plus s mod 2^128: the tag.  The caller wipes its state afterwards. */

@@ -42,6 +42,10 @@
 #define PROTO_TCP 6
 #define PROTO_UDP 17
 
+/* vc_tun_read_offload: bytes of a read that go straight into the packet's
+ * slot (the rest into rx->buf): more than any packet of a 1500-byte MTU. */
+#define VC_TUN_READ_FIRST 2048
+
 /* ---------------------------------------------------------------- helpers */
 
 static inline uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
@@ -57,18 +61,22 @@ static inline void put32(uint8_t *p, uint32_t v)
 static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* Native-order sum of the bytes at p (a trailing odd byte is padded with a
- * zero byte after it, as RFC 1071 says). */
-static uint64_t csum_add(uint64_t acc, const uint8_t *p, size_t n)
+ * zero byte after it, as RFC 1071 says).  Blocks of 64 bytes go through
+ * 128-bit vectors (SSE2 on x86-64, NEON on arm64: the baseline of both): each
+ * 64-bit lane adds the two 32-bit halves of the word it loads, so a lane
+ * cannot overflow below 2^31 blocks; a 32-bit word stands for two 16-bit
+ * words because 2^16 = 1 in ones-complement arithmetic. */
+typedef uint64_t vc_u64x2 __attribute__((vector_size(16)));
+
+static inline vc_u64x2 load_halves(const uint8_t *p)
 {
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    while (n >= 16) {
-        uint32_t w[4];
-        memcpy(w, p, 16);
-        a0 += w[0]; a1 += w[1]; a2 += w[2]; a3 += w[3];
-        p += 16;
-        n -= 16;
-    }
-    acc += a0 + a1 + a2 + a3;
+    vc_u64x2 v;
+    memcpy(&v, p, 16);
+    return (v & 0xFFFFFFFFu) + (v >> 32);
+}
+
+static inline uint64_t csum_tail(uint64_t acc, const uint8_t *p, size_t n)
+{
     while (n >= 4) {
         uint32_t w;
         memcpy(&w, p, 4);
@@ -90,6 +98,54 @@ static uint64_t csum_add(uint64_t acc, const uint8_t *p, size_t n)
         acc += w;
     }
     return acc;
+}
+
+static uint64_t csum_add(uint64_t acc, const uint8_t *p, size_t n)
+{
+    vc_u64x2 a0 = {0, 0}, a1 = a0, a2 = a0, a3 = a0;
+    while (n >= 64) {
+        a0 += load_halves(p);
+        a1 += load_halves(p + 16);
+        a2 += load_halves(p + 32);
+        a3 += load_halves(p + 48);
+        p += 64;
+        n -= 64;
+    }
+    while (n >= 16) {
+        a0 += load_halves(p);
+        p += 16;
+        n -= 16;
+    }
+    vc_u64x2 a = a0 + a1 + a2 + a3;
+    return csum_tail(acc + a[0] + a[1], p, n);
+}
+
+/* memcpy(dst, src, n) and csum_add(acc, src, n) in one pass over the data
+ * (dst and src do not overlap). */
+static uint64_t csum_copy(uint64_t acc, uint8_t *dst, const uint8_t *src, size_t n)
+{
+    vc_u64x2 a0 = {0, 0}, a1 = a0, a2 = a0, a3 = a0;
+    while (n >= 64) {
+        vc_u64x2 v0, v1, v2, v3;
+        memcpy(&v0, src, 16);
+        memcpy(&v1, src + 16, 16);
+        memcpy(&v2, src + 32, 16);
+        memcpy(&v3, src + 48, 16);
+        memcpy(dst, &v0, 16);
+        memcpy(dst + 16, &v1, 16);
+        memcpy(dst + 32, &v2, 16);
+        memcpy(dst + 48, &v3, 16);
+        a0 += (v0 & 0xFFFFFFFFu) + (v0 >> 32);
+        a1 += (v1 & 0xFFFFFFFFu) + (v1 >> 32);
+        a2 += (v2 & 0xFFFFFFFFu) + (v2 >> 32);
+        a3 += (v3 & 0xFFFFFFFFu) + (v3 >> 32);
+        src += 64;
+        dst += 64;
+        n -= 64;
+    }
+    memcpy(dst, src, n);
+    vc_u64x2 a = a0 + a1 + a2 + a3;
+    return csum_add(acc + a[0] + a[1], src, n);
 }
 
 /* Folded to 16 bits, still native order. */
@@ -301,7 +357,9 @@ static size_t gso_segment(const uint8_t *pkt, size_t n, const vc_vnet_hdr *h, co
     size_t dl = n - start < gso ? n - start : gso;
     size_t tl = g->hdr + dl;
     memcpy(o, pkt, g->hdr);
-    memcpy(o + g->hdr, pkt + start, dl);
+    /* the payload is summed as it is copied; the headers are summed after
+     * their changes (g->hdr - g->l3 is even: 4-byte units) */
+    uint64_t pay = csum_copy(0, o + g->hdr, pkt + start, dl);
     const uint8_t *src, *dst;
     if (!g->v6)
         put16(o + 4, get16(pkt + 4) + (uint32_t)k);     /* IDs increment, mod 2^16 */
@@ -316,13 +374,13 @@ static size_t gso_segment(const uint8_t *pkt, size_t n, const vc_vnet_hdr *h, co
             fl &= (uint8_t)~TCP_CWR;               /* only the first reports CWR */
         l4[13] = fl;
         l4[16] = l4[17] = 0;
-        csum_store(l4 + 16, csum_add(pseudo_acc(src, dst, alen, PROTO_TCP, (uint32_t)(tl - g->l3)),
-                                     l4, tl - g->l3), 0);
+        csum_store(l4 + 16, csum_add(pseudo_acc(src, dst, alen, PROTO_TCP, (uint32_t)(tl - g->l3)) + pay,
+                                     l4, g->hdr - g->l3), 0);
     } else {
         put16(l4 + 4, (uint32_t)(tl - g->l3));
         l4[6] = l4[7] = 0;
-        csum_store(l4 + 6, csum_add(pseudo_acc(src, dst, alen, PROTO_UDP, (uint32_t)(tl - g->l3)),
-                                    l4, tl - g->l3), 1);
+        csum_store(l4 + 6, csum_add(pseudo_acc(src, dst, alen, PROTO_UDP, (uint32_t)(tl - g->l3)) + pay,
+                                    l4, g->hdr - g->l3), 1);
     }
     return tl;
 }
@@ -401,13 +459,19 @@ VC_API int vc_tun_read_offload(int fd, vc_tun_rx *rx, uint8_t *slab, size_t slab
             return count;
         rx->pend_len = 0;
     }
+    /* The first `first` bytes of a read land in the packet's own slot, the
+     * rest in rx->buf after `first` bytes of room.  A packet that fits (every
+     * packet of a tunnel MTU, and every segment) needs no copy; a super-packet
+     * gets its head copied in front of the rest (first bytes, not the whole
+     * packet: the slots of a large mtu would otherwise take the super-packet
+     * whole and it would be copied whole), a larger single packet its tail
+     * into its slot. */
+    size_t first = mtu < VC_TUN_READ_FIRST ? mtu : VC_TUN_READ_FIRST;
     while (count < max && cursor <= slab_size && slab_size - cursor >= mtu) {
-        /* The first mtu bytes land in the packet's own slot; only a
-         * super-packet overflows into rx->buf, after mtu bytes of room. */
         struct iovec iov[3] = {
             {rx->hdr, VC_VNET_HDR_LEN},
-            {slab + cursor, mtu},
-            {rx->buf + mtu, VC_TUN_RX_BUF - mtu},
+            {slab + cursor, first},
+            {rx->buf + first, VC_TUN_RX_BUF - first},
         };
         ssize_t r = readv(fd, iov, 3);
         int f = r > 0 ? 2 : r == 0 ? 1 : vc_tun_read_failed(errno, count);
@@ -436,6 +500,8 @@ VC_API int vc_tun_read_offload(int fd, vc_tun_rx *rx, uint8_t *slab, size_t slab
                 rx->st.too_big++;
                 continue;
             }
+            if (plen > first)
+                memcpy(at + first, rx->buf + first, plen - first);
             if (h.flags & VC_VNET_F_NEEDS_CSUM) {
                 if (complete_csum(at, plen, &h) < 0) {
                     rx->st.dropped++;
@@ -451,7 +517,7 @@ VC_API int vc_tun_read_offload(int fd, vc_tun_rx *rx, uint8_t *slab, size_t slab
         }
         /* A super-packet: make it contiguous in rx->buf, then cut it into
          * slots from this one on. */
-        memcpy(rx->buf, at, plen < mtu ? plen : mtu);
+        memcpy(rx->buf, at, plen < first ? plen : first);
         uint32_t seg = 0;
         int s = vc_vnet_split(rx->buf, plen, &h, mtu, at, slab_size - cursor, off + count,
                               len + count, max - count, &seg);
@@ -667,6 +733,41 @@ static void item_start(gitem *it, int i, const uint8_t *p, const pinfo *pi, size
     }
 }
 
+/* Finish the headers of a super-packet at o (its vnet header, then the head
+ * packet's IP and transport headers as they came): IP lengths (and IPv4
+ * checksum), the last packet's PSH/FIN, the UDP length, the partial checksum
+ * and the vnet header for an IP packet of `total` bytes. */
+static void super_finish(uint8_t *o, const gitem *it, const pinfo *ph, size_t total, uint8_t last_flags)
+{
+    uint8_t *ip = o + VC_VNET_HDR_LEN;
+    size_t hdr = (size_t)ph->l3 + ph->l4h;
+    const uint8_t *src, *dst;
+    size_t alen = ip_finish(ip, ph->l3, ph->v6, total, &src, &dst);
+    uint8_t *l4 = ip + ph->l3;
+    vc_vnet_hdr h = {VC_VNET_F_NEEDS_CSUM, 0, (uint16_t)hdr, it->gso, ph->l3, 0};
+    if (ph->proto == PROTO_TCP) {
+        l4[13] |= last_flags & (TCP_PSH | TCP_FIN);
+        h.gso_type = ph->v6 ? VC_VNET_GSO_TCPV6 : VC_VNET_GSO_TCPV4;
+        if (l4[13] & TCP_CWR)
+            h.gso_type |= VC_VNET_GSO_ECN;
+        h.csum_offset = 16;
+    } else {
+        put16(l4 + 4, (uint32_t)(total - ph->l3));
+        h.gso_type = VC_VNET_GSO_UDP_L4;
+        h.csum_offset = 6;
+    }
+    /* CHECKSUM_PARTIAL: the field holds the folded pseudo-header sum; the
+     * kernel adds everything from csum_start on and complements. */
+    uint16_t ps = csum_fold_native(pseudo_acc(src, dst, alen, ph->proto, (uint32_t)(total - ph->l3)));
+    memcpy(l4 + h.csum_offset, &ps, 2);
+    o[0] = h.flags;
+    o[1] = h.gso_type;
+    memcpy(o + 2, &h.hdr_len, 2);
+    memcpy(o + 4, &h.gso_size, 2);
+    memcpy(o + 6, &h.csum_start, 2);
+    memcpy(o + 8, &h.csum_offset, 2);
+}
+
 /* Write item it at o: a zero vnet header and the packet, or a super-packet. */
 static size_t item_write(const gitem *it, const int *nxt, const pinfo *pis, const uint8_t *in,
                          const uint32_t *off, const uint32_t *len, uint8_t *o)
@@ -686,32 +787,49 @@ static size_t item_write(const gitem *it, const int *nxt, const pinfo *pis, cons
         if (ph->proto == PROTO_TCP)
             last_flags = in[off[q] + ph->l3 + 13];
     }
-    const uint8_t *src, *dst;
-    size_t alen = ip_finish(ip, ph->l3, ph->v6, pos, &src, &dst);
-    uint8_t *l4 = ip + ph->l3;
-    vc_vnet_hdr h = {VC_VNET_F_NEEDS_CSUM, 0, (uint16_t)hdr, it->gso, ph->l3, 0};
-    if (ph->proto == PROTO_TCP) {
-        l4[13] |= last_flags & (TCP_PSH | TCP_FIN);
-        h.gso_type = ph->v6 ? VC_VNET_GSO_TCPV6 : VC_VNET_GSO_TCPV4;
-        if (l4[13] & TCP_CWR)
-            h.gso_type |= VC_VNET_GSO_ECN;
-        h.csum_offset = 16;
-    } else {
-        put16(l4 + 4, (uint32_t)(pos - ph->l3));
-        h.gso_type = VC_VNET_GSO_UDP_L4;
-        h.csum_offset = 6;
-    }
-    /* CHECKSUM_PARTIAL: the field holds the folded pseudo-header sum; the
-     * kernel adds everything from csum_start on and complements. */
-    uint16_t ps = csum_fold_native(pseudo_acc(src, dst, alen, ph->proto, (uint32_t)(pos - ph->l3)));
-    memcpy(l4 + h.csum_offset, &ps, 2);
-    o[0] = h.flags;
-    o[1] = h.gso_type;
-    memcpy(o + 2, &h.hdr_len, 2);
-    memcpy(o + 4, &h.gso_size, 2);
-    memcpy(o + 6, &h.csum_start, 2);
-    memcpy(o + 8, &h.csum_offset, 2);
+    super_finish(o, it, ph, pos, last_flags);
     return VC_VNET_HDR_LEN + pos;
+}
+
+/* Headers of a super-packet: the vnet header, and IPv6 + TCP with options at most. */
+#define SUPER_HDR_MAX (VC_VNET_HDR_LEN + 40 + 60)
+
+/* The same bytes as item_write, as an iovec list for writev(): the headers
+ * built in hb (SUPER_HDR_MAX bytes; a single packet's vnet header is
+ * zero_hdr), every payload where it lies in `in`.  Returns the count of
+ * iovecs (at most it->count + 1). */
+static const uint8_t zero_hdr[VC_VNET_HDR_LEN];
+
+static int item_iov(const gitem *it, const int *nxt, const pinfo *pis, const uint8_t *in,
+                    const uint32_t *off, const uint32_t *len, uint8_t *hb, struct iovec *iov)
+{
+    const uint8_t *hp = in + off[it->head];
+    const pinfo *ph = &pis[it->head];
+    if (it->count == 1) {
+        iov[0].iov_base = (void *)zero_hdr;
+        iov[0].iov_len = VC_VNET_HDR_LEN;
+        iov[1].iov_base = (void *)hp;
+        iov[1].iov_len = len[it->head];
+        return 2;
+    }
+    size_t hdr = (size_t)ph->l3 + ph->l4h, pos = len[it->head];
+    memcpy(hb + VC_VNET_HDR_LEN, hp, hdr);
+    iov[0].iov_base = hb;
+    iov[0].iov_len = VC_VNET_HDR_LEN + hdr;
+    iov[1].iov_base = (void *)(hp + hdr);
+    iov[1].iov_len = len[it->head] - hdr;
+    int k = 2;
+    uint8_t last_flags = 0;
+    for (int q = nxt[it->head]; q >= 0; q = nxt[q]) {
+        iov[k].iov_base = (void *)(in + off[q] + hdr);
+        iov[k].iov_len = pis[q].pay;
+        k++;
+        pos += pis[q].pay;
+        if (ph->proto == PROTO_TCP)
+            last_flags = in[off[q] + ph->l3 + 13];
+    }
+    super_finish(hb, it, ph, pos, last_flags);
+    return k;
 }
 
 #define GRO_TABLE 512          /* open-addressing flow table, > 2 x VC_GRO_ROUND */
@@ -736,19 +854,29 @@ static void gro_barrier(gitem *items, const pinfo *pis, const uint8_t *in, const
     *nopen = k;
 }
 
-/* One round of at most VC_GRO_ROUND packets. */
-static int gro_round(const uint8_t *in, const uint32_t *off, const uint32_t *len, int n,
-                     uint8_t *out, size_t out_size, size_t *opos, uint32_t *woff, uint32_t *wlen,
-                     uint32_t *wpk, int max_writes, int flags, int *consumed, vc_gro_stats *st)
-{
+/* The plan of one round: its packets' parses, the items (writes) and, per
+ * packet, the next packet of its item. */
+typedef struct {
     pinfo pis[VC_GRO_ROUND];
     gitem items[VC_GRO_ROUND];
     int nxt[VC_GRO_ROUND];
+} gro_plan;
+
+/* Plan one round of at most VC_GRO_ROUND packets, with `room` output bytes
+ * (every write: its vnet header and packet) and max_writes writes; returns
+ * the number of items, *consumed the packets they cover. */
+static int gro_plan_round(gro_plan *pl, const uint8_t *in, const uint32_t *off, const uint32_t *len,
+                          int n, size_t room, int max_writes, int flags, int *consumed,
+                          vc_gro_stats *st)
+{
+    pinfo *pis = pl->pis;
+    gitem *items = pl->items;
+    int *nxt = pl->nxt;
     int16_t table[GRO_TABLE];
     int16_t openl[VC_GRO_ROUND];
     memset(table, 0xFF, sizeof table);
     int nitems = 0, nopen = 0;
-    size_t need = *opos;
+    size_t need = 0, out_size = room;
     int i;
     for (i = 0; i < n; i++) {
         const uint8_t *p = in + off[i];
@@ -830,11 +958,21 @@ static int gro_round(const uint8_t *in, const uint32_t *off, const uint32_t *len
         need += VC_VNET_HDR_LEN + plen;
     }
     *consumed = i;
+    return nitems;
+}
+
+/* One round of at most VC_GRO_ROUND packets, written to out from *opos. */
+static int gro_round(const uint8_t *in, const uint32_t *off, const uint32_t *len, int n,
+                     uint8_t *out, size_t out_size, size_t *opos, uint32_t *woff, uint32_t *wlen,
+                     uint32_t *wpk, int max_writes, int flags, int *consumed, vc_gro_stats *st)
+{
+    gro_plan pl;
+    int nitems = gro_plan_round(&pl, in, off, len, n, out_size - *opos, max_writes, flags, consumed, st);
     size_t pos = *opos;
     for (int w = 0; w < nitems; w++) {
         woff[w] = (uint32_t)pos;
-        wlen[w] = (uint32_t)item_write(&items[w], nxt, pis, in, off, len, out + pos);
-        wpk[w] = items[w].count;
+        wlen[w] = (uint32_t)item_write(&pl.items[w], pl.nxt, pl.pis, in, off, len, out + pos);
+        wpk[w] = pl.items[w].count;
         pos += wlen[w];
     }
     *opos = pos;
@@ -872,49 +1010,67 @@ VC_API int vc_gro_coalesce(const uint8_t *in, const uint32_t *off, const uint32_
     return writes;
 }
 
+/* Write items of one plan with writev(): returns 0, or the errno that stops
+ * the batch (*delivered counts the input packets written). */
+static int write_plan(int fd, const gro_plan *pl, int nitems, const uint8_t *in, const uint32_t *off,
+                      const uint32_t *len, vc_gro_stats *st, int *delivered, int *e0)
+{
+    struct iovec iov[VC_GRO_ROUND + 1];
+    uint8_t hb[SUPER_HDR_MAX];
+    for (int w = 0; w < nitems; w++) {
+        int k = item_iov(&pl->items[w], pl->nxt, pl->pis, in, off, len, hb, iov);
+        ssize_t r;
+        do
+            r = writev(fd, iov, k);
+        while (r < 0 && errno == EINTR);
+        if (r >= 0) {
+            *delivered += (int)pl->items[w].count;
+            continue;
+        }
+        int e = errno;
+        if (st)
+            st->write_errors++;
+        if (!*e0)
+            *e0 = e;
+        if (vc_tun_write_stops(e))
+            return e;
+    }
+    return 0;
+}
+
 VC_API int vc_tun_write_offload(int fd, const uint8_t *in, const uint32_t *off, const uint32_t *len,
                                 int n, uint8_t *out, size_t out_size, int flags, vc_gro_stats *st,
                                 int *err)
 {
-    uint32_t woff[VC_GRO_ROUND], wlen[VC_GRO_ROUND], wpk[VC_GRO_ROUND];
     int delivered = 0, e0 = 0, done = 0;
     if (err)
         *err = 0;
     if (n < 0 || (n > 0 && (!in || !off || !len || !out)) ||
         out_size < VC_VNET_HDR_LEN + VC_TUN_MAX_PACKET)
         return -EINVAL;
+    /* The packets are planned as vc_gro_coalesce does and written with
+     * writev() from where they lie: no copy but the headers of each
+     * super-packet (out is no longer needed; its size is still checked). */
+    gro_plan pl;
     while (done < n) {
-        int chunk = n - done < VC_GRO_ROUND ? n - done : VC_GRO_ROUND;
-        int used = 0;
-        int nw = vc_gro_coalesce(in, off + done, len + done, chunk, out, out_size, woff, wlen, wpk,
-                                 VC_GRO_ROUND, flags, &used, st);
-        if (nw < 0 || used == 0) {        /* a packet longer than 65535 bytes */
+        if (len[done] > VC_TUN_MAX_PACKET) {      /* a packet longer than 65535 bytes */
             if (!e0)
                 e0 = EMSGSIZE;
             done++;
             continue;
         }
-        for (int w = 0; w < nw; w++) {
-            ssize_t r = write(fd, out + woff[w], wlen[w]);
-            if (r >= 0) {
-                delivered += (int)wpk[w];
-                continue;
-            }
-            int e = errno;
-            if (e == EINTR) {
-                w--;
-                continue;
-            }
-            if (st)
-                st->write_errors++;
-            if (!e0)
-                e0 = e;
-            if (vc_tun_write_stops(e)) {
-                if (err)
-                    *err = e0;
-                return delivered;
-            }
+        int chunk = 0;
+        while (chunk < VC_GRO_ROUND && done + chunk < n && len[done + chunk] <= VC_TUN_MAX_PACKET)
+            chunk++;
+        int used = 0;
+        int nw = gro_plan_round(&pl, in, off + done, len + done, chunk, SIZE_MAX, VC_GRO_ROUND, flags,
+                                &used, st);
+        if (st) {
+            st->packets += (uint64_t)used;
+            st->writes += (uint64_t)nw;
         }
+        if (write_plan(fd, &pl, nw, in, off + done, len + done, st, &delivered, &e0))
+            break;
         done += used;
     }
     if (err)

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 
@@ -24,8 +25,9 @@
 
 #define VC_API __attribute__((visibility("default")))
 
-/* Control buffer per message: UDP_GRO (an int) plus room for cmsgs another
- * part of the program may have enabled (IP_PKTINFO, ...); MSG_CTRUNC is harmless. */
+/* Control buffer per message: UDP_GRO (an int), SCM_TIMESTAMPNS (a timespec)
+ * plus room for cmsgs another part of the program may have enabled
+ * (IP_PKTINFO, ...); MSG_CTRUNC is harmless. */
 #define CTRL_SIZE 128
 typedef union {
     char buf[CTRL_SIZE];
@@ -134,6 +136,14 @@ VC_API int vc_udp_set_gro(int fd, int on)
     return 0;
 }
 
+VC_API int vc_udp_set_timestamps(int fd, int on)
+{
+    int v = on ? 1 : 0;
+    if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &v, sizeof v) != 0)
+        return -errno;
+    return 0;
+}
+
 VC_API int vc_udp_gso_supported(int fd)
 {
     int v = 0;
@@ -152,7 +162,14 @@ typedef struct {
 
 /* Report the datagrams of one buffer [o, o+l) (GRO segment size seg, 0 if
  * none) until the output is full; the rest goes to st->pend (or is dropped). */
-static void emit_buffer(rx_out *o, uint32_t at, uint32_t l, uint32_t seg, const vc_endpoint *ep)
+static void note_arrival(rx_out *o, int64_t arrival)
+{
+    if (o->st && o->nbufs < VC_UDP_ROUND_BUFS)
+        o->st->arrival[o->nbufs] = arrival;
+}
+
+static void emit_buffer(rx_out *o, uint32_t at, uint32_t l, uint32_t seg, const vc_endpoint *ep,
+                        int64_t arrival)
 {
     int first = o->count;
     if (seg == 0 || seg >= l)
@@ -166,6 +183,7 @@ static void emit_buffer(rx_out *o, uint32_t at, uint32_t l, uint32_t seg, const 
                 p->seg = seg;
                 p->pad = 0;
                 p->ep = *ep;
+                p->arrival = arrival;
             }
             break;
         }
@@ -179,8 +197,10 @@ static void emit_buffer(rx_out *o, uint32_t at, uint32_t l, uint32_t seg, const 
     } while (l > 0);
     if (o->count > first && o->segs)
         o->segs[o->nbufs] = (uint32_t)(o->count - first);
-    if (o->count > first)
+    if (o->count > first) {
+        note_arrival(o, arrival);
         o->nbufs++;
+    }
 }
 
 static int drain_pending(rx_out *o)
@@ -205,6 +225,7 @@ static int drain_pending(rx_out *o)
         } while (l > 0);
         if (o->segs)
             o->segs[o->nbufs] = (uint32_t)(o->count - before);
+        note_arrival(o, p->arrival);
         o->nbufs++;
         if (l > 0 && o->count >= o->max) {
             p->off = at;            /* the rest of this buffer waits again */
@@ -294,6 +315,7 @@ VC_API int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t s
             struct msghdr *h = &msgs[j].msg_hdr;
             uint32_t l = msgs[j].msg_len;
             uint32_t seg = 0;
+            int64_t arrival = 0;
             vc_endpoint e;
             if (st)
                 st->buffers++;
@@ -311,11 +333,16 @@ VC_API int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t s
                     memcpy(&g, CMSG_DATA(c), sizeof g);
                     if (g > 0)
                         seg = (uint32_t)g;
+                } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+                           c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+                    struct timespec ts;
+                    memcpy(&ts, CMSG_DATA(c), sizeof ts);
+                    arrival = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
                 }
             }
             if (h->msg_namelen == 0 || sa_to_ep(&e, &names[j].sa, h->msg_namelen) != 0)
                 memset(&e, 0, sizeof e);
-            emit_buffer(&o, (uint32_t)(cursor + (size_t)j * slot), l, seg, &e);
+            emit_buffer(&o, (uint32_t)(cursor + (size_t)j * slot), l, seg, &e, arrival);
         }
         cursor += (size_t)r * slot;
         if (r < k)
@@ -334,6 +361,57 @@ VC_API int vc_udp_recv_batch(int fd, vc_udp_rx *st, uint8_t *slab, size_t slab_s
                              uint32_t *off, uint32_t *len, vc_endpoint *ep, int max, int gro)
 {
     return vc_udp_recv_batch_segs(fd, st, slab, slab_size, mtu, off, len, ep, max, gro, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------- CoDel */
+
+VC_API int vc_udp_aqm_filter(vc_udp_rx *st, const uint8_t *slab, uint32_t *off, uint32_t *len,
+                             vc_endpoint *ep, int n, uint32_t *segs, int *nbufs, int more,
+                             int64_t now_mono, int64_t now_real)
+{
+    if (!st || !slab || !off || !len || !ep || !segs || !nbufs || n <= 0)
+        return n;
+    uint64_t backlog = more ? 65536 : 0;
+    for (int i = 0; i < n; i++)
+        backlog += len[i];
+    int i = 0, kept = 0, kept_bufs = 0, nb = *nbufs;
+    for (int b = 0; b < nb && i < n; b++) {
+        int64_t arrival = b < VC_UDP_ROUND_BUFS ? st->arrival[b] : 0;
+        int64_t sojourn = arrival ? now_real - arrival : 0;
+        if (sojourn < 0)
+            sojourn = 0;
+        uint32_t in_buf = segs[b], left = 0;
+        for (uint32_t k = 0; k < in_buf && i < n; k++, i++) {
+            const uint8_t *d = slab + off[i];
+            int data = len[i] >= 32 && d[0] == 4 && d[1] == 0 && d[2] == 0 && d[3] == 0;
+            uint32_t l = len[i];
+            int drop = data && arrival && vc_codel_verdict(&st->codel, now_mono, sojourn, backlog);
+            backlog -= l;
+            if (drop) {
+                st->aqm_dropped++;
+                continue;
+            }
+            off[kept] = off[i];
+            len[kept] = l;
+            ep[kept] = ep[i];
+            kept++;
+            left++;
+        }
+        if (left) {
+            segs[kept_bufs] = left;
+            if (kept_bufs < VC_UDP_ROUND_BUFS && b < VC_UDP_ROUND_BUFS)
+                st->arrival[kept_bufs] = arrival;
+            kept_bufs++;
+        }
+    }
+    for (; i < n; i++) {        /* datagrams beyond the buffers counted: kept as they are */
+        off[kept] = off[i];
+        len[kept] = len[i];
+        ep[kept] = ep[i];
+        kept++;
+    }
+    *nbufs = kept_bufs;
+    return kept;
 }
 
 /* ---------------------------------------------------------------- send */

@@ -13,6 +13,7 @@
 
 #define VC_UDP_GRO_SLOT   65536  /* slab bytes per recvmmsg slot when GRO is on */
 #define VC_UDP_MAX_MSGS   64     /* mmsghdr entries per recvmmsg/sendmmsg call */
+#define VC_UDP_ROUND_BUFS 1024   /* buffers one receive call reports at most (its batch) */
 #define VC_UDP_GSO_MAX_SEGS  64     /* datagrams per UDP_SEGMENT super-datagram */
 #define VC_UDP_GSO_MAX_BYTES 65000  /* payload bytes per UDP_SEGMENT super-datagram */
 
@@ -24,6 +25,30 @@ typedef struct {
     uint8_t  addr[16];  /* IPv4 in addr[0..3] */
 } vc_endpoint;
 
+/* ---- fq_codel.c: CoDel and a fair queue, sans-I/O (times in ns, given) ----
+ * CoDel (RFC 8289) decides, packet by packet at the head of a queue, whether
+ * to drop it from its sojourn time: once the sojourn has stayed above target
+ * for interval, it drops one and then one every interval/sqrt(count), until a
+ * packet's sojourn is below target again (or the queue holds at most mtu
+ * bytes).  Zero-initialise and vc_codel_init it. */
+typedef struct {
+    int64_t  target_ns, interval_ns;
+    int64_t  first_above;   /* when above-target will have lasted interval (0: not above) */
+    int64_t  drop_next;     /* the next drop, while dropping */
+    uint32_t count;         /* drops since dropping began (the control law's count) */
+    uint32_t lastcount;
+    int32_t  dropping;
+    uint32_t mtu;           /* a backlog of at most this many bytes is never dropped from */
+    uint64_t drops;         /* verdicts "drop" */
+} vc_codel;
+
+void vc_codel_init(vc_codel *c, int64_t target_ns, int64_t interval_ns, uint32_t mtu);
+/* The verdict for the packet at the head: 1 drop it (then ask again for the
+ * next one), 0 deliver it.  backlog: bytes queued, this packet included. */
+int vc_codel_verdict(vc_codel *c, int64_t now_ns, int64_t sojourn_ns, uint64_t backlog);
+/* The queue went empty: leave the dropping state (RFC 8289's dodequeue). */
+void vc_codel_empty(vc_codel *c);
+
 /* A received buffer (or the rest of a GRO buffer) not yet reported. */
 typedef struct {
     uint32_t off;       /* in the slab */
@@ -31,6 +56,7 @@ typedef struct {
     uint32_t seg;       /* GRO segment size, 0 if not coalesced */
     uint32_t pad;
     vc_endpoint ep;
+    int64_t  arrival;   /* the kernel's receive time (CLOCK_REALTIME ns), 0 if unknown */
 } vc_udp_pending;
 
 /* Per-socket receive state, owned by the caller together with its slab;
@@ -48,7 +74,38 @@ typedef struct {
     uint64_t datagrams; /* datagrams reported */
     uint64_t syscalls;  /* recvmmsg calls made */
     vc_udp_pending pend[64];
+    /* The kernel's receive time of each buffer the last call reported
+     * (SCM_TIMESTAMPNS, CLOCK_REALTIME ns; 0: unknown), when the socket has
+     * SO_TIMESTAMPNS on: one per buffer of a round, up to VC_UDP_ROUND_BUFS. */
+    int64_t  arrival[VC_UDP_ROUND_BUFS];
+    /* CoDel on the socket's sojourn time, used by the receive round
+     * (vc_wg_receive_round), opt-in: aqm 0 = off (the default: every
+     * datagram received is opened, as WireGuard does), 2 = wanted (the next
+     * receive round turns SO_TIMESTAMPNS on and starts CoDel with
+     * VC_UDP_AQM_TARGET_NS and VC_UDP_AQM_INTERVAL_NS), 1 = on, -1 = wanted
+     * but SO_TIMESTAMPNS could not be set (off). */
+    int32_t  aqm;
+    int32_t  aqm_pad;
+    vc_codel codel;
+    uint64_t aqm_dropped; /* transport data messages CoDel dropped before opening */
 } vc_udp_rx;
+
+#define VC_UDP_AQM_TARGET_NS    1000000
+#define VC_UDP_AQM_INTERVAL_NS  10000000
+/* Turn SO_TIMESTAMPNS on (0 or -errno). */
+int vc_udp_set_timestamps(int fd, int on);
+/* CoDel on the n datagrams a receive call reported (st->arrival[] and segs[]
+ * of its *nbufs buffers): in order, each WireGuard transport data message
+ * (type 4, at least 32 bytes) of a buffer whose arrival is known is judged on
+ * its sojourn (now_real - arrival) by st->codel at now_mono, with the bytes
+ * from it to the end of the batch (plus one 65536 if more != 0: the socket
+ * has more) as the backlog; those it drops are taken out of off/len/ep
+ * (and segs/nbufs, st->arrival), the rest keep their order.  Anything else
+ * (handshake messages, cookie replies, short or unknown datagrams) is never
+ * dropped here.  Counts st->aqm_dropped; returns the datagrams left. */
+int vc_udp_aqm_filter(vc_udp_rx *st, const uint8_t *slab, uint32_t *off, uint32_t *len,
+                      vc_endpoint *ep, int n, uint32_t *segs, int *nbufs, int more,
+                      int64_t now_mono, int64_t now_real);
 
 /* Receive datagrams from a UDP socket (IPv4, IPv6, or dual-stack: v4-mapped
  * sources are reported as family 4) with recvmmsg, until EAGAIN, until max
@@ -108,5 +165,50 @@ int vc_tun_write_batch(int fd, const uint8_t *buf, const uint32_t *off, const ui
  * -EAFNOSUPPORT. */
 int vc_endpoint_to_sockaddr(const vc_endpoint *ep, uint8_t *sa, size_t cap, int v6_socket);
 int vc_endpoint_from_sockaddr(vc_endpoint *ep, const uint8_t *sa, size_t salen);
+
+
+/* A fair queue of IP packets (RFC 8290's fq_codel): packets are hashed by
+ * their inner 5-tuple (addresses, protocol, ports of TCP/UDP/SCTP/UDP-Lite;
+ * IPv4 or IPv6) into `flows` queues, each FIFO with CoDel on its packets'
+ * sojourn; dequeue serves new (sparse) flows before old ones, each by
+ * deficit round robin of `quantum` bytes.  Memory is bounded: above
+ * byte_cap bytes or packet_cap packets it drops from the head of the flow
+ * with the most bytes (up to half of them, at most 64 packets), as
+ * fq_codel does.  Packets are copied in.  Not thread-safe: one owner. */
+typedef struct vc_fq vc_fq;
+
+typedef struct {
+    uint64_t enqueued, dequeued;          /* packets */
+    uint64_t bytes_in, bytes_out;
+    uint64_t codel_drops;                 /* dropped by CoDel at dequeue */
+    uint64_t overlimit_drops;             /* dropped for the byte or packet cap */
+    uint64_t too_big;                     /* longer than the dequeue's slot: dropped */
+    uint64_t new_flow_count;              /* times a flow became new (sparse) */
+    uint64_t backlog_bytes;               /* queued now */
+    uint32_t backlog_packets;
+    uint32_t active_flows;                /* flows with a packet queued */
+    uint64_t max_backlog_bytes;           /* high-water mark */
+    uint64_t nomem_drops;                 /* no memory for the packet's buffer: dropped */
+} vc_fq_stats;
+
+/* NULL on a bad argument (flows 0 or above 65536, caps 0, quantum 0, target
+ * or interval <= 0) or no memory.  seed perturbs the flow hash. */
+vc_fq *vc_fq_new(uint32_t flows, uint64_t byte_cap, uint32_t packet_cap, uint32_t quantum,
+                 int64_t target_ns, int64_t interval_ns, uint64_t seed);
+void vc_fq_free(vc_fq *q);
+/* The queue index a packet hashes to. */
+uint32_t vc_fq_flow_of(const vc_fq *q, const uint8_t *pkt, uint32_t len);
+/* Copy one packet in (len 1 to 65535); returns its flow index, or -EINVAL or
+ * -ENOMEM (nothing queued then). */
+int vc_fq_enqueue(vc_fq *q, const uint8_t *pkt, uint32_t len, int64_t now_ns);
+/* Up to max packets out, in service order, packet i copied to slab + i*slot
+ * (off[i], len[i]; flow[i] its flow index if flow != NULL) while slab_size
+ * allows; CoDel drops on the way are counted (and a packet longer than slot is
+ * dropped, counted in too_big).  Returns the count. */
+int vc_fq_dequeue(vc_fq *q, int64_t now_ns, uint8_t *slab, size_t slab_size, size_t slot,
+                  uint32_t *off, uint32_t *len, uint32_t *flow, int max);
+void vc_fq_get_stats(const vc_fq *q, vc_fq_stats *out);
+/* Packets and bytes queued in one flow (0 for an index out of range). */
+uint32_t vc_fq_flow_packets(const vc_fq *q, uint32_t flow);
 
 #endif

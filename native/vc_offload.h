@@ -107,8 +107,10 @@ int vc_vnet_split(uint8_t *pkt, size_t pkt_len, const vc_vnet_hdr *h, size_t mtu
 
 /* vc_tun_read_batch for an IFF_VNET_HDR fd: read() until EAGAIN, max packets
  * or a full slab, splitting super-packets (vc_vnet_split).  A packet's first
- * mtu bytes are read straight into its slab slot, the rest (a super-packet)
- * into rx->buf.  Returns the count, or -errno if the first read fails (-EINVAL
+ * 2048 bytes (or mtu, if less) are read straight into its slab slot, the rest
+ * into rx->buf: a packet of a 1500-byte MTU is not copied, a super-packet is
+ * split from rx->buf after its first 2048 bytes are copied there, and a longer
+ * single packet's tail is copied into its slot.  Returns the count, or -errno if the first read fails (-EINVAL
  * for bad arguments: mtu 0 or above VC_TUN_MAX_MTU, slab < mtu).  Malformed
  * packets are counted in rx->st and skipped. */
 int vc_tun_read_offload(int fd, vc_tun_rx *rx, uint8_t *slab, size_t slab_size, size_t mtu,

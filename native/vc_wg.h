@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "vc_io.h"
+#include "vc_offload.h"
 
 /* per-datagram / per-packet status */
 #define VC_WG_OK              0
@@ -38,7 +39,7 @@
 #define VC_WG_NOT_ALLOWED     7   /* inner source address outside the peer's AllowedIPs */
 #define VC_WG_NO_ROUTE        8   /* outgoing: no peer for the destination */
 #define VC_WG_NO_KEY          9   /* outgoing: no usable sending key (queue it, start a handshake) */
-#define VC_WG_EXPIRED        10   /* incoming: the receiving keypair is past REJECT_AFTER_TIME */
+#define VC_WG_STALE_KEYPAIR  10   /* incoming: the receiving keypair is past REJECT_AFTER_TIME */
 #define VC_WG_NO_ENDPOINT    11   /* outgoing: the peer has no endpoint */
 #define VC_WG_TOO_BIG        12   /* outgoing: the sealed message would not fit its slot */
 #define VC_WG_BAD_MAC1       13   /* an initiation or response whose mac1 is not for our key */
@@ -244,4 +245,159 @@ int vc_wg_hs_respond(uintptr_t x25519, uintptr_t x25519_base, uint8_t state[96],
                      const uint8_t e_priv[32], const uint8_t re_pub[32], const uint8_t rs_pub[32],
                      const uint8_t psk[32], uint8_t e_pub_out[32], uint8_t empty_out[16],
                      uint8_t send_key[32], uint8_t recv_key[32]);
+/* ---- rounds (wg_rounds.c): one batch's I/O and table work in one call ----
+ * A round binds the arrays of a UDP socket (vpncrypt.dataplane.io's
+ * UdpBatchSocket), a TUN (TunBatch) and a batch of this table
+ * (vpncrypt.transport.native.Batch); the caller fills vc_wg_round once and
+ * keeps it (and everything it points to) alive while it calls.
+ *   receive: vc_udp_recv_batch_segs -> vc_wg_open_batch -> the cookie replies
+ *     sent with vc_udp_send_batch -> the inner packets written with
+ *     vc_tun_write_offload (tun_rx != NULL: coalesced) or vc_tun_write_batch;
+ *   send: vc_tun_read_offload (split) or vc_tun_read_batch -> seal_send;
+ *   seal_send: vc_wg_seal_batch -> vc_udp_send_batch.
+ * Each returns what the Python composition returns (datagrams received,
+ * packets read, messages sealed), or -errno of the receive or read (nothing
+ * else happened then), or VC_WG_ROUND_REFUSED (the table refused the batch:
+ * more than cap messages).  io says what the sockets did; gso/gro are the
+ * socket's flags for this call, and io.gso_off = 1 says the send asks to turn
+ * GSO off for the socket (vc_udp_send_batch's EIO/EINVAL/EMSGSIZE with every
+ * datagram sent). */
+#define VC_WG_ROUND_REFUSED -4096
+
+typedef struct {
+    uint32_t received;      /* datagrams received, or packets read or given */
+    uint32_t delivered;     /* inner packets the table delivered */
+    uint32_t written;       /* ... and how many were written */
+    uint32_t sealed;        /* messages sealed */
+    uint32_t sent;          /* ... and how many were sent */
+    uint32_t replies;       /* cookie replies made */
+    uint32_t replies_sent;  /* ... and how many were sent */
+    int32_t  send_errno;    /* the first errno of a send (0: none) */
+    int32_t  write_errno;   /* the first errno of the TUN write (0: none) */
+    int32_t  gso_off;       /* the send asks to turn GSO off for this socket */
+    uint32_t aqm_dropped;   /* transport data messages the receive side's CoDel dropped */
+} vc_wg_round_io;
+
+typedef struct {
+    /* the UDP socket */
+    int32_t      udp_fd;
+    int32_t      udp_max;        /* datagrams per receive */
+    vc_udp_rx   *udp_rx;
+    uint8_t     *udp_slab;
+    size_t       udp_slab_size, udp_mtu;
+    uint32_t    *udp_off, *udp_len, *udp_segs;
+    vc_endpoint *udp_ep;
+    int         *udp_nbufs;
+    /* the TUN (tun_fd < 0: none bound) */
+    int32_t      tun_fd;
+    int32_t      tun_max;        /* packets per read */
+    vc_tun_rx   *tun_rx;         /* NULL: no vnet header (plain read/write) */
+    uint8_t     *tun_slab;
+    size_t       tun_slab_size, tun_mtu;
+    uint32_t    *tun_off, *tun_len;
+    uint8_t     *gro_out;        /* with tun_rx: the coalescing buffer */
+    size_t       gro_size;
+    int32_t      gro_flags;      /* VC_GRO_* */
+    int32_t      _pad;
+    vc_gro_stats *gro_stats;
+    /* the batch */
+    size_t       cap, stride;
+    int32_t     *status, *peer_of;
+    uint32_t    *deliver_off, *deliver_len;
+    vc_wg_touch *touched;
+    uint8_t     *tx_slab;        /* message j at tx_slab + j * stride (= tx_off[j]) */
+    uint32_t    *tx_off, *tx_len;
+    vc_endpoint *tx_ep;
+    /* results of the last call */
+    size_t       n_touched, n_queued, n_reply;
+    vc_wg_round_io io;
+    /* the send round's fair queue (fq_codel.c), opt-in: with fq_on = 1 the
+     * first vc_wg_send_round makes it (if it cannot, fq_on goes back to 0
+     * and the round seals in the TUN's order, as it does with fq_on = 0);
+     * vc_wg_round_release frees it.  fq_target_ns/fq_interval_ns: CoDel's
+     * (0: VC_WG_FQ_TARGET_NS, VC_WG_FQ_INTERVAL_NS), read when it is made. */
+    vc_fq       *fq;
+    int32_t      fq_on;
+    int32_t      _pad2;
+    int64_t      fq_target_ns, fq_interval_ns;
+} vc_wg_round;
+
+/* The receive round runs the socket's CoDel (vc_udp_aqm_filter) between the
+ * receive and the open when asked to (vc_udp_rx.aqm = 2, or 1 once set up;
+ * 0, the default, is off): it returns the datagrams left (received:
+ * io.received, dropped: io.aqm_dropped), which
+ * udp_off/udp_len/udp_ep/udp_segs/udp_nbufs then describe. */
+int64_t vc_wg_receive_round(vc_wg_table *t, vc_wg_round *r, double now, int gro, int gso);
+/* The table step alone, on the round's batch arrays (Batch.open and
+ * Batch.seal): vc_wg_open_batch of n datagrams at buf (replies into tx_slab;
+ * n_reply, n_queued, n_touched set) and vc_wg_seal_batch of n packets at in
+ * (into tx_slab; n_touched set).  Return the number delivered or sealed, or
+ * VC_WG_ROUND_REFUSED (n above cap, or the table refused the batch). */
+int64_t vc_wg_round_open(vc_wg_table *t, vc_wg_round *r, uint8_t *buf, const uint32_t *off,
+                         const uint32_t *len, const vc_endpoint *ep, size_t n, double now);
+int64_t vc_wg_round_seal(vc_wg_table *t, vc_wg_round *r, const uint8_t *in, const uint32_t *off,
+                         const uint32_t *len, size_t n, int64_t peer, double now);
+/* The send round: with the fair queue (fq_on), up to VC_WG_FQ_READS reads from the
+ * TUN (until it has nothing more) go into the queue, stamped with
+ * CLOCK_MONOTONIC, then one batch (at most tun_max packets) comes out of it
+ * into the TUN slab's slots, in the queue's order, and is sealed and sent;
+ * it returns the number of packets of that batch (tun_off/tun_len and
+ * status[] describe them), 0 when the TUN and the queue are empty.  So a
+ * round may return packets while the TUN has none: call it until it
+ * returns 0.  A read error is returned only with the queue empty. */
+#define VC_WG_FQ_READS        4
+#define VC_WG_FQ_FLOWS        1024
+#define VC_WG_FQ_BYTE_CAP     4194304   /* 4 MiB */
+#define VC_WG_FQ_PACKET_CAP   4096
+#define VC_WG_FQ_QUANTUM      1514
+#define VC_WG_FQ_TARGET_NS    1000000
+#define VC_WG_FQ_INTERVAL_NS  10000000
+int64_t vc_wg_send_round(vc_wg_table *t, vc_wg_round *r, double now, int gso);
+/* The fair queue's counters (0), or -1 if the round has none. */
+int vc_wg_round_fq_stats(const vc_wg_round *r, vc_fq_stats *out);
+/* Free what the round made (its fair queue, with the packets still in it). */
+void vc_wg_round_release(vc_wg_round *r);
+int64_t vc_wg_seal_send(vc_wg_table *t, vc_wg_round *r, const uint8_t *slab, const uint32_t *off,
+                        const uint32_t *len, size_t n, int64_t peer, double now, int gso);
+
+/* Rounds looped in C while they are routine (the engine's steady path, one
+ * call from Python per run of rounds).  vc_wg_receive_rounds and
+ * vc_wg_send_rounds run up to max_rounds (at most VC_WG_LOOP_MAX)
+ * rounds of vc_wg_receive_round / vc_wg_send_round with the same arguments,
+ * and stop after the first round that
+ *   - is not routine: it failed, queued handshake messages, made cookie
+ *     replies, wrote fewer packets to the TUN than delivered, sent fewer
+ *     messages than sealed, turned GSO off, had a send or write errno, or
+ *     touched more than one peer, another peer than the rounds before it,
+ *     or with flags outside VC_WG_EV_ROUTINE (or of the other direction);
+ *   - or was not full: it took less than half of `full` (the most one round
+ *     can take) and the socket or TUN state holds nothing back (udp_rx
+ *     next < npend, tun_rx pend_len), i.e. the next round would be the one
+ *     Python's Worker.more() does not run.
+ * The last round run is in the round's arrays and io, exactly as after one
+ * vc_wg_*_round call; the rounds before it (all routine, one peer) are
+ * summed in loop: prefix_peer/prefix_flags (OR'ed, 0: no touch),
+ * prefix_data (how many had VC_WG_EV_DATA), prefix_packets/prefix_bytes.
+ * sizes[i] is what round i returned (every one but the last is > 0).
+ * Returns what the last round returned (a negative code: that round failed;
+ * the rounds before it stand, as in loop). */
+#define VC_WG_EV_ROUTINE 0x063      /* AUTH | DATA | SENT | DATA_SENT */
+#define VC_WG_LOOP_MAX   16
+typedef struct {
+    uint32_t rounds;          /* rounds run, the last one included */
+    uint32_t prefix_peer;
+    uint32_t prefix_flags;
+    uint32_t prefix_data;
+    uint32_t prefix_packets;
+    uint32_t _pad;
+    uint64_t prefix_bytes;
+    int64_t  sizes[16];       /* VC_WG_LOOP_MAX */
+} vc_wg_loop;
+/* max_rounds: 1..VC_WG_LOOP_MAX (clamped); full: what a full round takes
+ * (the socket's or TUN object's batch). */
+int64_t vc_wg_receive_rounds(vc_wg_table *t, vc_wg_round *r, double now, int gro, int gso, int max_rounds,
+                             int full, vc_wg_loop *loop);
+int64_t vc_wg_send_rounds(vc_wg_table *t, vc_wg_round *r, double now, int gso, int max_rounds, int full,
+                          vc_wg_loop *loop);
+
 #endif

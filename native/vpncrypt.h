@@ -75,15 +75,6 @@ int vc_xaead_seal_attached(uint8_t *out, const uint8_t *pt, size_t len,
 int vc_xaead_open_attached(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
                            const uint8_t *aad, size_t aad_len, const uint8_t key[32],
                            const uint8_t nonce[24]);
-/* The same without AAD (the common case, with fewer arguments to marshal). */
-int vc_aead_seal_noad(uint8_t *out, const uint8_t *pt, size_t len, const uint8_t key[32],
-                      const uint8_t nonce[12]);
-int vc_aead_open_noad(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
-                      const uint8_t key[32], const uint8_t nonce[12]);
-int vc_xaead_seal_noad(uint8_t *out, const uint8_t *pt, size_t len, const uint8_t key[32],
-                       const uint8_t nonce[24]);
-int vc_xaead_open_noad(uint8_t *out, const uint8_t *sealed, size_t sealed_len,
-                       const uint8_t key[32], const uint8_t nonce[24]);
 
 /* ---- batch form: many packets in one call ---- */
 typedef struct {

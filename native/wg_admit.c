@@ -273,7 +273,7 @@ static void make_reply(wg_admit_state *a, const uint8_t *m, size_t mac1_off, con
     vc_xaead_seal(reply + 32, reply + 48, cookie, 16, m + mac1_off, 16, a->cookie_key, reply + 8);
 }
 
-static int enqueue(vc_wg_table *t, wg_admit_state *a, const uint8_t *m, size_t len, const vc_endpoint *ep)
+static int enqueue(wg_admit_state *a, const uint8_t *m, size_t len, const vc_endpoint *ep)
 {
     int dropped = 0;
     if (a->q_count == a->q_cap) {
@@ -346,7 +346,7 @@ int wg_admit(vc_wg_table *t, const uint8_t *m, size_t len, const vc_endpoint *ep
             goto out;
         }
     }
-    if (enqueue(t, a, m, len, ep))
+    if (enqueue(a, m, len, ep))
         wg_peer_drop(t, NULL, VC_WG_QUEUE_FULL, 1);
 out:
     pthread_mutex_unlock(&a->lock);

@@ -347,7 +347,7 @@ VC_API size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off
             uint8_t nonce[12] = {0};
             vc_store64_le(nonce + 4, c);
             if (tnow - k->born >= cfg.reject_after_time) {
-                st = VC_WG_EXPIRED;
+                st = VC_WG_STALE_KEYPAIR;
             } else if (!replay_fresh(k, c, cfg.reject_after_messages)) {
                 st = VC_WG_REPLAY;
             } else if (vc_aead_open(m + 16, m + 16, clen, m + 16 + clen, NULL, 0, k->recv_key, nonce) != VC_OK) {

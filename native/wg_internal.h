@@ -156,6 +156,21 @@ struct vc_wg_table {
 };
 
 /* wg_table.c */
+/* Whether `peer` names a peer in use (the table's lock held). */
+static inline int wg_peer_live(const vc_wg_table *t, uint32_t peer)
+{
+    return peer < t->peer_cap && t->peers[peer].in_use;
+}
+/* Take a free item from a pool of `size`-byte items whose free list
+ * (WG_NIL-terminated, head *free_head) is linked through the uint32_t at
+ * offset `link` of each item.  `items` is the address of the pool's item
+ * pointer (a T ** for items of type T).  An empty pool first grows to twice
+ * *cap items, or `first`: the new items are zero and on the free list, the
+ * lowest index first out; `wipe`: the old memory held keys and is wiped
+ * before it is freed.  Returns the item's index (off the free list; its
+ * contents as they were), or WG_NIL with everything unchanged (no memory). */
+uint32_t wg_pool_take(void *items, uint32_t *cap, uint32_t *free_head, size_t size, size_t link,
+                      uint32_t first, int wipe);
 double wg_clock(vc_wg_table *t, double now);
 wg_keypair *wg_index_keypair(vc_wg_table *t, uint32_t index);
 int  wg_index_kind(vc_wg_table *t, uint32_t index);           /* IX_* */

@@ -98,22 +98,8 @@ static int rehash(wg_routes *r, uint32_t nbuckets)
 
 static uint32_t node_alloc(wg_routes *r)
 {
-    if (r->free_head == WG_NIL) {
-        uint32_t cap = r->cap ? 2 * r->cap : 64;
-        wg_route *fresh = realloc(r->nodes, (size_t)cap * sizeof *fresh);
-        if (!fresh)
-            return WG_NIL;
-        memset(fresh + r->cap, 0, (size_t)(cap - r->cap) * sizeof *fresh);
-        for (uint32_t i = cap; i-- > r->cap;) {
-            fresh[i].bucket_next = r->free_head;
-            r->free_head = i;
-        }
-        r->nodes = fresh;
-        r->cap = cap;
-    }
-    uint32_t id = r->free_head;
-    r->free_head = r->nodes[id].bucket_next;
-    return id;
+    return wg_pool_take(&r->nodes, &r->cap, &r->free_head, sizeof *r->nodes,
+                        offsetof(wg_route, bucket_next), 64, 0);
 }
 
 static void unlink_peer(vc_wg_table *t, uint32_t id)

@@ -8,6 +8,15 @@
 #define RD_LOCK(t) pthread_rwlock_rdlock(&(t)->lock)
 #define UNLOCK(t) pthread_rwlock_unlock(&(t)->lock)
 
+/* One of the table's counters, read under the read lock. */
+static int read_count(vc_wg_table *t, const uint32_t *counter)
+{
+    RD_LOCK(t);
+    int n = (int)*counter;
+    UNLOCK(t);
+    return n;
+}
+
 /* A configuration with WireGuard's values where the caller left 0, or -1 if
  * a value is out of range. */
 static int config_ok(const vc_wg_config *in, vc_wg_config *c)
@@ -221,6 +230,13 @@ wg_keypair *wg_index_keypair(vc_wg_table *t, uint32_t index)
     return WG_LOAD(&k->state) == KP_LIVE ? k : NULL;
 }
 
+/* The slot of an index a handshake holds reserved (its id is the peer), or NULL. */
+static wg_index_slot *ix_reserved(const vc_wg_table *t, uint32_t index)
+{
+    wg_index_slot *s = ix_find(t, index);
+    return s && s->kind == IX_RESERVED ? s : NULL;
+}
+
 static int peer_note_reserved(wg_peer *p, uint32_t index)
 {
     for (int i = 0; i < WG_MAX_RESERVED; i++) {
@@ -243,7 +259,7 @@ VC_API int vc_wg_index_reserve(vc_wg_table *t, uint32_t index, uint32_t peer)
 {
     WR_LOCK(t);
     int rc = -1;
-    if (peer < t->peer_cap && t->peers[peer].in_use && !ix_find(t, index) &&
+    if (wg_peer_live(t, peer) && !ix_find(t, index) &&
         peer_note_reserved(&t->peers[peer], index) == 0) {
         rc = ix_insert(t, index, IX_RESERVED, peer);
         if (rc)
@@ -256,62 +272,80 @@ VC_API int vc_wg_index_reserve(vc_wg_table *t, uint32_t index, uint32_t peer)
 VC_API int vc_wg_index_release(vc_wg_table *t, uint32_t index)
 {
     WR_LOCK(t);
-    wg_index_slot *s = ix_find(t, index);
-    int rc = -1;
-    if (s && s->kind == IX_RESERVED) {
+    wg_index_slot *s = ix_reserved(t, index);
+    if (s) {
         peer_forget_reserved(&t->peers[s->id], index);
         ix_delete(t, s);
-        rc = 0;
     }
     UNLOCK(t);
-    return rc;
+    return s ? 0 : -1;
 }
 
 VC_API int64_t vc_wg_index_peer(vc_wg_table *t, uint32_t index)
 {
     RD_LOCK(t);
-    wg_index_slot *s = ix_find(t, index);
-    int64_t peer = -1;
-    if (s && s->kind == IX_RESERVED)
-        peer = s->id;
-    else if (s && s->kind == IX_KEYPAIR && t->kps[s->id].state == KP_LIVE)
-        peer = t->kps[s->id].peer;
+    const wg_index_slot *s = ix_reserved(t, index);
+    const wg_keypair *k = s ? NULL : wg_index_keypair(t, index);
+    int64_t peer = s ? (int64_t)s->id : k ? (int64_t)k->peer : -1;
     UNLOCK(t);
     return peer;
 }
 
 VC_API int vc_wg_index_count(vc_wg_table *t)
 {
-    RD_LOCK(t);
-    int n = (int)t->ix_count;
-    UNLOCK(t);
-    return n;
+    return read_count(t, &t->ix_count);
+}
+
+/* ---------------------------------------------------------------- pools */
+
+static void *pool_grow(void *items, uint32_t *cap, uint32_t *free_head, size_t size, size_t link,
+                   uint32_t first, int wipe)
+{
+    uint32_t old = *cap, n = old ? 2 * old : first;
+    if (n <= old)
+        return NULL;
+    uint8_t *fresh = calloc(n, size);
+    if (!fresh)
+        return NULL;
+    if (items) {
+        memcpy(fresh, items, (size_t)old * size);
+        if (wipe)
+            vc_wipe(items, (size_t)old * size);
+        free(items);
+    }
+    for (uint32_t i = n; i-- > old;) {
+        memcpy(fresh + (size_t)i * size + link, free_head, sizeof *free_head);
+        *free_head = i;
+    }
+    *cap = n;
+    return fresh;
+}
+
+uint32_t wg_pool_take(void *items, uint32_t *cap, uint32_t *free_head, size_t size, size_t link,
+                      uint32_t first, int wipe)
+{
+    uint8_t *base;
+    memcpy(&base, items, sizeof base);
+    if (*free_head == WG_NIL) {
+        uint8_t *fresh = pool_grow(base, cap, free_head, size, link, first, wipe);
+        if (!fresh)
+            return WG_NIL;
+        base = fresh;
+        memcpy(items, &base, sizeof base);
+    }
+    uint32_t id = *free_head;
+    memcpy(free_head, base + (size_t)id * size + link, sizeof *free_head);
+    return id;
 }
 
 /* ---------------------------------------------------------------- keypairs */
 
 static uint32_t kp_alloc(vc_wg_table *t)
 {
-    if (t->kp_free == WG_NIL) {
-        uint32_t cap = t->kp_cap ? 2 * t->kp_cap : 16;
-        wg_keypair *fresh = calloc(cap, sizeof *fresh);
-        if (!fresh)
-            return WG_NIL;
-        if (t->kps) {
-            memcpy(fresh, t->kps, (size_t)t->kp_cap * sizeof *fresh);
-            vc_wipe(t->kps, (size_t)t->kp_cap * sizeof *t->kps);
-            free(t->kps);
-        }
-        for (uint32_t i = cap; i-- > t->kp_cap;) {
-            fresh[i].next_free = t->kp_free;
-            t->kp_free = i;
-        }
-        t->kps = fresh;
-        t->kp_cap = cap;
-    }
-    uint32_t id = t->kp_free;
-    t->kp_free = t->kps[id].next_free;
-    t->kp_count++;
+    uint32_t id = wg_pool_take(&t->kps, &t->kp_cap, &t->kp_free, sizeof *t->kps,
+                               offsetof(wg_keypair, next_free), 16, 1);
+    if (id != WG_NIL)
+        t->kp_count++;
     return id;
 }
 
@@ -377,8 +411,8 @@ VC_API int vc_wg_install(vc_wg_table *t, uint32_t peer, uint32_t local_index, ui
     WR_LOCK(t);
     reap_dead(t);
     int rc = -1;
-    wg_index_slot *s = ix_find(t, local_index);
-    if (peer >= t->peer_cap || !t->peers[peer].in_use || !s || s->kind != IX_RESERVED || s->id != peer)
+    wg_index_slot *s = ix_reserved(t, local_index);
+    if (peer >= t->peer_cap || !t->peers[peer].in_use || !s || s->id != peer)
         goto out;
     uint32_t id = kp_alloc(t);
     if (id == WG_NIL)
@@ -427,23 +461,13 @@ out:
 VC_API int64_t vc_wg_peer_add(vc_wg_table *t)
 {
     WR_LOCK(t);
-    int64_t id = -1;
-    if (t->peer_free == WG_NIL) {
-        uint32_t cap = t->peer_cap ? 2 * t->peer_cap : 16;
-        wg_peer *fresh = realloc(t->peers, (size_t)cap * sizeof *fresh);
-        if (!fresh)
-            goto out;
-        memset(fresh + t->peer_cap, 0, (size_t)(cap - t->peer_cap) * sizeof *fresh);
-        for (uint32_t i = cap; i-- > t->peer_cap;) {
-            fresh[i].next_free = t->peer_free;
-            t->peer_free = i;
-        }
-        t->peers = fresh;
-        t->peer_cap = cap;
+    int64_t id = wg_pool_take(&t->peers, &t->peer_cap, &t->peer_free, sizeof *t->peers,
+                              offsetof(wg_peer, next_free), 16, 0);
+    if (id == WG_NIL) {
+        id = -1;
+        goto out;
     }
-    id = t->peer_free;
     wg_peer *p = &t->peers[id];
-    t->peer_free = p->next_free;
     memset(p, 0, sizeof *p);
     p->in_use = 1;
     p->cur = p->prev = p->next = WG_NIL;
@@ -465,56 +489,56 @@ static void peer_zero(vc_wg_table *t, uint32_t peer)
     wg_retire_keypair(t, p->next);
     p->cur = p->prev = p->next = WG_NIL;
     for (int i = 0; i < WG_MAX_RESERVED; i++) {
-        wg_index_slot *s = p->reserved[i] != WG_NIL ? ix_find(t, p->reserved[i]) : NULL;
-        if (s && s->kind == IX_RESERVED && s->id == peer)
+        wg_index_slot *s = p->reserved[i] != WG_NIL ? ix_reserved(t, p->reserved[i]) : NULL;
+        if (s && s->id == peer)
             ix_delete(t, s);
         p->reserved[i] = WG_NIL;
     }
 }
 
-VC_API int vc_wg_peer_zero(vc_wg_table *t, uint32_t peer)
+/* op(t, peer) under the write lock when peer is in use: 0, else -1. */
+static int on_live_peer(vc_wg_table *t, uint32_t peer, void (*op)(vc_wg_table *, uint32_t))
 {
     WR_LOCK(t);
-    int rc = -1;
-    if (peer < t->peer_cap && t->peers[peer].in_use) {
-        peer_zero(t, peer);
-        rc = 0;
-    }
+    int live = wg_peer_live(t, peer);
+    if (live)
+        op(t, peer);
     UNLOCK(t);
-    return rc;
+    return live ? 0 : -1;
+}
+
+/* peer_zero, its routes, then its slot back to the free list. */
+static void peer_remove(vc_wg_table *t, uint32_t peer)
+{
+    peer_zero(t, peer);
+    wg_routes_clear_peer(t, peer);
+    wg_peer *p = &t->peers[peer];
+    memset(p, 0, sizeof *p);
+    p->next_free = t->peer_free;
+    t->peer_free = peer;
+    t->peer_count--;
+}
+
+VC_API int vc_wg_peer_zero(vc_wg_table *t, uint32_t peer)
+{
+    return on_live_peer(t, peer, peer_zero);
 }
 
 VC_API int vc_wg_peer_remove(vc_wg_table *t, uint32_t peer)
 {
-    WR_LOCK(t);
-    int rc = -1;
-    if (peer < t->peer_cap && t->peers[peer].in_use) {
-        peer_zero(t, peer);
-        wg_routes_clear_peer(t, peer);
-        wg_peer *p = &t->peers[peer];
-        memset(p, 0, sizeof *p);
-        p->next_free = t->peer_free;
-        t->peer_free = peer;
-        t->peer_count--;
-        rc = 0;
-    }
-    UNLOCK(t);
-    return rc;
+    return on_live_peer(t, peer, peer_remove);
 }
 
 VC_API int vc_wg_peer_count(vc_wg_table *t)
 {
-    RD_LOCK(t);
-    int n = (int)t->peer_count;
-    UNLOCK(t);
-    return n;
+    return read_count(t, &t->peer_count);
 }
 
 VC_API int vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpoint *ep)
 {
     RD_LOCK(t);            /* only this peer's fields change: its own lock suffices */
     int rc = -1;
-    if (peer < t->peer_cap && t->peers[peer].in_use) {
+    if (wg_peer_live(t, peer)) {
         wg_peer *p = &t->peers[peer];
         wg_spin_lock(&p->lock);
         if (ep) {
@@ -553,7 +577,7 @@ VC_API int vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, 
     double tnow = now;
     RD_LOCK(t);
     int rc = -1;
-    if (peer < t->peer_cap && t->peers[peer].in_use) {
+    if (wg_peer_live(t, peer)) {
         wg_peer *p = &t->peers[peer];
         memset(out, 0, sizeof *out);
         out->rx_bytes = __atomic_load_n(&p->rx_bytes, __ATOMIC_RELAXED);
@@ -585,7 +609,7 @@ VC_API int vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, 
 VC_API int vc_wg_route_add(vc_wg_table *t, int family, const uint8_t *addr, int cidr, uint32_t peer)
 {
     WR_LOCK(t);
-    int rc = peer < t->peer_cap && t->peers[peer].in_use ? wg_routes_add(t, family, addr, cidr, peer) : -1;
+    int rc = wg_peer_live(t, peer) ? wg_routes_add(t, family, addr, cidr, peer) : -1;
     UNLOCK(t);
     return rc;
 }
@@ -600,14 +624,7 @@ VC_API int vc_wg_route_remove(vc_wg_table *t, int family, const uint8_t *addr, i
 
 VC_API int vc_wg_route_clear_peer(vc_wg_table *t, uint32_t peer)
 {
-    WR_LOCK(t);
-    int rc = -1;
-    if (peer < t->peer_cap && t->peers[peer].in_use) {
-        wg_routes_clear_peer(t, peer);
-        rc = 0;
-    }
-    UNLOCK(t);
-    return rc;
+    return on_live_peer(t, peer, wg_routes_clear_peer);
 }
 
 VC_API int64_t vc_wg_route_lookup(vc_wg_table *t, int family, const uint8_t *addr)
@@ -621,7 +638,7 @@ VC_API int64_t vc_wg_route_lookup(vc_wg_table *t, int family, const uint8_t *add
 VC_API int vc_wg_route_list(vc_wg_table *t, uint32_t peer, uint8_t *out, int cap)
 {
     RD_LOCK(t);
-    int n = peer < t->peer_cap && t->peers[peer].in_use ? wg_routes_list(t, peer, out, cap) : 0;
+    int n = wg_peer_live(t, peer) ? wg_routes_list(t, peer, out, cap) : 0;
     UNLOCK(t);
     return n;
 }

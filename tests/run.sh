@@ -2,22 +2,31 @@
 # The whole test suite: installs what the tests need, then runs them.
 #   - Debian packages through apt-get when running as root (only those missing);
 #   - Python packages into a venv (.venv, or $VPNCRYPT_VENV), with vpncrypt
-#     installed in editable mode so the native core is built from this tree;
+#     installed in editable mode so the native core is built from this tree,
+#     with -Werror (a C warning fails the run);
+#   - the linters, before any test: ruff check, ruff format --check and mypy
+#     (their settings are pyproject.toml's; a few seconds);
 #   - pytest over tests/ on the host (every kernel this CPU has), the
 #     end-to-end scenarios (tests/e2e) against vpncrypt-go and wireguard-go
 #     included;
 #   - the arm64 run: the crypto suite and the daemon end to end, cross-compiled
 #     and run under qemu-aarch64 (tests/arm64/run.sh).
 # Arguments are passed to the host pytest.  --host-only leaves out the arm64 run
-# (for quick local work; CI never passes it).
+# (for quick local work; CI never passes it).  --lint-only builds the venv and
+# runs the linters alone (no Debian packages, no tests).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 host_only=0
+lint_only=0
 args=()
 for a in "$@"; do
-    if [ "$a" = --host-only ]; then host_only=1; else args+=("$a"); fi
+    case "$a" in
+        --host-only) host_only=1 ;;
+        --lint-only) lint_only=1 ;;
+        *) args+=("$a") ;;
+    esac
 done
 
 # Debian packages the tests use: compilers and cross tools, qemu for arm64,
@@ -29,7 +38,9 @@ deb_packages=(
     wireguard-go wireguard-tools iproute2 nftables iperf3 iputils-ping procps
     systemd systemd-container dpkg-dev prometheus
 )
-if [ "$(id -u)" = 0 ]; then
+if [ "$lint_only" = 1 ]; then
+    :
+elif [ "$(id -u)" = 0 ]; then
     missing=()
     for p in "${deb_packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -49,6 +60,28 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$venv/bin/python" -m pip install -q -e ".[test]"
+# The native core again, with -Werror: a warning in native/ fails the run.  A
+# second build of vpncrypt alone (--no-deps; about 10 s), so that CFLAGS reaches
+# only this tree's C and never a dependency pip may have to build from source.
+if ! CFLAGS="${CFLAGS:-} -Werror" "$venv/bin/python" -m pip install -q --no-deps -e .; then
+    echo "tests/run.sh: the native core does not build with -Werror (the compiler's messages are above)" >&2
+    exit 1
+fi
+
+# The linters, from the repo root: every one runs, then the run stops if any failed.
+lint_failed=()
+"$venv/bin/ruff" check . || lint_failed+=("ruff check")
+"$venv/bin/ruff" format --check . || lint_failed+=("ruff format --check (\`ruff format FILE\` fixes the files it names)")
+"$venv/bin/mypy" || lint_failed+=("mypy (strict on vpncrypt/protocol and vpncrypt/transport)")
+if [ ${#lint_failed[@]} -gt 0 ]; then
+    for f in "${lint_failed[@]}"; do echo "tests/run.sh: $f failed" >&2; done
+    echo "tests/run.sh: the linters failed (their findings are above), so no test was run" >&2
+    exit 1
+fi
+echo "tests/run.sh: ruff check, ruff format --check and mypy passed" >&2
+if [ "$lint_only" = 1 ]; then
+    exit 0
+fi
 
 # The current wireguard-go (Debian 13's, with TUN offloads) for the interop,
 # hostile-path and tunnel-bench tests, and the newest (Debian unstable's) for

@@ -12,6 +12,7 @@ one place:
   address bytes): pack_endpoint(tuple) and unpack_endpoint(bytes), and
   format_packed_endpoint(bytes) -> text.
 """
+
 from __future__ import annotations
 
 import errno
@@ -21,9 +22,17 @@ import socket
 import struct
 from dataclasses import dataclass
 
-__all__ = ["Endpoint", "parse_config_endpoint", "parse_uapi_endpoint", "resolve_endpoint",
-           "format_endpoint", "format_packed_endpoint", "pack_endpoint", "unpack_endpoint",
-           "zone_index"]
+__all__ = [
+    "Endpoint",
+    "parse_config_endpoint",
+    "parse_uapi_endpoint",
+    "resolve_endpoint",
+    "format_endpoint",
+    "format_packed_endpoint",
+    "pack_endpoint",
+    "unpack_endpoint",
+    "zone_index",
+]
 
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
 _V4MAPPED = b"\0" * 10 + b"\xff\xff"
@@ -51,7 +60,7 @@ class Endpoint:
         return True
 
     def __str__(self) -> str:
-        return format_endpoint((self.host, self.port))
+        return _format_host_port(self.host, self.port, 0)
 
 
 def _port(text: str) -> int:
@@ -68,7 +77,7 @@ def _is_v6(host: str) -> bool:
         return False
 
 
-MAX_SCOPE_ID = 0xFFFFFFFF      # sin6_scope_id is a 32-bit field (RFC 3493, 3.3)
+MAX_SCOPE_ID = 0xFFFFFFFF  # sin6_scope_id is a 32-bit field (RFC 3493, 3.3)
 
 
 def zone_index(zone: str) -> int:
@@ -78,14 +87,14 @@ def zone_index(zone: str) -> int:
     if zone.isascii() and zone.isdigit():
         # no int() of an unbounded string: 30 digits are already out of range
         if len(zone.lstrip("0")) > 10 or int(zone) > MAX_SCOPE_ID:
-            raise OSError(errno.EINVAL, f"zone {zone[:20]!r} is out of range (a scope id "
-                          "is 0-4294967295)")
+            raise OSError(errno.EINVAL, f"zone {zone[:20]!r} is out of range (a scope id is 0-4294967295)")
         return int(zone)
     try:
         return socket.if_nametoindex(zone)
-    except (OSError, ValueError):   # ValueError: a NUL or a character not encodable
-        raise OSError(errno.EADDRNOTAVAIL, f"no interface named {zone!r} (the zone "
-                      "of an IPv6 endpoint)") from None
+    except (OSError, ValueError):  # ValueError: a NUL or a character not encodable
+        raise OSError(
+            errno.EADDRNOTAVAIL, f"no interface named {zone!r} (the zone of an IPv6 endpoint)"
+        ) from None
 
 
 def parse_config_endpoint(value: str) -> Endpoint:
@@ -95,9 +104,9 @@ def parse_config_endpoint(value: str) -> Endpoint:
     v = value.strip()
     if v.startswith("["):
         close = v.find("]")
-        if close < 0 or not v[close + 1:].startswith(":"):
+        if close < 0 or not v[close + 1 :].startswith(":"):
             raise ValueError("expected [IPv6]:port")
-        host, port_s = v[1:close], v[close + 2:]
+        host, port_s = v[1:close], v[close + 2 :]
         if not _is_v6(host):
             raise ValueError("brackets must hold an IPv6 address")
     else:
@@ -124,7 +133,7 @@ def parse_uapi_endpoint(value: str) -> Endpoint:
         host, sep, port = value[1:].partition("]:")
         if not sep:
             raise ValueError("expected [IPv6]:port")
-        want = ipaddress.IPv6Address
+        want: type[ipaddress.IPv4Address] | type[ipaddress.IPv6Address] = ipaddress.IPv6Address
     else:
         host, sep, port = value.rpartition(":")
         if not sep:
@@ -161,19 +170,18 @@ def resolve_endpoint(ep: Endpoint, v6: bool = True) -> tuple:
             return (bare, port, 0, zone_index(host.split("%", 1)[1]))
         return (str(ip), port)
     try:
-        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC if v6 else socket.AF_INET,
-                                   socket.SOCK_DGRAM)
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC if v6 else socket.AF_INET, socket.SOCK_DGRAM)
     except socket.gaierror as e:
         raise OSError(errno.EADDRNOTAVAIL, f"cannot resolve {host}: {e.strerror}") from None
     if not infos:
         raise OSError(errno.EADDRNOTAVAIL, f"cannot resolve {host}")
     fam, _t, _p, _c, sa = infos[0]
-    if fam == socket.AF_INET6 and sa[3]:
+    if fam == socket.AF_INET6 and len(sa) == 4 and sa[3]:
         return (sa[0], sa[1], 0, sa[3])
     return (sa[0], sa[1])
 
 
-def format_endpoint(ep) -> str | None:
+def format_endpoint(ep: Endpoint | tuple | str | None) -> str | None:
     """``host:port`` (``[v6]:port``, ``[v6%scope]:port``) of an Endpoint, a
     (host, port[, flowinfo, scope]) tuple or text (returned as is); None for None."""
     if ep is None:
@@ -181,10 +189,11 @@ def format_endpoint(ep) -> str | None:
     if isinstance(ep, str):
         return ep
     if isinstance(ep, Endpoint):
-        host, port, scope = ep.host, ep.port, 0
-    else:
-        host, port = str(ep[0]), ep[1]
-        scope = ep[3] if len(ep) >= 4 else 0
+        return _format_host_port(ep.host, ep.port, 0)
+    return _format_host_port(str(ep[0]), ep[1], ep[3] if len(ep) >= 4 else 0)
+
+
+def _format_host_port(host: str, port: int, scope: int) -> str:
     if ":" in host:
         if scope and "%" not in host:
             host = f"{host}%{scope}"
@@ -215,7 +224,7 @@ def format_packed_endpoint(raw: bytes) -> str:
     raise ValueError(f"vc_endpoint has no address (family {family})")
 
 
-def pack_endpoint(addr) -> bytes:
+def pack_endpoint(addr: tuple) -> bytes:
     """The 24 bytes of a vc_endpoint for a (host, port[, flowinfo, scope])
     tuple with a numeric host; v4-mapped IPv6 becomes IPv4."""
     host, port = addr[0], addr[1]
@@ -231,8 +240,8 @@ def pack_endpoint(addr) -> bytes:
         pass
     if "%" in host:
         host, _, ifname = host.partition("%")
-        scope = zone_index(ifname)      # OSError, as inet_pton's below
-    raw = socket.inet_pton(socket.AF_INET6, host)       # OSError if not an IP literal
+        scope = zone_index(ifname)  # OSError, as inet_pton's below
+    raw = socket.inet_pton(socket.AF_INET6, host)  # OSError if not an IP literal
     if raw[:12] == _V4MAPPED:
         return _HEAD.pack(4, 0, port, 0) + raw[12:] + b"\0" * 12
     return _HEAD.pack(6, 0, port, scope) + raw

@@ -1,4 +1,5 @@
 """Permission checks for files and directories that hold secrets."""
+
 from __future__ import annotations
 
 import os
@@ -15,11 +16,12 @@ def secret_file_problem(path: str, st: os.stat_result | None = None) -> str | No
         st = os.stat(path)
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
-        return (f"{path}: holds a private key but is accessible by group or others "
-                f"(mode {mode:04o}); fix it with `chmod 600 {path}`")
+        return (
+            f"{path}: holds a private key but is accessible by group or others "
+            f"(mode {mode:04o}); fix it with `chmod 600 {path}`"
+        )
     if st.st_uid not in (0, os.geteuid()):
-        return (f"{path}: holds a private key but is owned by uid {st.st_uid}; "
-                f"fix it with `chown root {path}`")
+        return f"{path}: holds a private key but is owned by uid {st.st_uid}; fix it with `chown root {path}`"
     return None
 
 
@@ -39,6 +41,8 @@ def ensure_private_dir(path: str, mode: int = 0o700) -> None:
     if st.st_uid not in (0, os.geteuid()):
         raise PermissionError(f"{path}: owned by uid {st.st_uid}, not by root or us")
     if stat.S_IMODE(st.st_mode) & 0o022:
-        raise PermissionError(f"{path}: writable by group or others "
-                              f"(mode {stat.S_IMODE(st.st_mode):04o}); fix it with "
-                              f"`chmod go-w {path}`")
+        raise PermissionError(
+            f"{path}: writable by group or others "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}); fix it with "
+            f"`chmod go-w {path}`"
+        )

@@ -1,7 +1,9 @@
 #!/bin/sh
-# Build the C-level benchmark: native/bench/build.sh [OUTPUT]
+# Build the C-level benchmarks: native/bench/build.sh [OUTPUT]
 #
-# Compiles native/bench/cbench.c and every vpncrypt core source (native/*.c) with
+# OUTPUT (default native/bench/cbench): the AEAD bench; next to it,
+# offload_bench (the TUN offloads' split, coalesce and checksum, no syscalls).
+# Compiles native/bench/cbench.c, offload_bench.c and every vpncrypt core source (native/*.c) with
 # the extension's flags (-O3, no -m flags: the SIMD kernels carry their own target
 # attributes), and links OpenSSL's libcrypto and libsodium when pkg-config finds
 # them (the comparison is compiled out otherwise).
@@ -39,7 +41,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # Compile every source in parallel, one object each.
 pids=""
-for src in "$native"/*.c "$here/cbench.c"; do
+for src in "$native"/*.c "$here/cbench.c" "$here/offload_bench.c"; do
     base=$(basename "$src" .c)
     extra=""
     [ "$base" = cbench ] && extra=$defs
@@ -71,3 +73,8 @@ done
 # shellcheck disable=SC2086
 "$cc" -o "$out" $objs $libs
 echo "built $out (comparisons:${have:- none}${left_out:+; left out:$left_out})" >&2
+[ -f "$tmp/offload_bench.o" ] || { cat "$tmp/offload_bench.err" >&2; echo "build.sh: offload_bench.c does not compile" >&2; exit 1; }
+core=$(echo "$objs" | tr ' ' '\n' | grep -v '/cbench\.o$' | tr '\n' ' ')
+# shellcheck disable=SC2086
+"$cc" -o "$(dirname "$out")/offload_bench" "$tmp/offload_bench.o" $core $libs
+echo "built $(dirname "$out")/offload_bench" >&2

@@ -126,6 +126,23 @@ static int vc_op_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, co
     return ok == BATCH_N ? 0 : -1;
 }
 
+#if defined(HAVE_OPENSSL) || defined(HAVE_SODIUM)
+/* The batch view of a library without a batch call: BATCH_N packets of len
+ * sealed one after another with seal (a constant at each caller, so the call
+ * is direct), each under the next nonce, as vc_op_batch numbers them. */
+static inline int seal_each(op_fn seal, impl *im, uint8_t *out, const uint8_t *in, size_t len,
+                            const uint8_t *n)
+{
+    uint8_t nn[12];
+    memcpy(nn, n, 4);
+    for (int i = 0; i < BATCH_N; i++) {
+        put64(nn + 4, nonce_ctr++);
+        if (seal(im, out + i * (len + 16), in + i * len, len, nn)) return -1;
+    }
+    return 0;
+}
+#endif
+
 /* ---------------- OpenSSL EVP ---------------- */
 #ifdef HAVE_OPENSSL
 static int ossl_stream(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
@@ -160,13 +177,7 @@ static int ossl_open(impl *im, uint8_t *out, const uint8_t *in, size_t len, cons
 }
 static int ossl_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
 {
-    uint8_t nn[12];
-    memcpy(nn, n, 4);
-    for (int i = 0; i < BATCH_N; i++) {
-        put64(nn + 4, nonce_ctr++);
-        if (ossl_seal(im, out + i * (len + 16), in + i * len, len, nn)) return -1;
-    }
-    return 0;
+    return seal_each(ossl_seal, im, out, in, len, n);
 }
 static int ossl_setup(impl *im)
 {
@@ -205,13 +216,7 @@ static int na_open(impl *im, uint8_t *out, const uint8_t *in, size_t len, const 
 }
 static int na_batch(impl *im, uint8_t *out, const uint8_t *in, size_t len, const uint8_t *n)
 {
-    uint8_t nn[12];
-    memcpy(nn, n, 4);
-    for (int i = 0; i < BATCH_N; i++) {
-        put64(nn + 4, nonce_ctr++);
-        if (na_seal(im, out + i * (len + 16), in + i * len, len, nn)) return -1;
-    }
-    return 0;
+    return seal_each(na_seal, im, out, in, len, n);
 }
 #endif
 

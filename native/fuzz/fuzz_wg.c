@@ -114,7 +114,16 @@ static void mac1_key(uint8_t key[32], const char *label)
 static vc_wg_table *make_table(void)
 {
     /* a small queue, under load from 4 waiting */
-    vc_wg_config cfg = {180.0, 120.0, 165.0, 0xFFFFFFFFFFFFDFFFULL, 1ULL << 60, 1420, QUEUE, 4};
+    vc_wg_config cfg = {
+        .reject_after_time = 180.0,
+        .rekey_after_time = 120.0,
+        .rekey_on_receive_age = 165.0,
+        .reject_after_messages = 0xFFFFFFFFFFFFDFFFULL,
+        .rekey_after_messages = 1ULL << 60,
+        .mtu = 1420,
+        .handshake_queue = QUEUE,
+        .under_load_depth = 4,   /* the fields left out are 0: WireGuard's values */
+    };
     vc_wg_table *t = vc_wg_table_new(&cfg);
     if (!t) abort();
     static const uint8_t seed[32] = {1, 2, 3};

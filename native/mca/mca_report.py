@@ -99,6 +99,11 @@ COND = r"(?:eq|ne|cs|hs|cc|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le|al)"
 JUMP = rf"^\s+(b|b\.?{COND}|cbnz|cbz|tbnz|tbz)\s+(?:\w+,\s*)*(\.L\w+)\s*$"
 
 
+def local_labels(body):
+    """The line index of each local label (.Lxxx:) in a function's lines."""
+    return {m.group(1): i for i, l in enumerate(body) if (m := re.match(r"^(\.L\w+):", l))}
+
+
 def loop_body(lines, name):
     """The instructions of the double-round loop: within the dround marker region,
     from the loop header label to the backward branch to it."""
@@ -106,11 +111,7 @@ def loop_body(lines, name):
     begin = next((i for i, l in enumerate(body) if "LLVM-MCA-BEGIN" in l and ("dround" in l or "alu1" in l)), None)
     if begin is None:
         sys.exit(f"mca: no LLVM-MCA-BEGIN marker in {name}")
-    labels = {}
-    for i, l in enumerate(body):
-        m = re.match(r"^(\.L\w+):", l)
-        if m:
-            labels[m.group(1)] = i
+    labels = local_labels(body)
     best = None
     for i, l in enumerate(body):
         m = re.match(JUMP, l)
@@ -133,11 +134,7 @@ def straight_body(lines, name, trips=None):
     compiled with VC_MCA_UNROLL)."""
     body = function_body(lines, name)
     if trips:
-        labels = {}
-        for i, l in enumerate(body):
-            m = re.match(r"^(\.L\w+):", l)
-            if m:
-                labels[m.group(1)] = i
+        labels = local_labels(body)
         loop = None
         for i, l in enumerate(body):
             m = re.match(JUMP, l)

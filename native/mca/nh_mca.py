@@ -26,7 +26,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from mca_report import GCC, JUMP, MCA, function_body, is_insn, product_cflags  # noqa: E402
+from mca_report import GCC, JUMP, MCA, function_body, is_insn, local_labels, product_cflags  # noqa: E402
 
 KERNELS = [("vpncrypt neon NH (ld2, umlal/umlal2)", "nh_neon"),
            ("vpncrypt generic NH (scalar C)", "vc_nh_generic")]
@@ -38,7 +38,7 @@ def loop(lines, name):
     """The function's main loop: the longest stretch from a label to a
     conditional branch back to it (an unconditional "b" back is code layout)."""
     body = function_body(lines, name)
-    labels = {m.group(1): i for i, l in enumerate(body) if (m := re.match(r"^(\.L\w+):", l))}
+    labels = local_labels(body)
     best = None
     for i, l in enumerate(body):
         m = re.match(JUMP, l)

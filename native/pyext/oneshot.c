@@ -259,22 +259,22 @@ static PyObject *module_aead(int op, int xchacha, const char *fname, PyObject *c
     return aead_call(op, xchacha, NULL, a[0], a[1], a[2], a[3]);
 }
 
-static PyObject *py_seal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
+static PyObject *py_seal(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
 {
     return module_aead(SEAL, 0, "seal", args, nargs, kw);
 }
 
-static PyObject *py_open(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
+static PyObject *py_open(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
 {
     return module_aead(OPEN, 0, "open", args, nargs, kw);
 }
 
-static PyObject *py_xseal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
+static PyObject *py_xseal(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
 {
     return module_aead(SEAL, 1, "xseal", args, nargs, kw);
 }
 
-static PyObject *py_xopen(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
+static PyObject *py_xopen(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
 {
     return module_aead(OPEN, 1, "xopen", args, nargs, kw);
 }
@@ -283,7 +283,7 @@ static PyObject *py_xopen(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
 
 static const char *const xor_names[] = {"key", "nonce", "data", "counter", "rounds"};
 
-static PyObject *py_chacha20_xor(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+static PyObject *py_chacha20_xor(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
     if (!api && not_bound() < 0)
@@ -410,7 +410,7 @@ static PyObject *key_repr(PyObject *o)
     return PyUnicode_FromFormat("<%s (key hidden)>", Py_TYPE(o)->tp_name);
 }
 
-static PyObject *key_reduce(PyObject *o, PyObject *unused)
+static PyObject *key_reduce(PyObject *o, PyObject *Py_UNUSED(unused))
 {
     PyErr_Format(PyExc_TypeError, "cannot pickle or copy a %s: it holds a secret key",
                  Py_TYPE(o)->tp_name);
@@ -426,38 +426,37 @@ static PyMethodDef key_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject aead_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "vpncrypt.crypto.AEAD",
-    .tp_basicsize = sizeof(key_object),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "AEAD(key): ChaCha20-Poly1305 (RFC 8439) under one 32-byte key.\n\n"
-              "seal(nonce, plaintext, aad=b'') and open(nonce, sealed, aad=b'') take a 12-byte\n"
-              "nonce and raise the errors of vpncrypt.crypto.seal / open.  The key is copied\n"
-              "into the object and wiped when the object is freed.",
-    .tp_new = key_new,
-    .tp_dealloc = key_dealloc,
-    .tp_repr = key_repr,
-    .tp_methods = key_methods,
-};
+/* The two key types: the same object and methods (key_aead tells the algorithm
+ * by the type), each with its name and docstring. */
+#define KEY_TYPE(NAME, DOC)                                                     \
+    {                                                                           \
+        PyVarObject_HEAD_INIT(NULL, 0)                                          \
+        .tp_name = NAME,                                                        \
+        .tp_basicsize = sizeof(key_object),                                     \
+        .tp_flags = Py_TPFLAGS_DEFAULT,                                         \
+        .tp_doc = DOC,                                                          \
+        .tp_new = key_new,                                                      \
+        .tp_dealloc = key_dealloc,                                              \
+        .tp_repr = key_repr,                                                    \
+        .tp_methods = key_methods,                                              \
+    }
 
-static PyTypeObject xaead_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "vpncrypt.crypto.XAEAD",
-    .tp_basicsize = sizeof(key_object),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "XAEAD(key): XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha) under one 32-byte key.\n\n"
-              "seal(nonce, plaintext, aad=b'') and open(nonce, sealed, aad=b'') take a 24-byte\n"
-              "nonce and raise the errors of vpncrypt.crypto.xseal / xopen.",
-    .tp_new = key_new,
-    .tp_dealloc = key_dealloc,
-    .tp_repr = key_repr,
-    .tp_methods = key_methods,
-};
+static PyTypeObject aead_type = KEY_TYPE(
+    "vpncrypt.crypto.AEAD",
+    "AEAD(key): ChaCha20-Poly1305 (RFC 8439) under one 32-byte key.\n\n"
+    "seal(nonce, plaintext, aad=b'') and open(nonce, sealed, aad=b'') take a 12-byte\n"
+    "nonce and raise the errors of vpncrypt.crypto.seal / open.  The key is copied\n"
+    "into the object and wiped when the object is freed.");
+
+static PyTypeObject xaead_type = KEY_TYPE(
+    "vpncrypt.crypto.XAEAD",
+    "XAEAD(key): XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha) under one 32-byte key.\n\n"
+    "seal(nonce, plaintext, aad=b'') and open(nonce, sealed, aad=b'') take a 24-byte\n"
+    "nonce and raise the errors of vpncrypt.crypto.xseal / xopen.");
 
 /* ---- binding ---- */
 
-static PyObject *py_bind(PyObject *m, PyObject *args)
+static PyObject *py_bind(PyObject *Py_UNUSED(m), PyObject *args)
 {
     unsigned long long address;
     PyObject *auth, *counter;
@@ -485,7 +484,7 @@ static PyObject *py_bind(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *py_gil_threshold(PyObject *m, PyObject *unused)
+static PyObject *py_gil_threshold(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(unused))
 {
     return PyLong_FromLong(GIL_RELEASE_BYTES);
 }

@@ -6,12 +6,12 @@
 #     private apt state from this machine's own apt sources, unpacked with dpkg -x
 #     and byte-compiled once.  Cached outside the repo, keyed by the package list
 #     and this script: ${VPNCRYPT_ARM64_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-arm64-sysroot}/<key>.
-#  2. Both extensions cross-compiled with aarch64-linux-gnu-gcc into a staging
+#  2. Both extensions cross-compiled with aarch64-linux-gnu-gcc, with -Werror, into a staging
 #     copy of the package (the host build in vpncrypt/ is left alone): the cffi
 #     module (the C core) and the C-API module vpncrypt._oneshot (the one-message
 #     calls, native/pyext/oneshot.c), so the suite runs on the same entry points
 #     as on the host, on every arm64 kernel.
-#  3. QEMU_CPU=cortex-a57 qemu-aarch64-static ... python3 -m pytest tests/crypto tests/arm64
+#  3. QEMU_CPU=cortex-a57 qemu-aarch64-static ... python3 -m pytest tests/crypto tests/arm64 tests/dataplane/test_checksum.py
 #     (ARMv8.0: nothing newer may slip in).
 #  4. The daemon end to end (tests/arm64/daemon_e2e.py, driven by the host venv's
 #     Python, as root): `vpncrypt up` of the arm64 build under qemu in a network
@@ -30,6 +30,7 @@ crypto_only=
 if [ "${1:-}" = --crypto-only ]; then crypto_only=1; shift; fi
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 here="$repo/tests/arm64"
+. "$repo/tests/tools/private_apt.sh"  # private_apt: the apt state of the sysroot's download
 
 packages=(python3 python3-cffi python3-nacl python3-cryptography python3-pytest
           python3-hypothesis libpython3.11-dev)
@@ -43,20 +44,11 @@ build_sysroot() {
     local t0=$SECONDS work
     work=$(mktemp -d "$cache_root/build.XXXXXX")
     trap 'rm -rf "$work"' RETURN
-    mkdir -p "$work/apt/state/lists/partial" "$work/apt/cache/archives/partial" \
-             "$work/apt/etc/preferences.d" "$work/root"
-    : > "$work/apt/status"
+    local apt_opts
+    private_apt "$work" arm64
+    apt_opts+=(-o APT::Install-Recommends=0)
+    mkdir -p "$work/root"
     python3 "$here/sysroot.py" sources "$work/apt/etc"
-    local apt_opts=(
-        -o Dir::State="$work/apt/state" -o Dir::State::status="$work/apt/status"
-        -o Dir::Cache="$work/apt/cache"
-        -o Dir::Etc::SourceList="$work/apt/etc/sources.list"
-        -o Dir::Etc::SourceParts="$work/apt/etc/sources.list.d"
-        -o Dir::Etc::PreferencesParts="$work/apt/etc/preferences.d"
-        -o Dir::Etc::Preferences="$work/apt/etc/preferences"
-        -o APT::Architecture=arm64 -o APT::Architectures::=arm64
-        -o Debug::NoLocking=1 -o APT::Install-Recommends=0 -o APT::Sandbox::User=root
-    )
     echo "tests/arm64/run.sh: building the arm64 sysroot in $sysroot" >&2
     apt-get "${apt_opts[@]}" -qq update
     # empty dpkg status: the whole dependency closure is downloaded
@@ -84,7 +76,7 @@ build_sysroot() {
 
 # The cache key: the package list and the code that builds the sysroot (not the
 # rest of this script, so that changing how the tests run keeps the sysroot).
-key=$( { printf '%s\n' "${packages[@]}"; declare -f build_sysroot; cat "$here/sysroot.py"; } \
+key=$( { printf '%s\n' "${packages[@]}"; declare -f build_sysroot private_apt; cat "$here/sysroot.py"; } \
        | sha256sum | cut -c1-16)
 cache_root=${VPNCRYPT_ARM64_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-arm64-sysroot}
 sysroot="$cache_root/$key"
@@ -106,7 +98,8 @@ stage=$(mktemp -d "${TMPDIR:-/tmp}/vpncrypt-arm64.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/tests"
 ( cd "$repo" && tar cf - --exclude=__pycache__ --exclude='*.so' vpncrypt tests/__init__.py tests/crypto \
-      tests/arm64 tests/vectors pyproject.toml ) | ( cd "$stage" && tar xf - )
+      tests/arm64 tests/vectors tests/dataplane/__init__.py tests/dataplane/offload_ref.py \
+      tests/dataplane/test_checksum.py pyproject.toml ) | ( cd "$stage" && tar xf - )
 
 # Host Python with cffi (the test venv's, else python3) emits the module's C;
 # failing that the arm64 one does it under qemu.
@@ -148,6 +141,9 @@ mapfile -t cflags < <(read_list "$repo/native/build_native.py" CFLAGS)
 [ ${#cflags[@]} -gt 0 ] || { echo "tests/arm64/run.sh: could not read CFLAGS from build_native.py" >&2; exit 1; }
 mapfile -t oneshot_cflags < <(read_list "$repo/setup.py" ONESHOT_CFLAGS)
 [ ${#oneshot_cflags[@]} -gt 0 ] || { echo "tests/arm64/run.sh: could not read ONESHOT_CFLAGS from setup.py" >&2; exit 1; }
+# -Werror, as the host build in tests/run.sh: a warning in native/ on arm64 fails the run.
+cflags+=(-Werror)
+oneshot_cflags+=(-Werror)
 so="$stage/vpncrypt/_native.cpython-311-aarch64-linux-gnu.so"
 "$cross_cc" -shared -fPIC "${cflags[@]}" -I "$repo/native" -I "$pyinc" -idirafter "$sysroot/usr/include" \
     "$stage/_native.c" "$repo"/native/*.c -o "$so"
@@ -156,7 +152,7 @@ so="$stage/vpncrypt/_native.cpython-311-aarch64-linux-gnu.so"
 
 # The arm64 tests' own C helper (core classification from cpuinfo / MIDR), run
 # under qemu by tests/arm64.
-"$cross_cc" -static -O2 -std=gnu11 -Wall -Wextra -Wno-unused-parameter -I "$repo/native" \
+"$cross_cc" -static -O2 -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Werror -I "$repo/native" \
     "$here/midr_test.c" "$repo/native/cpu.c" -o "$stage/midr_test"
 
 cd "$stage"
@@ -168,7 +164,7 @@ print("arm64:", platform.machine(), "chacha", c.implementations(), "default", c.
       "| poly1305", c.poly1305_implementations(), "default", c.active_poly1305_implementation(),
       "| nh", c.nh_implementations(), "default", c.active_nh_implementation())'
 status=0
-run_arm -m pytest -p no:cacheprovider -q tests/crypto tests/arm64 "$@" || status=$?
+run_arm -m pytest -p no:cacheprovider -q tests/crypto tests/arm64 tests/dataplane/test_checksum.py "$@" || status=$?
 if [ "$status" = 5 ]; then echo "tests/arm64/run.sh: no tests collected" >&2; exit 1; fi
 a53=0
 QEMU_CPU=cortex-a53 run_arm -m pytest -p no:cacheprovider -q tests/crypto/test_adiantum.py "$@" || a53=$?

@@ -1,12 +1,13 @@
 """Helpers for tests/arm64/run.sh (host Python, standard library only).
 
-    sysroot.py sources OUTDIR     copy this machine's active apt sources into
-                                  OUTDIR/sources.list and OUTDIR/sources.list.d/,
-                                  so a private apt state fetches from the same
-                                  mirrors (no host name is written in the repo)
-    sysroot.py fix-links SYSROOT  make absolute symlinks in SYSROOT relative to it
-                                  (qemu -L and the sysroot's own loader then stay inside)
+sysroot.py sources OUTDIR     copy this machine's active apt sources into
+                              OUTDIR/sources.list and OUTDIR/sources.list.d/,
+                              so a private apt state fetches from the same
+                              mirrors (no host name is written in the repo)
+sysroot.py fix-links SYSROOT  make absolute symlinks in SYSROOT relative to it
+                              (qemu -L and the sysroot's own loader then stay inside)
 """
+
 import glob
 import os
 import shutil
@@ -25,13 +26,14 @@ def sources(out: str) -> int:
                     if line.strip().startswith("deb ") or line.strip().startswith("deb["):
                         dst.write(line)
                         n += 1
-    for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")
-                       + glob.glob("/etc/apt/sources.list.d/*.list")):
+    for path in sorted(
+        glob.glob("/etc/apt/sources.list.d/*.sources") + glob.glob("/etc/apt/sources.list.d/*.list")
+    ):
         with open(path) as f:
             text = f.read()
         # deb822 stanzas limited to other architectures are useless here but harmless
         shutil.copy(path, parts)
-        n += sum(1 for l in text.splitlines() if l.strip().startswith(("Types:", "deb ")))
+        n += sum(1 for ln in text.splitlines() if ln.strip().startswith(("Types:", "deb ")))
     if n == 0:
         print("sysroot.py: no apt sources found on this machine", file=sys.stderr)
         return 1

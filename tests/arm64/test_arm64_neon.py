@@ -1,6 +1,7 @@
 """arm64-only checks: the kernel list and the default choice by core type.
 The crypto behaviour itself is covered by tests/crypto, which parametrizes over
 every kernel (generic, neon4, neon here)."""
+
 import os
 import subprocess
 import sys
@@ -38,30 +39,39 @@ def test_adiantum_on_neon_uses_the_neon_nh_and_libcrypto():
 
 
 def test_choice_logic_in_c():
-    out = subprocess.run([_need("VPNCRYPT_ARM64_QEMU", QEMU), _need("VPNCRYPT_ARM64_MIDR_TEST", MIDR_TEST)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [_need("VPNCRYPT_ARM64_QEMU", QEMU), _need("VPNCRYPT_ARM64_MIDR_TEST", MIDR_TEST)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert " 0 failed" in out.stdout
 
 
-CPUINFO = ("processor\t: {n}\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\n"
-           "CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: {part}\nCPU revision\t: 4\n\n")
+CPUINFO = (
+    "processor\t: {n}\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\n"
+    "CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: {part}\nCPU revision\t: 4\n\n"
+)
 
 
-@pytest.mark.parametrize("parts,want", [
-    (["0xd03"] * 4, "neon4"),            # Cortex-A53
-    (["0xd05", "0xd05"], "neon4"),       # Cortex-A55
-    (["0xd07"] * 2, "neon"),             # Cortex-A57
-    (["0xd05", "0xd0b"], "neon4"),       # A55 + A76: the thread may run on the little core
-    (["0xd0c"], "neon"),                 # Neoverse N1
-])
+@pytest.mark.parametrize(
+    "parts,want",
+    [
+        (["0xd03"] * 4, "neon4"),  # Cortex-A53
+        (["0xd05", "0xd05"], "neon4"),  # Cortex-A55
+        (["0xd07"] * 2, "neon"),  # Cortex-A57
+        (["0xd05", "0xd0b"], "neon4"),  # A55 + A76: the thread may run on the little core
+        (["0xd0c"], "neon"),  # Neoverse N1
+    ],
+)
 def test_default_follows_cpuinfo(tmp_path, parts, want):
     info = tmp_path / "cpuinfo"
     info.write_text("".join(CPUINFO.format(n=i, part=p) for i, p in enumerate(parts)))
     env = dict(os.environ, VPNCRYPT_NEON_CPUINFO=str(info))
     env.pop("VPNCRYPT_CHACHA_IMPL", None)
     code = "import vpncrypt.crypto as c; print(c.active_implementation())"
-    cmd = [sys.executable, "-c", code]   # run.sh's wrapper: qemu + the sysroot's python3
+    cmd = [sys.executable, "-c", code]  # run.sh's wrapper: qemu + the sysroot's python3
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == want
@@ -71,19 +81,19 @@ def test_default_follows_cpuinfo(tmp_path, parts, want):
 HOST_CPUINFO = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)\n\n"
 
 
-@pytest.mark.parametrize("qemu_cpu,want", [("cortex-a53", "neon4"), ("cortex-a57", "neon"),
-                                           ("cortex-a72", "neon")])
+@pytest.mark.parametrize(
+    "qemu_cpu,want", [("cortex-a53", "neon4"), ("cortex-a57", "neon"), ("cortex-a72", "neon")]
+)
 def test_default_from_midr_when_cpuinfo_names_no_part(tmp_path, qemu_cpu, want):
     """No CPU part in cpuinfo and no sysfs MIDR (qemu-user): the core is read
     from MIDR_EL1 itself, which the kernel emulates under HWCAP_CPUID."""
-    _need("VPNCRYPT_ARM64_QEMU", QEMU)   # QEMU_CPU picks the core the wrapper emulates
+    _need("VPNCRYPT_ARM64_QEMU", QEMU)  # QEMU_CPU picks the core the wrapper emulates
     info = tmp_path / "cpuinfo"
     info.write_text(HOST_CPUINFO)
     env = dict(os.environ, VPNCRYPT_NEON_CPUINFO=str(info), QEMU_CPU=qemu_cpu)
     env.pop("VPNCRYPT_CHACHA_IMPL", None)
     code = "import vpncrypt.crypto as c; print(c.active_implementation())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == want
 

@@ -1,5 +1,6 @@
 """Short-mode checks of the crypto benchmark: it runs, and its output has every field
 and every implementation.  No timing assertions (benchmarks are not tests)."""
+
 import json
 import os
 import shutil
@@ -15,18 +16,53 @@ from vpncrypt.bench import crypto as bench
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = ROOT / "native" / "bench" / "build.sh"
 
-TINY = ["--quick", "--json", "--sizes", "16,1472", "--sweep-step", "512", "--random-count", "4",
-        "--repeat", "1", "--min-time", "0"]
+TINY = [
+    "--quick",
+    "--json",
+    "--sizes",
+    "16,1472",
+    "--sweep-step",
+    "512",
+    "--random-count",
+    "4",
+    "--repeat",
+    "1",
+    "--min-time",
+    "0",
+]
 
-RESULT_FIELDS = {"level", "group", "view", "size", "impl", "median_ns", "min_ns", "max_ns", "reps",
-                 "iters", "bytes_per_op", "mbps", "ratio_vs_ref"}
+RESULT_FIELDS = {
+    "level",
+    "group",
+    "view",
+    "size",
+    "impl",
+    "median_ns",
+    "min_ns",
+    "max_ns",
+    "reps",
+    "iters",
+    "bytes_per_op",
+    "mbps",
+    "ratio_vs_ref",
+}
 TARGET_FIELDS = {"level", "impl", "id", "description", "threshold", "value", "unit", "met", "detail"}
-PY_TARGETS = {f"py_{view}_{what}" for view in ("seal", "open")
-              for what in ("1472_vs_cryptography", "1472_vs_pynacl", "min_vs_cryptography")}
+PY_TARGETS = {
+    f"py_{view}_{what}"
+    for view in ("seal", "open")
+    for what in ("1472_vs_cryptography", "1472_vs_pynacl", "min_vs_cryptography")
+}
 PY_BATCH_TARGET = "py_seal_batch_64x1472_gbps"
-C_TARGETS = {"c_stream_1472_vs_openssl", "c_stream_tcrypt_min_vs_openssl", "c_stream_no_size_cliff",
-             "c_stream_no_size_cliff_time", "c_seal_1472_vs_openssl", "c_seal_1472_vs_libsodium",
-             "c_open_1472_vs_openssl", "c_open_1472_vs_seal"}
+C_TARGETS = {
+    "c_stream_1472_vs_openssl",
+    "c_stream_tcrypt_min_vs_openssl",
+    "c_stream_no_size_cliff",
+    "c_stream_no_size_cliff_time",
+    "c_seal_1472_vs_openssl",
+    "c_seal_1472_vs_libsodium",
+    "c_open_1472_vs_openssl",
+    "c_open_1472_vs_seal",
+}
 
 
 def _have_cc():
@@ -42,8 +78,7 @@ def _have(mod):
 
 
 def _pkg(name):
-    return shutil.which("pkg-config") and subprocess.run(
-        ["pkg-config", "--exists", name]).returncode == 0
+    return shutil.which("pkg-config") and subprocess.run(["pkg-config", "--exists", name]).returncode == 0
 
 
 def _run_py(args, capsys):
@@ -66,9 +101,23 @@ def test_python_json_has_every_field_and_implementation(capsys):
     rc, out = _run_py(TINY + ["--no-c-level"], capsys)
     assert rc == 0
     rep = json.loads(out)
-    assert crypto.active_implementation() == before      # the bench restores the kernel
-    for key in ("tool", "level", "config", "platform", "default_impl", "poly1305", "reference",
-                "implementations", "results", "c_level", "oneshot", "threads", "targets", "notes"):
+    assert crypto.active_implementation() == before  # the bench restores the kernel
+    for key in (
+        "tool",
+        "level",
+        "config",
+        "platform",
+        "default_impl",
+        "poly1305",
+        "reference",
+        "implementations",
+        "results",
+        "c_level",
+        "oneshot",
+        "threads",
+        "targets",
+        "notes",
+    ):
         assert key in rep, key
     # the data path sealing on 1 and 2 threads: measured, and the ratio is to one thread
     assert [r["threads"] for r in rep["threads"]] == [1, 2]
@@ -104,10 +153,19 @@ def test_python_json_has_every_field_and_implementation(capsys):
         assert t["met"] == (t["value"] >= t["threshold"])
     # the one-shot table: seal and open at every fixed size, with both ratios
     default = rep["default_impl"]
-    assert {(r["view"], r["size"]) for r in rep["oneshot"]} == {(v, s) for v in ("seal", "open") for s in (16, 1472)}
+    assert {(r["view"], r["size"]) for r in rep["oneshot"]} == {
+        (v, s) for v in ("seal", "open") for s in (16, 1472)
+    }
     for row in rep["oneshot"]:
-        for col in (default, "vpncrypt-aead", "cryptography", "pynacl", f"{default} vs cryptography",
-                    f"{default} vs pynacl", "vpncrypt-aead vs cryptography"):
+        for col in (
+            default,
+            "vpncrypt-aead",
+            "cryptography",
+            "pynacl",
+            f"{default} vs cryptography",
+            f"{default} vs pynacl",
+            "vpncrypt-aead vs cryptography",
+        ):
             assert row[col] is not None and row[col] > 0, (row, col)
 
 
@@ -134,7 +192,7 @@ def test_impls_selection_and_errors(capsys):
 
 
 def test_plot_without_matplotlib_errors_clearly(monkeypatch, capsys, tmp_path):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)     # import matplotlib -> ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     rc = bench.main(TINY + ["--no-c-level", "--plot", str(tmp_path / "p.png")])
     assert rc == 2
     assert "matplotlib" in capsys.readouterr().err
@@ -148,12 +206,14 @@ def test_plot_writes_png(capsys, tmp_path):
 
 
 def test_module_entry_point():
-    p = subprocess.run([sys.executable, "-m", "vpncrypt.bench.crypto", "--help"],
-                       capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, "-m", "vpncrypt.bench.crypto", "--help"], capture_output=True, text=True, cwd=ROOT
+    )
     assert p.returncode == 0 and "--c-level" in p.stdout
 
 
 # ---------------------------------------------------------------- the C bench
+
 
 @pytest.fixture(scope="module")
 def cbench(tmp_path_factory):
@@ -185,15 +245,29 @@ def test_cbench_json_every_implementation(cbench):
     assert rep["op_failures"] == 0
     for view in ("stream", "seal", "open"):
         for size in (16, 64, 256, 1024, 1472, 8192):
-            have = {r["impl"] for r in rep["results"]
-                    if r["group"] == "tcrypt" and r["view"] == view and r["size"] == size}
+            have = {
+                r["impl"]
+                for r in rep["results"]
+                if r["group"] == "tcrypt" and r["view"] == view and r["size"] == size
+            }
             assert have == set(names), (view, size)
     sweep = {r["size"] for r in rep["results"] if r["group"] == "sweep"}
     assert sweep == set(range(64, 1537, 8))
     assert {r["impl"] for r in rep["results"] if r["group"] == "batch"} == set(names)
     for r in rep["results"]:
-        assert {"group", "view", "size", "bytes", "impl", "median_ns", "min_ns", "max_ns", "iters",
-                "gbps", "ratio_vs_ref"} <= set(r)
+        assert {
+            "group",
+            "view",
+            "size",
+            "bytes",
+            "impl",
+            "median_ns",
+            "min_ns",
+            "max_ns",
+            "iters",
+            "gbps",
+            "ratio_vs_ref",
+        } <= set(r)
         assert r["median_ns"] > 0
     vpn = [n for n in names if n.startswith("vpncrypt:")]
     for impl in vpn:

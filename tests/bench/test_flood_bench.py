@@ -6,29 +6,45 @@ rate asked), no victim answers an initiation from an unknown key with a
 response or a bad mac1 with anything, every round counted the new peer's
 initiations, the victims stayed up, and nothing of the run is left.  No speed
 is asserted."""
+
 import json
-import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.bench.test_tunnel_bench import (RUN_LINE, _assert_nothing_left, _started,
-                                           current_wireguard_go)
+from tests.bench.requires import root_and_tools
+from tests.bench.test_tunnel_bench import RUN_LINE, _assert_nothing_left, _started, current_wireguard_go
 
 RATE = 20000
-ROUND_FIELDS = {"kind", "flood", "error", "tcp", "ping", "seconds", "victim_cpu_pct",
-                "victim_socket_drops", "new_peer", "victim_alive"}
-FLOOD_FIELDS = {"kind", "sent", "seconds", "rate", "wanted_rate", "sources", "sendmmsg_calls",
-                "replies", "replies_per_s"}
+ROUND_FIELDS = {
+    "kind",
+    "flood",
+    "error",
+    "tcp",
+    "ping",
+    "seconds",
+    "victim_cpu_pct",
+    "victim_socket_drops",
+    "new_peer",
+    "victim_alive",
+}
+FLOOD_FIELDS = {
+    "kind",
+    "sent",
+    "seconds",
+    "rate",
+    "wanted_rate",
+    "sources",
+    "sendmmsg_calls",
+    "replies",
+    "replies_per_s",
+}
 
 
 @pytest.fixture(autouse=True)
 def _needs():
-    assert os.geteuid() == 0, "the flood bench tests run as root"
-    for tool in ("ip", "wg", "wireguard-go", "iperf3", "ping", "nft"):
-        assert shutil.which(tool), f"required tool {tool!r} is not installed (tests never skip)"
+    root_and_tools("flood", ("ip", "wg", "wireguard-go", "iperf3", "ping", "nft"))
 
 
 def _flood(*args):
@@ -38,8 +54,22 @@ def _flood(*args):
 
 def test_tiny_flood_rounds_are_well_formed_and_leave_nothing():
     new = current_wireguard_go()
-    proc = _flood("--duration", "1", "--warmup", "0.5", "--new-peer-timeout", "3",
-                  "--rate", str(RATE), "--sources", "16", "--json", "-v", "--wireguard-go", new)
+    proc = _flood(
+        "--duration",
+        "1",
+        "--warmup",
+        "0.5",
+        "--new-peer-timeout",
+        "3",
+        "--rate",
+        str(RATE),
+        "--sources",
+        "16",
+        "--json",
+        "-v",
+        "--wireguard-go",
+        new,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:] + proc.stdout[-2000:]
     res = json.loads(proc.stdout)
     m = RUN_LINE.search(proc.stderr)

@@ -6,6 +6,7 @@ socket, process) is left afterwards, also when it is interrupted.  Needs root,
 iproute2, wireguard-tools, wireguard-go, iperf3 and ping, and Debian 13's
 wireguard-go (tests/tools/fetch-wireguard-go.sh fetches it); a missing tool is
 a failure.  No speed is asserted."""
+
 import json
 import os
 import re
@@ -17,17 +18,54 @@ import time
 
 import pytest
 
-TOP_FIELDS = {"command", "date", "cpu", "cores", "kernel", "versions", "settings", "run_id",
-              "namespaces", "veth", "pairings", "ratio_vpncrypt_over_wireguard_go",
-              "ratios_by_wireguard_go", "ok"}
-PAIRING_FIELDS = {"pairing", "label", "a", "b", "ok", "error", "tests", "checks", "wireguard_go"}
-TCP_FIELDS = {"proto", "gbit_s", "sent_gbit_s", "retransmits", "seconds", "cpu_pct",
-              "cpu_s_per_gbit", "link_rx_gbit_s", "link_tx_dropped"}
-UDP_FIELDS = {"proto", "gbit_s", "sent_gbit_s", "loss_pct", "packets", "lost_packets", "seconds",
-              "cpu_pct", "cpu_s_per_gbit", "link_rx_gbit_s", "link_tx_dropped"}
+from tests.bench.requires import root_and_tools
+
+TOP_FIELDS = {
+    "command",
+    "date",
+    "cpu",
+    "cores",
+    "kernel",
+    "versions",
+    "settings",
+    "run_id",
+    "namespaces",
+    "veth",
+    "pairings",
+    "ratio_vpncrypt_over_wireguard_go",
+    "ratios_by_wireguard_go",
+    "latency_ratios_by_wireguard_go",
+    "ok",
+}
+PAIRING_FIELDS = {"pairing", "label", "a", "b", "ok", "error", "tests", "checks", "latency", "wireguard_go"}
+TCP_FIELDS = {
+    "proto",
+    "gbit_s",
+    "sent_gbit_s",
+    "retransmits",
+    "seconds",
+    "cpu_pct",
+    "cpu_s_per_gbit",
+    "link_rx_gbit_s",
+    "link_tx_dropped",
+}
+UDP_FIELDS = {
+    "proto",
+    "gbit_s",
+    "sent_gbit_s",
+    "loss_pct",
+    "packets",
+    "lost_packets",
+    "seconds",
+    "cpu_pct",
+    "cpu_s_per_gbit",
+    "link_rx_gbit_s",
+    "link_tx_dropped",
+}
 CHECK_FIELDS = {"proto", "expected", "checked", "datagrams", "corrupt", "duplicates", "lost", "ok"}
-FETCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools",
-                     "fetch-wireguard-go.sh")
+FETCH = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "fetch-wireguard-go.sh"
+)
 
 
 def current_wireguard_go():
@@ -35,15 +73,15 @@ def current_wireguard_go():
     r = subprocess.run(["bash", FETCH], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"tests/tools/fetch-wireguard-go.sh failed: {r.stderr[-2000:]}"
     return r.stdout.strip()
+
+
 PID_LINE = re.compile(r"pid (\d+) (\S+) in (\S+): (.*)$")
 RUN_LINE = re.compile(r"run ([0-9a-f]+): namespaces (\S+) (\S+), veth (\S+)/(\S+)")
 
 
 @pytest.fixture(autouse=True)
 def _needs():
-    assert os.geteuid() == 0, "the tunnel bench tests run as root"
-    for tool in ("ip", "wg", "wireguard-go", "iperf3", "ping", "ss"):
-        assert shutil.which(tool), f"required tool {tool!r} is not installed (tests never skip)"
+    root_and_tools("tunnel", ("ip", "wg", "wireguard-go", "iperf3", "ping", "ss"))
 
 
 def _cmd(*args):
@@ -70,15 +108,31 @@ def _alive_as(pid: int, command: str) -> bool:
     return bool(argv) and os.path.basename(argv[0]) == exe
 
 
+def _table(json_text: str) -> subprocess.CompletedProcess:
+    """The table a person reads, printed from the run's JSON."""
+    text = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, sys; from vpncrypt.bench import tunnel; tunnel._print_table(json.load(sys.stdin))",
+        ],
+        input=json_text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert text.returncode == 0, text.stderr
+    return text
+
+
 def _assert_nothing_left(run_id: str, started: dict):
-    deadline = time.monotonic() + 10     # a namespace goes when its last process does
+    deadline = time.monotonic() + 10  # a namespace goes when its last process does
     while True:
         left = []
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         left += [f"namespace {line.split()[0]}" for line in netns.splitlines() if run_id in line]
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        left += [f"link {line.split(':')[1].strip()}" for line in links.splitlines()
-                 if run_id in line]
+        left += [f"link {line.split(':')[1].strip()}" for line in links.splitlines() if run_id in line]
         if os.path.isdir("/var/run/wireguard"):
             left += [f"socket {s}" for s in os.listdir("/var/run/wireguard") if run_id in s]
         left += [f"process {pid} ({cmd})" for pid, cmd in started.items() if _alive_as(pid, cmd)]
@@ -101,24 +155,40 @@ def test_short_run_all_pairings_carry_traffic_and_leave_nothing(tmp_path):
     old = shutil.which("wireguard-go")
     new = current_wireguard_go()
     png = tmp_path / "tunnel.png"
-    proc = subprocess.run(_cmd("--duration", "2", "--json", "-v", "--check-mib", "2",
-                               "--wireguard-go", old, "--wireguard-go", new, "--plot", str(png)),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        _cmd(
+            "--duration",
+            "2",
+            "--json",
+            "-v",
+            "--check-mib",
+            "2",
+            "--wireguard-go",
+            old,
+            "--wireguard-go",
+            new,
+            "--plot",
+            str(png),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:] + proc.stdout[-2000:]
     res = json.loads(proc.stdout)
     assert TOP_FIELDS <= res.keys()
     assert res["ok"] is True
     assert res["settings"]["duration"] == 2 and res["settings"]["mtu"] == 1420
     # each pairing with wireguard-go once per build, in the order given
-    assert [p["pairing"] for p in res["pairings"]] == ["vc-vc", "vc-wg", "vc-wg", "wg-wg",
-                                                       "wg-wg", "veth"]
+    assert [p["pairing"] for p in res["pairings"]] == ["vc-vc", "vc-wg", "vc-wg", "wg-wg", "wg-wg", "veth"]
     builds = res["versions"]["wireguard-go-builds"]
     assert [b["path"] for b in builds] == [os.path.abspath(old), new]
-    assert builds[0]["version"] == "wireguard-go v0.0.20220316"      # Debian 12's
-    assert builds[1]["version"] == "wireguard-go v0.0.20230223"      # Debian 13's
+    assert builds[0]["version"] == "wireguard-go v0.0.20220316"  # Debian 12's
+    assert builds[1]["version"] == "wireguard-go v0.0.20230223"  # Debian 13's
     assert res["versions"]["wireguard-go"] == builds[0]["version"]
-    for p, build in zip([p for p in res["pairings"] if "wireguard-go" in (p["a"], p["b"])],
-                        [builds[0], builds[1]] * 2):
+    for p, build in zip(
+        [p for p in res["pairings"] if "wireguard-go" in (p["a"], p["b"])], [builds[0], builds[1]] * 2
+    ):
         assert p["wireguard_go"]["path"] == build["path"]
         assert build["version"].split()[-1] in p["label"]
     assert set(res["ratios_by_wireguard_go"]) == {b["path"] for b in builds}
@@ -126,7 +196,7 @@ def test_short_run_all_pairings_carry_traffic_and_leave_nothing(tmp_path):
     for p in res["pairings"]:
         checks = {c["proto"]: c for c in p["checks"]}
         assert set(checks) == {"tcp", "udp"}, p
-        for c in checks.values():            # every byte that arrived was right
+        for c in checks.values():  # every byte that arrived was right
             assert CHECK_FIELDS <= c.keys() and c["ok"], (p["label"], c)
             assert c["corrupt"] == 0 and c["duplicates"] == 0
         assert checks["tcp"]["expected"] == 2 << 20
@@ -143,28 +213,25 @@ def test_short_run_all_pairings_carry_traffic_and_leave_nothing(tmp_path):
             assert t["gbit_s"] > 0, (p["pairing"], t)
         assert tests["tcp"]["retransmits"] is not None
         assert 0 <= tests["udp"]["loss_pct"] <= 100
-        for t in tests.values():       # the inner interfaces' counters were read
+        for t in tests.values():  # the inner interfaces' counters were read
             assert t["link_rx_gbit_s"] > 0 and t["link_tx_dropped"] >= 0, (p["pairing"], t)
         if p["pairing"] == "veth":
             assert tests["tcp"]["cpu_pct"] == {}
         else:
             assert {p["a"], p["b"]} <= {"vpncrypt", "wireguard-go"}
             assert set(p["pids"]) == {"A", "B"}
-            for t in tests.values():   # the daemons worked: CPU was measured
+            for t in tests.values():  # the daemons worked: CPU was measured
                 assert set(t["cpu_pct"]) == {"A", "B"}
                 assert all(v is not None and v >= 0 for v in t["cpu_pct"].values())
                 per = t["cpu_s_per_gbit"]
                 assert set(per) == {"A", "B", "total"}
                 assert per["total"] == pytest.approx(
-                    (t["cpu_pct"]["A"] + t["cpu_pct"]["B"]) / 100 / t["gbit_s"])
+                    (t["cpu_pct"]["A"] + t["cpu_pct"]["B"]) / 100 / t["gbit_s"]
+                )
     ratio = res["ratio_vpncrypt_over_wireguard_go"]
     assert ratio["tcp"] > 0 and ratio["udp"] > 0
     # the same result as the table a person reads: one byte-check line per stream
-    text = subprocess.run([sys.executable, "-c",
-                           "import json, sys; from vpncrypt.bench import tunnel; "
-                           "tunnel._print_table(json.load(sys.stdin))"],
-                          input=proc.stdout, capture_output=True, text=True, timeout=60)
-    assert text.returncode == 0, text.stderr
+    text = _table(proc.stdout)
     assert text.stdout.count("byte check ok: ") == 2 * len(res["pairings"]), text.stdout
     assert "TCP   byte check ok: 2097152 bytes checked, 0 corrupt" in text.stdout
     started = _started(proc.stderr)
@@ -177,20 +244,23 @@ def test_short_run_all_pairings_carry_traffic_and_leave_nothing(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_still_cleans_up(sig):
-    proc = subprocess.Popen(_cmd("--duration", "30", "--json", "-v", "--pairings", "vc-wg,vc-vc"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd("--duration", "30", "--json", "-v", "--pairings", "vc-wg,vc-vc"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines, run_id = [], None
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:      # up to the first iperf3 through the tunnel
+        while time.monotonic() < deadline:  # up to the first iperf3 through the tunnel
             line = proc.stderr.readline()
             assert line, "the bench ended early:\n" + "".join(lines)
             lines.append(line)
             m = RUN_LINE.search(line)
             if m:
                 run_id = m.group(1)
-                ns = subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                    text=True).stdout
+                ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
                 assert m.group(2) in ns and m.group(3) in ns
             if "TCP for" in line:
                 break
@@ -209,7 +279,7 @@ def test_interrupted_run_still_cleans_up(sig):
             proc.communicate()
     assert proc.returncode == 130, err
     assert "interrupted" in err
-    assert out == ""                          # no results from an interrupted run
+    assert out == ""  # no results from an interrupted run
     _assert_nothing_left(run_id, started)
 
 
@@ -217,10 +287,13 @@ def test_bad_wireguard_go_is_a_clear_error(tmp_path):
     fake = tmp_path / "not-wireguard-go"
     fake.write_text("#!/bin/sh\necho hello\n")
     fake.chmod(0o755)
-    for path, msg in ((str(tmp_path / "missing"), "not an executable file"),
-                      (str(fake), "does not name wireguard-go")):
-        proc = subprocess.run(_cmd("--pairings", "wg-wg", "--wireguard-go", path),
-                              capture_output=True, text=True, timeout=60)
+    for path, msg in (
+        (str(tmp_path / "missing"), "not an executable file"),
+        (str(fake), "does not name wireguard-go"),
+    ):
+        proc = subprocess.run(
+            _cmd("--pairings", "wg-wg", "--wireguard-go", path), capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == 1 and msg in proc.stderr, proc.stderr
         assert proc.stdout == ""
 
@@ -228,7 +301,96 @@ def test_bad_wireguard_go_is_a_clear_error(tmp_path):
 def test_not_root_is_a_clear_error(monkeypatch, capsys):
     from vpncrypt import cli
     from vpncrypt.bench import tunnel
+
     monkeypatch.setattr(tunnel.os, "geteuid", lambda: 1000)
     assert cli.main(["bench", "tunnel", "--duration", "1"]) == 1
     err = capsys.readouterr().err
     assert "needs root" in err
+
+
+LATENCY_FIELDS = {
+    "idle",
+    "loaded",
+    "tcp_gbit_s_with_pings",
+    "tcp_gbit_s_without_pings",
+    "tcp_change_pct",
+    "queues",
+}
+RTT_FIELDS = {"sent", "received", "lost", "p50_ms", "p99_ms", "max_ms"}
+
+
+def test_latency_run_reports_rtt_idle_and_under_tcp_and_the_queues(tmp_path):
+    """--latency: a ping every 50 ms for the 2 s, idle and under one TCP
+    flow, for the tunnel and the plain veth; the table, the JSON and the
+    plot carry it, and the versions are printed."""
+    png = tmp_path / "latency.png"
+    args = "--duration 2 --json -v --pairings vc-vc,veth --no-udp --check-mib 0 --latency".split()
+    proc = subprocess.run(_cmd(*args, "--plot", str(png)), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:] + proc.stdout[-2000:]
+    res = json.loads(proc.stdout)
+    assert res["settings"]["latency"] is True and res["settings"]["ping_interval"] == 0.05
+    assert [p["pairing"] for p in res["pairings"]] == ["vc-vc", "veth"]
+    for p in res["pairings"]:
+        lat = p["latency"]
+        assert LATENCY_FIELDS <= lat.keys(), lat
+        tcp = next(t for t in p["tests"] if t["proto"] == "tcp")
+        assert lat["tcp_gbit_s_without_pings"] == tcp["gbit_s"]
+        assert lat["tcp_gbit_s_with_pings"] > 0
+        # 2 s / 50 ms pings idle; 1.5 s of them under the flow (after its first 0.5 s)
+        assert lat["idle"]["sent"] == 40 and lat["loaded"]["sent"] == 30
+        for state in ("idle", "loaded"):
+            r = lat[state]
+            assert RTT_FIELDS <= r.keys()
+            assert 0 < r["received"] <= r["sent"] and r["lost"] == r["sent"] - r["received"]
+            assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"], (p["pairing"], state, r)
+        q = lat["queues"]
+        assert set(q) == {"A", "B", "tcp_in_flight_bytes"}
+        assert q["tcp_in_flight_bytes"]["samples"] >= 1 and q["tcp_in_flight_bytes"]["max"] > 0, q
+        if p["pairing"] == "veth":  # the control is the veth itself
+            assert lat["loaded_outside_tunnel"] is None
+        else:
+            c = lat["loaded_outside_tunnel"]
+            assert c["sent"] == 30 and 0 < c["received"] <= 30 and c["p50_ms"] <= c["p99_ms"], c
+        for side in "AB":
+            assert q[side]["samples"] >= 1, q
+            assert q[side]["tun_qdisc_backlog_bytes_max"] is not None
+        if p["pairing"] == "veth":  # no daemon, no UDP socket of one
+            assert q["A"]["udp_rcvbuf"] is None and q["B"]["udp_rcvbuf"] is None
+        else:
+            assert q["B"]["udp_rcvbuf"] > 0 and q["B"]["udp_recv_queue_bytes_max"] is not None
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = _table(proc.stdout)
+    assert text.stdout.count("ping  RTT idle p50 ") == 2, text.stdout
+    assert text.stdout.count("queue TCP in flight mean ") == 2, text.stdout
+    assert text.stdout.count(", outside the tunnel meanwhile p50 ") == 1, text.stdout
+    assert f"vpncrypt {res['versions']['vpncrypt']} (Python " in text.stdout
+    _assert_nothing_left(res["run_id"], _started(proc.stderr))
+
+
+PING_OUTPUT = """PING 10.77.0.2 (10.77.0.2) 56(84) bytes of data.
+64 bytes from 10.77.0.2: icmp_seq=1 ttl=64 time=0.512 ms
+64 bytes from 10.77.0.2: icmp_seq=2 ttl=64 time=4.20 ms
+64 bytes from 10.77.0.2: icmp_seq=2 ttl=64 time=4.90 ms (DUP!)
+64 bytes from 10.77.0.2: icmp_seq=4 ttl=64 time=1.00 ms
+
+--- 10.77.0.2 ping statistics ---
+4 packets transmitted, 3 received, +1 duplicates, 25% packet loss, time 150ms
+rtt min/avg/max/mdev = 0.512/1.904/4.200/1.700 ms
+"""
+
+
+def test_ping_parsing_and_percentiles():
+    from vpncrypt.bench import tunnel
+
+    # a duplicate reply counts once (the first); seq 3 was lost
+    assert tunnel._ping_rtts(PING_OUTPUT) == {1: 0.512, 2: 4.2, 4: 1.0}
+    assert tunnel._ping_rtts(PING_OUTPUT.encode()) == {1: 0.512, 2: 4.2, 4: 1.0}
+    st = tunnel._rtt_stats(PING_OUTPUT, 4)
+    assert (st["received"], st["lost"], st["max_ms"]) == (3, 1, 4.2)
+    assert st["p50_ms"] == 1.0
+    # linear between the closest ranks: of 1..100, p50 = 50.5, p99 = 99.01
+    values = list(range(1, 101))
+    assert tunnel.percentile(values, 50) == pytest.approx(50.5)
+    assert tunnel.percentile(values, 99) == pytest.approx(99.01)
+    assert tunnel.percentile([7.0], 99) == 7.0
+    assert tunnel.percentile([], 50) is None

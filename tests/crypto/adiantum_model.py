@@ -3,6 +3,7 @@ Adiantum paper (Crowley and Biggers, 2018, sections 6.3-6.4) for the tests: the
 ChaCha and HChaCha of tests/crypto/reference.py (not the native core), and
 AES-256 from `cryptography` (the test dependency), not from the libcrypto that
 the native core loads."""
+
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from tests.crypto import reference
@@ -13,7 +14,7 @@ CLAMP = 0x0FFFFFFC0FFFFFFC0FFFFFFC0FFFFFFF
 
 
 def _words(b: bytes) -> list[int]:
-    return [int.from_bytes(b[i:i + 4], "little") for i in range(0, len(b), 4)]
+    return [int.from_bytes(b[i : i + 4], "little") for i in range(0, len(b), 4)]
 
 
 def nh(key: bytes, msg: bytes) -> bytes:
@@ -24,7 +25,7 @@ def nh(key: bytes, msg: bytes) -> bytes:
     for p in range(4):
         s = 0
         for i in range(0, len(m), 4):
-            kk = k[i + 4 * p:i + 4 * p + 4]
+            kk = k[i + 4 * p : i + 4 * p + 4]
             s += ((m[i] + kk[0]) & M32) * ((m[i + 2] + kk[2]) & M32)
             s += ((m[i + 1] + kk[1]) & M32) * ((m[i + 3] + kk[3]) & M32)
         out += (s & M64).to_bytes(8, "little")
@@ -36,7 +37,7 @@ def poly1305_hash(r16: bytes, msg: bytes) -> int:
     r = int.from_bytes(r16, "little") & CLAMP
     h = 0
     for i in range(0, len(msg), 16):
-        chunk = msg[i:i + 16]
+        chunk = msg[i : i + 16]
         h = (h + int.from_bytes(chunk, "little") + (1 << (8 * len(chunk)))) * r % P1305
     return h
 
@@ -44,7 +45,7 @@ def poly1305_hash(r16: bytes, msg: bytes) -> int:
 def nhpoly1305(key: bytes, msg: bytes) -> bytes:
     assert len(key) == 1088
     msg = msg + bytes(-len(msg) % 16)
-    hashes = b"".join(nh(key[16:], msg[i:i + 1024]) for i in range(0, len(msg), 1024))
+    hashes = b"".join(nh(key[16:], msg[i : i + 1024]) for i in range(0, len(msg), 1024))
     return (poly1305_hash(key[:16], hashes) & M128).to_bytes(16, "little")
 
 

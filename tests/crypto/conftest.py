@@ -2,6 +2,7 @@
 kernel this machine can run, `poly_impl` once per Poly1305 kernel, and `backend`
 once per backend (native, pynacl) and once more for the native key objects
 (AEAD(key) / XAEAD(key)) behind the same interface."""
+
 import os
 
 import pytest
@@ -84,6 +85,7 @@ def backend(request):
 @pytest.fixture
 def rng():
     import random
+
     return random.Random(0x5EED)
 
 

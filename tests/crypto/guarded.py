@@ -1,5 +1,6 @@
 """Buffers that sit right against PROT_NONE pages, so that a read or write one
 byte outside them kills the process (the test then fails)."""
+
 import ctypes
 import mmap
 
@@ -8,7 +9,14 @@ from vpncrypt._native import ffi
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 PROT_NONE, PROT_READ, PROT_RW = 0, 1, 3

@@ -1,6 +1,7 @@
 """A small, independent pure-Python ChaCha and Poly1305 (RFC 8439), used only by
 the tests as a second reference, mainly for the 8- and 12-round variants that
 libsodium and OpenSSL do not offer."""
+
 import struct
 
 MASK = 0xFFFFFFFF
@@ -11,21 +12,38 @@ def _rotl(v, n):
 
 
 def _qr(x, a, b, c, d):
-    x[a] = (x[a] + x[b]) & MASK; x[d] = _rotl(x[d] ^ x[a], 16)
-    x[c] = (x[c] + x[d]) & MASK; x[b] = _rotl(x[b] ^ x[c], 12)
-    x[a] = (x[a] + x[b]) & MASK; x[d] = _rotl(x[d] ^ x[a], 8)
-    x[c] = (x[c] + x[d]) & MASK; x[b] = _rotl(x[b] ^ x[c], 7)
+    x[a] = (x[a] + x[b]) & MASK
+    x[d] = _rotl(x[d] ^ x[a], 16)
+    x[c] = (x[c] + x[d]) & MASK
+    x[b] = _rotl(x[b] ^ x[c], 12)
+    x[a] = (x[a] + x[b]) & MASK
+    x[d] = _rotl(x[d] ^ x[a], 8)
+    x[c] = (x[c] + x[d]) & MASK
+    x[b] = _rotl(x[b] ^ x[c], 7)
 
 
 def _state(key, counter, nonce):
-    return [0x61707865, 0x3320646E, 0x79622D32, 0x6B206574,
-            *struct.unpack("<8I", key), counter, *struct.unpack("<3I", nonce)]
+    return [
+        0x61707865,
+        0x3320646E,
+        0x79622D32,
+        0x6B206574,
+        *struct.unpack("<8I", key),
+        counter,
+        *struct.unpack("<3I", nonce),
+    ]
 
 
 def _permute(x, rounds):
     for _ in range(rounds // 2):
-        _qr(x, 0, 4, 8, 12); _qr(x, 1, 5, 9, 13); _qr(x, 2, 6, 10, 14); _qr(x, 3, 7, 11, 15)
-        _qr(x, 0, 5, 10, 15); _qr(x, 1, 6, 11, 12); _qr(x, 2, 7, 8, 13); _qr(x, 3, 4, 9, 14)
+        _qr(x, 0, 4, 8, 12)
+        _qr(x, 1, 5, 9, 13)
+        _qr(x, 2, 6, 10, 14)
+        _qr(x, 3, 7, 11, 15)
+        _qr(x, 0, 5, 10, 15)
+        _qr(x, 1, 6, 11, 12)
+        _qr(x, 2, 7, 8, 13)
+        _qr(x, 3, 4, 9, 14)
 
 
 def block(key, counter, nonce, rounds=20) -> bytes:
@@ -56,6 +74,6 @@ def poly1305(key, msg) -> bytes:
     p = (1 << 130) - 5
     acc = 0
     for i in range(0, len(msg), 16):
-        n = int.from_bytes(msg[i:i + 16] + b"\x01", "little")
+        n = int.from_bytes(msg[i : i + 16] + b"\x01", "little")
         acc = (acc + n) * r % p
     return ((acc + s) & ((1 << 128) - 1)).to_bytes(16, "little")

@@ -4,6 +4,7 @@ NH kernel, an independent Python model (tests/crypto/adiantum_model.py), every
 kernel against the portable one at every length 16..4200, decrypt(encrypt(x))
 == x, and the wide-block property: one changed bit anywhere changes every
 16-byte block of the output."""
+
 import json
 import os
 import subprocess
@@ -37,7 +38,14 @@ def test_vector_files_cover_the_published_sets():
     """The kernel's six nhpoly1305 vectors and six per Adiantum variant; the
     reference implementation's 30 NHPoly1305 ones and tweaks of 0, 17, 32 bytes."""
     assert len(KERNEL["nhpoly1305"]) == 6
-    assert [len(v["plaintext"]) // 2 for v in KERNEL["adiantum_xchacha12_aes"]] == [16, 31, 128, 512, 1536, 4096]
+    assert [len(v["plaintext"]) // 2 for v in KERNEL["adiantum_xchacha12_aes"]] == [
+        16,
+        31,
+        128,
+        512,
+        1536,
+        4096,
+    ]
     assert len(REFERENCE["nhpoly1305"]) == 30
     assert {len(v["tweak"]) // 2 for v in REFERENCE["adiantum_xchacha20_aes"]} == {0, 17, 32}
 
@@ -97,8 +105,7 @@ def test_nh_kernel_equals_generic_every_length(nh_impl, rng):
         ours = vc.nhpoly1305(key, msg[:n]), vc.nhpoly1305(ones[:1088], ones[:n])
         vc.use_nh_implementation("generic")
         try:
-            assert (vc.nhpoly1305(key, msg[:n]), vc.nhpoly1305(ones[:1088], ones[:n])) == ours, \
-                f"length {n}"
+            assert (vc.nhpoly1305(key, msg[:n]), vc.nhpoly1305(ones[:1088], ones[:n])) == ours, f"length {n}"
         finally:
             vc.use_nh_implementation(nh_impl)
 
@@ -108,13 +115,13 @@ def test_adiantum_kernels_equal_portable_every_length(kernels, nh_impl, rng):
     all-portable run (generic NH and ChaCha) at every length 16..4200."""
     key, tweak, msg = rbytes(rng, 32), rbytes(rng, 32), rbytes(rng, 4200)
     a = vc.Adiantum(key, 12)
-    ours = [a.encrypt(tweak[:n % 33], msg[:n]) for n in range(16, 4201)]
+    ours = [a.encrypt(tweak[: n % 33], msg[:n]) for n in range(16, 4201)]
     chacha, nh = vc.active_implementation(), vc.active_nh_implementation()
     vc.use_implementation("generic")
     vc.use_nh_implementation("generic")
     try:
         for n, got in zip(range(16, 4201), ours):
-            assert a.encrypt(tweak[:n % 33], msg[:n]) == got, f"length {n}"
+            assert a.encrypt(tweak[: n % 33], msg[:n]) == got, f"length {n}"
     finally:
         vc.use_implementation(chacha)
         vc.use_nh_implementation(nh)
@@ -132,7 +139,7 @@ def test_roundtrip(rng, rounds):
 
 def _blocks_all_differ(a: bytes, b: bytes) -> bool:
     """Every 16-byte block (the last one may be shorter) differs."""
-    return all(a[i:i + 16] != b[i:i + 16] for i in range(0, len(a), 16))
+    return all(a[i : i + 16] != b[i : i + 16] for i in range(0, len(a), 16))
 
 
 @pytest.mark.parametrize("n", [16, 17, 100, 1040, 4096])
@@ -165,8 +172,9 @@ def test_module_functions_equal_key_object(rng):
     for rounds in (12, 20):
         assert vc.adiantum_encrypt(key, tweak, pt, rounds) == vc.Adiantum(key, rounds).encrypt(tweak, pt)
     assert vc.adiantum_encrypt(key, tweak, pt) == vc.adiantum_encrypt(key, tweak, pt, 12)
-    assert vc.adiantum_encrypt(bytearray(key), memoryview(tweak), bytearray(pt)) == \
-        vc.adiantum_encrypt(key, tweak, pt)
+    assert vc.adiantum_encrypt(bytearray(key), memoryview(tweak), bytearray(pt)) == vc.adiantum_encrypt(
+        key, tweak, pt
+    )
 
 
 def test_arguments():
@@ -194,13 +202,14 @@ def test_arguments():
 def test_without_libcrypto_a_clear_error():
     """AES-256 comes from libcrypto, loaded at run time: without it Adiantum
     fails with a message that names it, and NHPoly1305 still works."""
-    code = ("import vpncrypt.crypto as c\n"
-            "print(c.adiantum_aes_available(), c.nhpoly1305(bytes(1088), bytes(16)).hex())\n"
-            "try:\n    c.adiantum_encrypt(bytes(32), b'', bytes(16))\n"
-            "except RuntimeError as e:\n    print('error:', e)\n")
+    code = (
+        "import vpncrypt.crypto as c\n"
+        "print(c.adiantum_aes_available(), c.nhpoly1305(bytes(1088), bytes(16)).hex())\n"
+        "try:\n    c.adiantum_encrypt(bytes(32), b'', bytes(16))\n"
+        "except RuntimeError as e:\n    print('error:', e)\n"
+    )
     env = dict(os.environ, VPNCRYPT_LIBCRYPTO="libvpncrypt-test-no-such-library.so")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "False " + "00" * 16
@@ -210,8 +219,7 @@ def test_without_libcrypto_a_clear_error():
 def test_env_forces_the_nh_kernel():
     code = "import vpncrypt.crypto as c; print(c.active_nh_implementation())"
     env = dict(os.environ, VPNCRYPT_NH_IMPL="generic")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "generic"
     with pytest.raises(ValueError, match="unknown NH implementation"):
@@ -222,6 +230,7 @@ def test_one_key_from_many_threads(rng):
     """A key object's AES contexts are borrowed under a try-lock; threads that
     find one taken make their own, and every result is still right."""
     import threading
+
     a = vc.Adiantum(rbytes(rng, 32))
     jobs = [(rbytes(rng, 7), rbytes(rng, 16 + i % 700)) for i in range(200)]
     want = [a.encrypt(t, d) for t, d in jobs]
@@ -245,6 +254,7 @@ def test_rekey_and_wipe_in_c():
     """setkey again on a key re-keys it (its old AES contexts freed), and a
     wiped key is zero."""
     from vpncrypt._native import ffi, lib
+
     k = ffi.new("vc_adiantum_key *")
     data = bytes(range(48))
     out = ffi.new("uint8_t[48]")

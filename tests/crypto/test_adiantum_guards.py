@@ -3,6 +3,7 @@ kernels read 16-byte units and 32-byte key windows, so the key (1088 bytes)
 and the message are put right against PROT_NONE pages, at every length up to
 2 NH messages and a piece (NHPoly1305) and up to GUARD_MAX + 16 (Adiantum),
 separate and in place.  A stray read or write kills the test process."""
+
 import pytest
 
 import vpncrypt.crypto as vc
@@ -53,7 +54,7 @@ def test_adiantum_against_guards(nh_impl, pages, rng):
             assert Guarded.read(d, length) == want, (length, place_src, place_dst)
             assert lib.vc_adiantum_decrypt(kobj, s, d, length, t, tl) == 0
             assert Guarded.read(s, length) == data, (length, place_src, place_dst, "decrypt")
-        for place in ("tail", "head"):            # in place
+        for place in ("tail", "head"):  # in place
             s = getattr(src, place)(length, data)
             assert lib.vc_adiantum_encrypt(kobj, s, s, length, t, tl) == 0
             assert Guarded.read(s, length) == want, (length, place, "in place")
@@ -72,7 +73,9 @@ def test_adiantum_c_lengths_refused_before_writing(pages):
     o = ffi.from_buffer(out)
     for fn in (lib.vc_adiantum_encrypt, lib.vc_adiantum_decrypt):
         assert fn(kobj, o, ffi.from_buffer(bytes(15)), 15, ffi.NULL, 0) == lib.VC_ERR_LENGTH
-        assert fn(kobj, o, ffi.from_buffer(bytes(16)), 16, ffi.from_buffer(bytes(33)), 33) == lib.VC_ERR_LENGTH
+        assert (
+            fn(kobj, o, ffi.from_buffer(bytes(16)), 16, ffi.from_buffer(bytes(33)), 33) == lib.VC_ERR_LENGTH
+        )
         assert out == b"\xaa" * 64
         assert fn(kobj, o, ffi.from_buffer(bytes(16)), 16, ffi.from_buffer(bytes(32)), 32) == 0
         out[:] = b"\xaa" * 64

@@ -1,4 +1,5 @@
 """The batch forms equal the single forms packet for packet."""
+
 import pytest
 
 import vpncrypt.crypto as vc
@@ -95,6 +96,7 @@ def test_batch_counts_bytes_not_items(backend):
     to pass the length check and seal under the wrong nonce), and three words
     are a nonce used byte for byte."""
     from array import array
+
     ref = vc.get_backend("pynacl")
     key = bytes(range(32))
     with pytest.raises(ValueError, match=r"nonces\[0\] must be 12 bytes long, got 48"):

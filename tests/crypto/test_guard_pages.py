@@ -1,6 +1,7 @@
 """No kernel reads or writes a byte outside its buffers: every length from 0 to
 GUARD_MAX, with buffers that end exactly at a PROT_NONE page and buffers that
 start right after one, separate and in place."""
+
 import pytest
 
 import vpncrypt.crypto as vc
@@ -8,6 +9,7 @@ from vpncrypt._native import ffi, lib
 from tests.crypto import reference
 from tests.crypto.conftest import GUARD_MAX, rbytes
 from tests.crypto.guarded import Guarded
+from tests.crypto.spans import OPEN_SPANS
 
 
 @pytest.fixture
@@ -77,12 +79,6 @@ def test_xaead_against_guards(impl, pages, rng):
         tag = ffi.new("uint8_t[16]")
         assert lib.vc_xaead_seal(d, tag, s, length, ffi.NULL, 0, k, n) == 0
         assert Guarded.read(d, length) + ffi.buffer(tag)[:] == want
-
-
-# Around the spans opened into the scratch before the tag check (64, 192, 256,
-# 448, and on avx512 the short pass: up to 960) and the passes of the rest.
-OPEN_SPANS = [191, 192, 193, 255, 256, 257, 447, 448, 449, 959, 960, 961, 1023, 1024, 1025, 1088, 1089, 1471,
-              1472, 1473, 1983, 1984, 1985, 2047, 2048, 2049, 3008, 3009, 4097]
 
 
 def test_open_spans_against_guards(kernels, rng):

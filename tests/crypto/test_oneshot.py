@@ -2,6 +2,7 @@
 the kernels that vpncrypt.crypto selects (one dispatch state, shared with the
 cffi module), leaks neither memory nor references nor buffer exports, and is
 safe with threads."""
+
 import gc
 import os
 import resource
@@ -54,7 +55,7 @@ def test_selected_kernels_serve_the_one_shot_calls(kernels, length):
     or of the selection would leave the record as the cffi call below set it."""
     chacha, poly = kernels
     for name, call, uses_poly in _calls(K, N, XN, bytes(length)):
-        vc.poly1305(K, b"reset")              # a cffi call: (None, poly)
+        vc.poly1305(K, b"reset")  # a cffi call: (None, poly)
         assert vc.last_kernels() == (None, poly)
         vc.use_poly1305_implementation("generic")
         vc.poly1305(K, b"reset")
@@ -66,8 +67,13 @@ def test_selected_kernels_serve_the_one_shot_calls(kernels, length):
 
 def test_every_kernel_pair_equal_to_libsodium_through_each_entry_point(kernels, rng):
     for n in (0, 1, 63, 64, 65, 191, 193, 447, 449, 959, 961, 1472, 4096, 4097):
-        key, nonce, xnonce, msg, aad = (rbytes(rng, 32), rbytes(rng, 12), rbytes(rng, 24),
-                                        rbytes(rng, n), rbytes(rng, n % 19))
+        key, nonce, xnonce, msg, aad = (
+            rbytes(rng, 32),
+            rbytes(rng, 12),
+            rbytes(rng, 24),
+            rbytes(rng, n),
+            rbytes(rng, n % 19),
+        )
         want = nb.crypto_aead_chacha20poly1305_ietf_encrypt(msg, aad, nonce, key)
         xwant = nb.crypto_aead_xchacha20poly1305_ietf_encrypt(msg, aad, xnonce, key)
         assert vc.seal(key, nonce, msg, aad) == want == vc.AEAD(key).seal(nonce, msg, aad)
@@ -81,9 +87,11 @@ def test_every_kernel_pair_equal_to_libsodium_through_each_entry_point(kernels, 
 def test_unbound_module_refuses_clearly():
     """Imported on its own (before vpncrypt.crypto binds it), the module raises a
     clear error instead of calling through a NULL table."""
-    code = ("import vpncrypt._oneshot as o\n"
-            "try:\n    o.seal(bytes(32), bytes(12), b'x')\n"
-            "except RuntimeError as e:\n    print('refused:', e)\n")
+    code = (
+        "import vpncrypt._oneshot as o\n"
+        "try:\n    o.seal(bytes(32), bytes(12), b'x')\n"
+        "except RuntimeError as e:\n    print('refused:', e)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "refused: vpncrypt._oneshot is not bound" in out.stdout
@@ -107,8 +115,8 @@ def _rss_kib() -> int:
 def _workload(rounds: int):
     """Every entry point with every buffer kind, the error paths included."""
     key, nonce, xnonce = bytearray(K), memoryview(N), array("B", XN)
-    msg = memoryview(array("I", range(300)))            # 1200 bytes
-    big = bytes(5000)                                    # above the GIL threshold
+    msg = memoryview(array("I", range(300)))  # 1200 bytes
+    big = bytes(5000)  # above the GIL threshold
     sealed = vc.seal(K, N, msg)
     bad = bytearray(sealed)
     bad[0] ^= 1
@@ -119,10 +127,16 @@ def _workload(rounds: int):
         a.open(nonce, a.seal(nonce, big))
         x.open(XN, x.seal(XN, msg))
         vc.chacha20_xor(key, nonce, big, 7, 12)
-        for call in (lambda: vc.open(key, nonce, bad), lambda: a.open(N, bad),
-                     lambda: vc.seal(K, N, "str"), lambda: vc.seal(K, memoryview(bytes(24))[::2], b""),
-                     lambda: vc.open(K, N, bytes(15)), lambda: vc.chacha20_xor(K, N, b"x" * 65, 2**32 - 1),
-                     lambda: vc.seal(K, N, b"", unknown=1), lambda: vc.AEAD(bytes(31))):
+        for call in (
+            lambda: vc.open(key, nonce, bad),
+            lambda: a.open(N, bad),
+            lambda: vc.seal(K, N, "str"),
+            lambda: vc.seal(K, memoryview(bytes(24))[::2], b""),
+            lambda: vc.open(K, N, bytes(15)),
+            lambda: vc.chacha20_xor(K, N, b"x" * 65, 2**32 - 1),
+            lambda: vc.seal(K, N, b"", unknown=1),
+            lambda: vc.AEAD(bytes(31)),
+        ):
             try:
                 call()
             except (ValueError, TypeError, BufferError, OverflowError):
@@ -134,7 +148,7 @@ def test_no_leaks_of_memory_references_or_buffer_exports():
     """Many calls of every kind: traced memory and RSS stay flat, the inputs'
     reference counts come back, and no buffer stays exported (a bytearray that
     was passed in can still be resized)."""
-    key, msg, sealed = _workload(200)                 # warm up: caches, interned strings
+    key, msg, sealed = _workload(200)  # warm up: caches, interned strings
     refs = (sys.getrefcount(key), sys.getrefcount(sealed), sys.getrefcount(msg))
     gc.collect()
     tracemalloc.start()
@@ -177,7 +191,7 @@ def test_threads_while_kernels_switch(rng):
                 for key, nonce, msg, want in cases:
                     assert vc.seal(key, nonce, msg) == want
                     assert vc.AEAD(key).open(nonce, want) == msg
-        except BaseException as e:      # noqa: BLE001 - reported below
+        except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
             stop.set()
 
@@ -188,8 +202,15 @@ def test_threads_while_kernels_switch(rng):
         for i in range(400):
             vc.use_implementation(impls[i % len(impls)])
             vc.use_poly1305_implementation(polys[(i // len(impls)) % len(polys)])
-            lib.vc_chacha20_xor(ffi.new("uint8_t[64]"), ffi.new("uint8_t[64]"), 64, ffi.new("uint8_t[32]"),
-                                ffi.new("uint8_t[12]"), 0, 20)
+            lib.vc_chacha20_xor(
+                ffi.new("uint8_t[64]"),
+                ffi.new("uint8_t[64]"),
+                64,
+                ffi.new("uint8_t[32]"),
+                ffi.new("uint8_t[12]"),
+                0,
+                20,
+            )
     finally:
         stop.set()
         for t in threads:
@@ -202,20 +223,23 @@ def test_threads_while_kernels_switch(rng):
 def test_first_use_from_many_threads_at_once():
     """The kernel registry is set up once even when many threads make their
     first call at the same moment (a fresh interpreter per run)."""
-    code = ("import threading\n"
-            "from vpncrypt._native import ffi, lib\n"
-            "out = []\n"
-            "go = threading.Barrier(8)\n"
-            "def first():\n"
-            "    go.wait()\n"
-            "    out.append((lib.vc_chacha_impl_active(), lib.vc_poly1305_impl_active(),\n"
-            "                lib.vc_chacha_impl_count()))\n"
-            "ts = [threading.Thread(target=first) for _ in range(8)]\n"
-            "[t.start() for t in ts]; [t.join() for t in ts]\n"
-            "print(len(set(out)), out[0][0] >= 0, out[0][1] >= 0)\n")
+    code = (
+        "import threading\n"
+        "from vpncrypt._native import ffi, lib\n"
+        "out = []\n"
+        "go = threading.Barrier(8)\n"
+        "def first():\n"
+        "    go.wait()\n"
+        "    out.append((lib.vc_chacha_impl_active(), lib.vc_poly1305_impl_active(),\n"
+        "                lib.vc_chacha_impl_count()))\n"
+        "ts = [threading.Thread(target=first) for _ in range(8)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "print(len(set(out)), out[0][0] >= 0, out[0][1] >= 0)\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("VPNCRYPT_")}
     for _ in range(3):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                             timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+        )
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["1", "True", "True"]

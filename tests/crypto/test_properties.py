@@ -1,4 +1,5 @@
 """Property tests: random lengths, offsets into larger buffers, and in-place use."""
+
 from hypothesis import given, settings, strategies as st
 
 import vpncrypt.crypto as vc
@@ -10,8 +11,15 @@ NONCES = st.binary(min_size=12, max_size=12)
 
 
 @settings(max_examples=150, deadline=None)
-@given(key=KEYS, nonce=NONCES, data=st.binary(max_size=1500), pre=st.integers(0, 63),
-       counter=st.integers(0, 2**20), in_place=st.booleans(), rounds=st.sampled_from([8, 12, 20]))
+@given(
+    key=KEYS,
+    nonce=NONCES,
+    data=st.binary(max_size=1500),
+    pre=st.integers(0, 63),
+    counter=st.integers(0, 2**20),
+    in_place=st.booleans(),
+    rounds=st.sampled_from([8, 12, 20]),
+)
 def test_stream_at_any_offset(key, nonce, data, pre, counter, in_place, rounds):
     want = reference.chacha_xor(key, nonce, data, counter, rounds) if len(data) < 400 else None
     results = set()
@@ -25,12 +33,16 @@ def test_stream_at_any_offset(key, nonce, data, pre, counter, in_place, rounds):
             out = bytearray(b"\xdd" * (len(data) + pre + 5))
             dst = ffi.from_buffer(out) + pre
             src = p + pre
-        assert lib.vc_chacha20_xor(dst, src, len(data), ffi.from_buffer(key), ffi.from_buffer(nonce),
-                                   counter, rounds) == 0
+        assert (
+            lib.vc_chacha20_xor(
+                dst, src, len(data), ffi.from_buffer(key), ffi.from_buffer(nonce), counter, rounds
+            )
+            == 0
+        )
         res_buf = buf if in_place else out
         assert res_buf[:pre] == (bytes(pre) if in_place else b"\xdd" * pre)
-        assert res_buf[pre + len(data):] == (b"\xee" * 5 if in_place else b"\xdd" * 5)
-        results.add(bytes(res_buf[pre:pre + len(data)]))
+        assert res_buf[pre + len(data) :] == (b"\xee" * 5 if in_place else b"\xdd" * 5)
+        results.add(bytes(res_buf[pre : pre + len(data)]))
     vc.use_implementation(vc.implementations()[-1])
     assert len(results) == 1
     if want is not None:

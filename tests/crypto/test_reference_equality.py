@@ -1,5 +1,6 @@
 """Byte-for-byte equality with the outside references (libsodium through pynacl,
 OpenSSL through cryptography) at every length, in both directions."""
+
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from nacl import bindings as nb
@@ -72,8 +73,9 @@ def test_reduced_rounds_equal_reference(impl, rng, rounds):
     for n in list(range(0, 700, 7)) + [1472, 2048]:
         key, nonce, data = rbytes(rng, 32), rbytes(rng, 12), rbytes(rng, n)
         counter = rng.randrange(0, 1000)
-        assert vc.chacha20_xor(key, nonce, data, counter, rounds) == \
-            reference.chacha_xor(key, nonce, data, counter, rounds), f"length {n}"
+        assert vc.chacha20_xor(key, nonce, data, counter, rounds) == reference.chacha_xor(
+            key, nonce, data, counter, rounds
+        ), f"length {n}"
 
 
 @pytest.mark.parametrize("rounds", [8, 12, 20])

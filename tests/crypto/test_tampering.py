@@ -1,11 +1,13 @@
 """Any change to ciphertext, tag, nonce or AAD makes open fail, and a failed open
 leaves no plaintext (and no keystream) in the output buffer."""
+
 import pytest
 
 import vpncrypt.crypto as vc
 from vpncrypt._native import ffi, lib
 from tests.crypto.conftest import rbytes
 from tests.crypto.guarded import Guarded
+from tests.crypto.spans import BOUNDARIES
 
 
 def _flip(b: bytes, bit: int) -> bytes:
@@ -43,14 +45,6 @@ def test_xaead_bit_flips_fail(kernels, backend, rng):
     for bit in range(192):
         with pytest.raises(vc.AuthenticationError):
             backend.xopen(key, _flip(nonce, bit), sealed)
-
-
-# Around the block size and every kernel's first-pass span (the stretch opened
-# into the stack scratch together with the one-time key: 64 generic, 192 neon4,
-# 256 neon, 448 avx2, up to 960 avx512, which opens its short pass first: none
-# from 961 to 1024 bytes, 64 from 1025 to 1088, 448 at 1472).
-BOUNDARIES = [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 447, 448,
-              449, 959, 960, 961, 1023, 1024, 1025, 1088, 1089, 1472, 1983, 1984, 1985, 4097]
 
 
 def _corruptions(length):
@@ -93,8 +87,12 @@ def test_open_in_place_at_boundaries(kernels, rng, length):
         buf = bytearray(vc.seal(key, nonce, msg, a)) + b"\x55"
         p = ffi.from_buffer(buf)
         ad = ffi.from_buffer(a) if a else ffi.NULL
-        assert lib.vc_aead_open(p, p, length, p + length, ad, len(a), ffi.from_buffer(key),
-                                ffi.from_buffer(nonce)) == 0
+        assert (
+            lib.vc_aead_open(
+                p, p, length, p + length, ad, len(a), ffi.from_buffer(key), ffi.from_buffer(nonce)
+            )
+            == 0
+        )
         assert bytes(buf[:length]) == msg and buf[-1] == 0x55
 
 
@@ -104,6 +102,7 @@ def test_failed_in_place_open_writes_nothing(kernels, rng, length):
     read-only page, so any store into it (even of the same bytes) would kill
     the process."""
     import mmap
+
     key, nonce = rbytes(rng, 32), rbytes(rng, 12)
     sealed = bytearray(vc.seal(key, nonce, rbytes(rng, length)))
     sealed[length // 2] ^= 1
@@ -111,8 +110,9 @@ def test_failed_in_place_open_writes_nothing(kernels, rng, length):
     try:
         p = g.tail(len(sealed), bytes(sealed))
         g.protect_data_read_only()
-        rc = lib.vc_aead_open(p, p, length, p + length, ffi.NULL, 0, ffi.from_buffer(key),
-                              ffi.from_buffer(nonce))
+        rc = lib.vc_aead_open(
+            p, p, length, p + length, ffi.NULL, 0, ffi.from_buffer(key), ffi.from_buffer(nonce)
+        )
         assert rc == lib.VC_ERR_AUTH
         assert Guarded.read(p, len(sealed)) == bytes(sealed)
     finally:
@@ -145,8 +145,10 @@ def test_failed_open_every_form(kernels, rng, length):
         else:
             status = ffi.new("int32_t[]", 1)
             lens = ffi.new("uint32_t[]", [length + 16])
-            assert lib.vc_aead_open_packed(out, src, lens, 1, ffi.from_buffer(nonce), ffi.NULL, 0, k,
-                                           status) == 0
+            assert (
+                lib.vc_aead_open_packed(out, src, lens, 1, ffi.from_buffer(nonce), ffi.NULL, 0, k, status)
+                == 0
+            )
             rc = status[0]
         assert rc == lib.VC_ERR_AUTH, form
         assert ffi.buffer(out)[:] == bytes(length) + b"\xaa", form
@@ -160,5 +162,7 @@ def test_open_in_place_succeeds(kernels, rng):
     key, nonce, msg = rbytes(rng, 32), rbytes(rng, 12), rbytes(rng, 777)
     buf = bytearray(vc.seal(key, nonce, msg))
     p = ffi.from_buffer(buf)
-    assert lib.vc_aead_open(p, p, 777, p + 777, ffi.NULL, 0, ffi.from_buffer(key), ffi.from_buffer(nonce)) == 0
+    assert (
+        lib.vc_aead_open(p, p, 777, p + 777, ffi.NULL, 0, ffi.from_buffer(key), ffi.from_buffer(nonce)) == 0
+    )
     assert bytes(buf[:777]) == msg

@@ -2,6 +2,7 @@ import asyncio
 import os
 import secrets
 import shutil
+import subprocess
 import threading
 
 import pytest
@@ -49,9 +50,11 @@ def wg_server(loop_thread):
     try:
         yield name, control, server
     finally:
+
         async def stop():
             server.close()
             await server.wait_closed()
+
         try:
             loop_thread.run(stop())
         finally:
@@ -64,3 +67,19 @@ def wg_tool():
     exe = shutil.which("wg")
     assert exe, "wg (wireguard-tools) is not installed (tests/run.sh installs it)"
     return exe
+
+
+@pytest.fixture
+def netns():
+    """A network namespace of its own for a TUN test (removed after it)."""
+    # Tests never skip: without root, iproute2 or /dev/net/tun this is a failure.
+    assert os.geteuid() == 0, "the TUN tests need root (tests/run.sh runs them as root in CI)"
+    assert shutil.which("ip"), "iproute2 is not installed (tests/run.sh installs it)"
+    assert os.path.exists("/dev/net/tun"), "no /dev/net/tun on this machine"
+    name = "vpncrypt-test-" + secrets.token_hex(4)
+    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    assert r.returncode == 0, f"cannot create a network namespace: {r.stderr.strip()}"
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)

@@ -7,6 +7,7 @@ nothing the container does reaches the host.  It gets its own network
 namespace (--private-network) and only the files bound into it.  Commands run
 inside with nsenter into the container's PID 1.
 """
+
 import os
 import secrets
 import shutil
@@ -17,8 +18,9 @@ import time
 
 def need(tool):
     path = shutil.which(tool)
-    assert path, (f"{tool} is not installed (Debian's systemd-container and util-linux; "
-                  "tests/run.sh installs them)")
+    assert path, (
+        f"{tool} is not installed (Debian's systemd-container and util-linux; tests/run.sh installs them)"
+    )
     return path
 
 
@@ -28,16 +30,29 @@ class Container:
         need("nsenter")
         self.name = "vcsd" + secrets.token_hex(4)
         self.log_path = f"/tmp/{self.name}.console"
-        args = ["systemd-nspawn", "--quiet", "-D", "/", "--volatile=yes", "--boot",
-                "-M", self.name, "--private-network", "--console=pipe", "--register=no",
-                "--keep-unit", "--bind=/dev/net/tun"]
+        args = [
+            "systemd-nspawn",
+            "--quiet",
+            "-D",
+            "/",
+            "--volatile=yes",
+            "--boot",
+            "-M",
+            self.name,
+            "--private-network",
+            "--console=pipe",
+            "--register=no",
+            "--keep-unit",
+            "--bind=/dev/net/tun",
+        ]
         for path in binds_ro:
             args.append(f"--bind-ro={path}")
         for path in binds:
             args.append(f"--bind={path}")
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.leader = None
         try:
             self._wait_booted()
@@ -66,9 +81,13 @@ class Container:
             return ""
 
     def run(self, *cmd, check=True, timeout=60, input=None):
-        r = subprocess.run(["nsenter", "-t", str(self.leader), "-m", "-u", "-i", "-n", "-p",
-                            "-r", "-w", *cmd], capture_output=True, text=True, timeout=timeout,
-                           input=input)
+        r = subprocess.run(
+            ["nsenter", "-t", str(self.leader), "-m", "-u", "-i", "-n", "-p", "-r", "-w", *cmd],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+        )
         if check:
             assert r.returncode == 0, f"{' '.join(cmd)}: rc={r.returncode}\n{r.stdout}\n{r.stderr}"
         return r

@@ -1,5 +1,6 @@
 """An in-memory Control for UAPI tests (records every call), a stand-in for
 the daemon over a real Device, and a UAPI server for a test's duration."""
+
 from __future__ import annotations
 
 import contextlib
@@ -18,9 +19,13 @@ class FakeControl(Control):
         self.counters = {"drop_bad_mac": 3, "drop_no_route": 7}
 
     def snapshot(self) -> InterfaceSnapshot:
-        return InterfaceSnapshot(private_key=self.private_key, listen_port=self.listen_port,
-                                 fwmark=self.fwmark, peers=list(self.peers.values()),
-                                 counters=dict(self.counters))
+        return InterfaceSnapshot(
+            private_key=self.private_key,
+            listen_port=self.listen_port,
+            fwmark=self.fwmark,
+            peers=list(self.peers.values()),
+            counters=dict(self.counters),
+        )
 
     def set_private_key(self, key):
         self.calls.append(("set_private_key", key))
@@ -85,8 +90,9 @@ class StubHost:
     then close the old one), so a port in use fails as it would there."""
 
     def __init__(self, private_key: bytes, v6: bool = True):
-        from vpncrypt.daemon.adapter import DataPlane
+        from vpncrypt.daemon.data_plane import DataPlane
         from vpncrypt.daemon.udpsocket import open_udp_socket
+
         self._open = open_udp_socket
         self.dataplane = DataPlane(private_key)
         self.engine = None
@@ -139,6 +145,7 @@ def uapi_server(loop_thread, path: str, control, slice_seconds=None):
     closed (and its socket removed) at the end.  slice_seconds=0: it lets
     the loop run after every piece of work."""
     from vpncrypt.daemon.uapi import start_uapi_server
+
     server = loop_thread.run(start_uapi_server(path, control))
     if slice_seconds is not None:
         server.slice_seconds = slice_seconds
@@ -146,6 +153,7 @@ def uapi_server(loop_thread, path: str, control, slice_seconds=None):
     async def stop():
         server.close()
         await server.wait_closed()
+
     try:
         yield server
     finally:

@@ -1,6 +1,7 @@
 """Run a daemon in-process in a child Python, in a network namespace made
 for it: the child's code drives a vpncrypt.daemon.Daemon and prints one JSON
 line of results last."""
+
 import json
 import os
 import secrets
@@ -21,8 +22,13 @@ def run_child_in_namespace(code: str, prefix: str, timeout: int = 300) -> dict:
     r = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     try:
-        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", textwrap.dedent(code)],
-                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        r = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO,
+        )
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     assert r.returncode == 0, r.stdout + r.stderr

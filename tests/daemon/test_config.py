@@ -6,10 +6,22 @@ import textwrap
 
 import pytest
 
-from vpncrypt.config import (ConfigError, Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
-                             SetAddresses, SetListenPort, SetMTU, SetPrivateKey,
-                             extras_operations, load_config, parse_config, syncconf_operations)
-from vpncrypt.config.keys import ZERO_KEY
+from vpncrypt.config import (
+    ConfigError,
+    Endpoint,
+    PeerUpdate,
+    RemovePeer,
+    ReplacePeers,
+    SetAddresses,
+    SetListenPort,
+    SetMTU,
+    SetPrivateKey,
+    extras_operations,
+    load_config,
+    parse_config,
+    syncconf_operations,
+)
+from vpncrypt.config.keytypes import ZERO_KEY
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K = [bytes([i + 1]) * 32 for i in range(6)]
@@ -73,50 +85,80 @@ def test_defaults():
     assert cfg.effective_mtu == 1420 and cfg.peers == ()
 
 
-@pytest.mark.parametrize("text,message", [
-    (f"[Interface]\nPrivateKey = {B[0]}\n[Peer]\nPublicKey = {B[1]}\n\n\nAllowedIPs = 10.0.0.300/32\n",
-     f"{P}:7: [Peer] AllowedIPs: '10.0.0.300/32' is not an IP network"),
-    ("[Interface]\nListenPort = 70000\n", f"{P}:2: [Interface] ListenPort: '70000' is not a port number"),
-    ("[Interface]\nListenPort = 1\nListenPort = 2\n",
-     f"{P}:3: [Interface] ListenPort: given twice (first on line 2)"),
-    ("[Interface]\nFwMark = lots\n", f"{P}:2: [Interface] FwMark: 'lots' is not a 32-bit number"),
-    ("[Interface]\nMTU = 20\n", f"{P}:2: [Interface] MTU: '20' is not an MTU"),
-    ("[Interface]\nAddress = 10.0.0.1/33\n", f"{P}:2: [Interface] Address: '10.0.0.1/33'"),
-    ("[Interface]\nPrivateKey = abc\n",
-     f"{P}:2: [Interface] PrivateKey: Key is not the correct length or format (44 characters "
-     "of base64, as printed by `wg genkey`)"),
-    ("[Interface]\nPrivateKey =\n", f"{P}:2: [Interface] PrivateKey: empty value"),
-    ("[Interface]\nPostUp = iptables -A FORWARD\n", f"{P}:2: [Interface] PostUp: running commands"),
-    ("[Interface]\nPreDown = x\n", f"{P}:2: [Interface] PreDown: running commands"),
-    ("[Interface]\nTable = 0x10\n", f"{P}:2: [Interface] Table: '0x10' is not 'off', 'auto', a table "
-     "number (1-4294967295) or a table name from iproute2's rt_tables files"),
-    ("[Interface]\nSaveConfig = true\n", f"{P}:2: [Interface] SaveConfig: not supported"),
-    ("[Interface]\nFoo = 1\n", f"{P}:2: [Interface] Foo: unknown key"),
-    ("[Interface]\nEndpoint = 1.2.3.4:5\n", f"{P}:2: [Interface] Endpoint: unknown key (it belongs in [Peer])"),
-    ("[Interfaces]\n", f"{P}:1: unknown section [Interfaces]"),
-    ("[Interface\n", f"{P}:1: a section header must end with ']'"),
-    ("ListenPort = 1\n", f"{P}:1: ListenPort: outside of any section"),
-    ("[Interface]\n[Interface]\n", f"{P}:2: [Interface]: second [Interface] section (first on line 1)"),
-    ("[Interface]\njunk\n", f"{P}:2: [Interface]: expected 'Key = Value'"),
-    ("[Peer]\nAllowedIPs = 10.0.0.0/8\n", f"{P}:1: [Peer]: missing PublicKey"),
-    (f"[Peer]\nPublicKey = {B[1]}\n[Peer]\nPublicKey = {B[1]}\n",
-     f"{P}:4: [Peer] PublicKey: the same peer is already defined on line 1 (wg would merge "
-     "the two [Peer] sections; vpncrypt refuses)"),
-    (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = 2001:db8::g:51820\n",
-     f"{P}:3: [Peer] Endpoint: '2001:db8::g:51820': not a valid IPv6 address before the port"),
-    (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = host.example\n",
-     f"{P}:3: [Peer] Endpoint: 'host.example': expected host:port"),
-    (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = h:0\n", f"{P}:3: [Peer] Endpoint: 'h:0': port must be 1-65535"),
-    (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = [1.2.3.4]:5\n", f"{P}:3: [Peer] Endpoint"),
-    (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = bad_host!:5\n", f"{P}:3: [Peer] Endpoint"),
-    (f"[Peer]\nPublicKey = {B[1]}\nPersistentKeepalive = never\n",
-     f"{P}:3: [Peer] PersistentKeepalive: 'never'"),
-    (f"[Peer]\nPublicKey = {B[1]}\nPresharedKey = {B[1][:-2]}\n",
-     f"{P}:3: [Peer] PresharedKey: Key is not the correct length or format (44 characters "
-     "of base64, as printed by `wg genpsk`)"),
-    (f"[Peer]\nPublicKey = {B[1]}\nListenPort = 1\n",
-     f"{P}:3: [Peer] ListenPort: unknown key (it belongs in [Interface])"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            f"[Interface]\nPrivateKey = {B[0]}\n[Peer]\nPublicKey = {B[1]}\n\n\nAllowedIPs = 10.0.0.300/32\n",
+            f"{P}:7: [Peer] AllowedIPs: '10.0.0.300/32' is not an IP network",
+        ),
+        ("[Interface]\nListenPort = 70000\n", f"{P}:2: [Interface] ListenPort: '70000' is not a port number"),
+        (
+            "[Interface]\nListenPort = 1\nListenPort = 2\n",
+            f"{P}:3: [Interface] ListenPort: given twice (first on line 2)",
+        ),
+        ("[Interface]\nFwMark = lots\n", f"{P}:2: [Interface] FwMark: 'lots' is not a 32-bit number"),
+        ("[Interface]\nMTU = 20\n", f"{P}:2: [Interface] MTU: '20' is not an MTU"),
+        ("[Interface]\nAddress = 10.0.0.1/33\n", f"{P}:2: [Interface] Address: '10.0.0.1/33'"),
+        (
+            "[Interface]\nPrivateKey = abc\n",
+            f"{P}:2: [Interface] PrivateKey: Key is not the correct length or format (44 characters "
+            "of base64, as printed by `wg genkey`)",
+        ),
+        ("[Interface]\nPrivateKey =\n", f"{P}:2: [Interface] PrivateKey: empty value"),
+        ("[Interface]\nPostUp = iptables -A FORWARD\n", f"{P}:2: [Interface] PostUp: running commands"),
+        ("[Interface]\nPreDown = x\n", f"{P}:2: [Interface] PreDown: running commands"),
+        (
+            "[Interface]\nTable = 0x10\n",
+            f"{P}:2: [Interface] Table: '0x10' is not 'off', 'auto', a table "
+            "number (1-4294967295) or a table name from iproute2's rt_tables files",
+        ),
+        ("[Interface]\nSaveConfig = true\n", f"{P}:2: [Interface] SaveConfig: not supported"),
+        ("[Interface]\nFoo = 1\n", f"{P}:2: [Interface] Foo: unknown key"),
+        (
+            "[Interface]\nEndpoint = 1.2.3.4:5\n",
+            f"{P}:2: [Interface] Endpoint: unknown key (it belongs in [Peer])",
+        ),
+        ("[Interfaces]\n", f"{P}:1: unknown section [Interfaces]"),
+        ("[Interface\n", f"{P}:1: a section header must end with ']'"),
+        ("ListenPort = 1\n", f"{P}:1: ListenPort: outside of any section"),
+        ("[Interface]\n[Interface]\n", f"{P}:2: [Interface]: second [Interface] section (first on line 1)"),
+        ("[Interface]\njunk\n", f"{P}:2: [Interface]: expected 'Key = Value'"),
+        ("[Peer]\nAllowedIPs = 10.0.0.0/8\n", f"{P}:1: [Peer]: missing PublicKey"),
+        (
+            f"[Peer]\nPublicKey = {B[1]}\n[Peer]\nPublicKey = {B[1]}\n",
+            f"{P}:4: [Peer] PublicKey: the same peer is already defined on line 1 (wg would merge "
+            "the two [Peer] sections; vpncrypt refuses)",
+        ),
+        (
+            f"[Peer]\nPublicKey = {B[1]}\nEndpoint = 2001:db8::g:51820\n",
+            f"{P}:3: [Peer] Endpoint: '2001:db8::g:51820': not a valid IPv6 address before the port",
+        ),
+        (
+            f"[Peer]\nPublicKey = {B[1]}\nEndpoint = host.example\n",
+            f"{P}:3: [Peer] Endpoint: 'host.example': expected host:port",
+        ),
+        (
+            f"[Peer]\nPublicKey = {B[1]}\nEndpoint = h:0\n",
+            f"{P}:3: [Peer] Endpoint: 'h:0': port must be 1-65535",
+        ),
+        (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = [1.2.3.4]:5\n", f"{P}:3: [Peer] Endpoint"),
+        (f"[Peer]\nPublicKey = {B[1]}\nEndpoint = bad_host!:5\n", f"{P}:3: [Peer] Endpoint"),
+        (
+            f"[Peer]\nPublicKey = {B[1]}\nPersistentKeepalive = never\n",
+            f"{P}:3: [Peer] PersistentKeepalive: 'never'",
+        ),
+        (
+            f"[Peer]\nPublicKey = {B[1]}\nPresharedKey = {B[1][:-2]}\n",
+            f"{P}:3: [Peer] PresharedKey: Key is not the correct length or format (44 characters "
+            "of base64, as printed by `wg genpsk`)",
+        ),
+        (
+            f"[Peer]\nPublicKey = {B[1]}\nListenPort = 1\n",
+            f"{P}:3: [Peer] ListenPort: unknown key (it belongs in [Interface])",
+        ),
+    ],
+)
 def test_errors_name_file_line_and_key(text, message):
     with pytest.raises(ConfigError) as ei:
         parse_config(text, P)
@@ -144,28 +186,34 @@ def test_noncanonical_base64_keys_are_refused(key):
     """wg refuses a key whose padding bits are set (two strings would name one
     key); so does the config parser, with wg's words."""
     bad = noncanonical(B[1])
-    assert base64.b64decode(bad) == K[1]          # decodes to the same bytes
+    assert base64.b64decode(bad) == K[1]  # decodes to the same bytes
     section = "Interface" if key == "PrivateKey" else "Peer"
-    text = (f"[Interface]\nPrivateKey = {bad}\n" if key == "PrivateKey" else
-            f"[Peer]\nPublicKey = {B[2] if key != 'PublicKey' else bad}\n"
-            + (f"PresharedKey = {bad}\n" if key == "PresharedKey" else ""))
+    text = (
+        f"[Interface]\nPrivateKey = {bad}\n"
+        if key == "PrivateKey"
+        else f"[Peer]\nPublicKey = {B[2] if key != 'PublicKey' else bad}\n"
+        + (f"PresharedKey = {bad}\n" if key == "PresharedKey" else "")
+    )
     line = len(text.splitlines())
     with pytest.raises(ConfigError) as ei:
         parse_config(text, P)
     assert str(ei.value).startswith(
-        f"{P}:{line}: [{section}] {key}: Key is not the correct length or format"), str(ei.value)
+        f"{P}:{line}: [{section}] {key}: Key is not the correct length or format"
+    ), str(ei.value)
     assert bad not in str(ei.value)
-    assert parse_config(text.replace(bad, B[1]), P)     # the canonical spelling is fine
+    assert parse_config(text.replace(bad, B[1]), P)  # the canonical spelling is fine
 
 
 def test_own_public_key_as_peer_is_ignored():
     from nacl.bindings import crypto_scalarmult_base
+
     pub = base64.b64encode(crypto_scalarmult_base(K[0])).decode()
     cfg = conf(f"[Interface]\nPrivateKey = {B[0]}\n[Peer]\nPublicKey = {pub}\n")
     assert cfg.peers == () and "own public key" in cfg.warnings[0]
 
 
 # ---------------------------------------------------------------- files and permissions
+
 
 def _write(tmp_path, text, mode):
     p = tmp_path / "wg0.conf"
@@ -250,12 +298,21 @@ def _running(cfg, **changes):
     """The InterfaceSnapshot a device configured from `cfg` reports (what
     `get=1` says), with `changes` applied as `wg set` would have."""
     from vpncrypt.daemon.control import InterfaceSnapshot, PeerSnapshot
-    peers = [PeerSnapshot(public_key=bytes(p.public_key), preshared_key=p.preshared_key,
-                          persistent_keepalive=p.persistent_keepalive,
-                          allowed_ips=list(p.allowed_ips)) for p in cfg.peers]
-    return InterfaceSnapshot(private_key=cfg.interface.private_key,
-                             listen_port=changes.get("listen_port", cfg.interface.listen_port),
-                             peers=changes.get("peers", peers))
+
+    peers = [
+        PeerSnapshot(
+            public_key=bytes(p.public_key),
+            preshared_key=p.preshared_key,
+            persistent_keepalive=p.persistent_keepalive,
+            allowed_ips=list(p.allowed_ips),
+        )
+        for p in cfg.peers
+    ]
+    return InterfaceSnapshot(
+        private_key=cfg.interface.private_key,
+        listen_port=changes.get("listen_port", cfg.interface.listen_port),
+        peers=changes.get("peers", peers),
+    )
 
 
 def test_syncconf_sets_every_file_peer_and_nothing_else():
@@ -264,11 +321,21 @@ def test_syncconf_sets_every_file_peer_and_nothing_else():
     cfg = parse_config(BASE)
     ops = syncconf_operations(_running(cfg), cfg)
     assert ops == [
-        SetPrivateKey(K[0]), SetListenPort(51820),
-        PeerUpdate(public_key=K[1], endpoint=Endpoint("192.0.2.1", 51820, "192.0.2.1:51820"),
-                   replace_allowed_ips=True, allowed_ips=(net("10.0.0.2/32"),)),
-        PeerUpdate(public_key=K[2], preshared_key=K[5], persistent_keepalive=25,
-                   replace_allowed_ips=True, allowed_ips=(net("10.0.0.3/32"),)),
+        SetPrivateKey(K[0]),
+        SetListenPort(51820),
+        PeerUpdate(
+            public_key=K[1],
+            endpoint=Endpoint("192.0.2.1", 51820, "192.0.2.1:51820"),
+            replace_allowed_ips=True,
+            allowed_ips=(net("10.0.0.2/32"),),
+        ),
+        PeerUpdate(
+            public_key=K[2],
+            preshared_key=K[5],
+            persistent_keepalive=25,
+            replace_allowed_ips=True,
+            allowed_ips=(net("10.0.0.3/32"),),
+        ),
         PeerUpdate(public_key=K[3], replace_allowed_ips=True, allowed_ips=(net("10.0.0.4/32"),)),
     ]
 
@@ -280,10 +347,10 @@ def test_syncconf_is_against_the_running_state():
     cfg = parse_config(BASE)
     running = _running(cfg)
     stranger = type(running.peers[0])(public_key=K[4], allowed_ips=[net("10.9.0.0/16")])
-    with_psk = type(running.peers[0])(public_key=K[3], preshared_key=K[5],
-                                      persistent_keepalive=5)
-    running = _running(cfg, listen_port=40000,
-                       peers=[running.peers[1], with_psk, stranger])   # K[1] was removed
+    with_psk = type(running.peers[0])(public_key=K[3], preshared_key=K[5], persistent_keepalive=5)
+    running = _running(
+        cfg, listen_port=40000, peers=[running.peers[1], with_psk, stranger]
+    )  # K[1] was removed
     ops = syncconf_operations(running, cfg)
     assert ops[0] == RemovePeer(K[4])
     assert SetListenPort(51820) in ops
@@ -292,20 +359,24 @@ def test_syncconf_is_against_the_running_state():
     assert by_key[K[1]].endpoint.host == "192.0.2.1"
     assert by_key[K[3]].preshared_key == ZERO_KEY and by_key[K[3]].persistent_keepalive == 0
     # a file without peers replaces them all
-    assert syncconf_operations(running, parse_config(f"[Interface]\nPrivateKey = {B[0]}\n"))[0] \
-        == ReplacePeers()
+    assert (
+        syncconf_operations(running, parse_config(f"[Interface]\nPrivateKey = {B[0]}\n"))[0] == ReplacePeers()
+    )
 
 
 def test_extras_operations():
     new = BASE.replace("Address = 10.0.0.1/24", "Address = 10.0.0.1/24, fd00::1/64\nMTU = 1380")
     assert extras_operations(parse_config(BASE), parse_config(BASE)) == []
     assert extras_operations(parse_config(BASE), parse_config(new)) == [
-        SetMTU(1380), SetAddresses(add=(ipaddress.ip_interface("fd00::1/64"),), remove=())]
+        SetMTU(1380),
+        SetAddresses(add=(ipaddress.ip_interface("fd00::1/64"),), remove=()),
+    ]
 
 
 def test_syncconf_applies_through_control():
     from tests.daemon.fakes import FakeControl
     from vpncrypt.daemon.uapi import apply_operations
+
     old, new = parse_config(BASE), parse_config(BASE.replace(B[3], B[4]))
     c = FakeControl()
     apply_operations(syncconf_operations(c.snapshot(), old), c)
@@ -314,3 +385,28 @@ def test_syncconf_applies_through_control():
     apply_operations(syncconf_operations(c.snapshot(), new), c)
     assert c.calls[0] == ("remove_peer", K[3])
     assert set(c.peers) == {K[1], K[2], K[4]}
+
+
+@pytest.mark.parametrize(
+    "text, line, where",
+    [
+        ("[Interface]\nPrivateKey: {k}\n", 2, "[Interface] PrivateKey"),
+        ("[Interface]\nPrivateKey {k}\n", 2, "[Interface] PrivateKey"),
+        ("[Peer]\nPublicKey = {p}\nPresharedKey {k}\n", 3, "[Peer] PresharedKey"),
+        ("[Interface]\n{k}\n", 2, "[Interface]"),
+        ("{k}\n", 1, None),
+    ],
+)
+def test_a_line_that_holds_a_key_is_never_printed(text, line, where):
+    """A key written without ' = ' (a colon, a space, or the key alone): the
+    first '=' is the base64 padding at the end of the key, so what comes
+    before it is the key itself; the error names the file, the line and the
+    config key it starts with, and shows nothing of the key (wg prints the
+    line; vpncrypt never logs key material)."""
+    for key in (B[1], "0HP3RfZaIKPuWFF0TfvSW145agwbOveQzs2GqF2Vu3E="):  # the second is all letters and digits
+        with pytest.raises(ConfigError) as ei:
+            parse_config(text.format(k=key, p=B[2]), P)
+        msg = str(ei.value)
+        head = f"{P}:{line}: " + (f"{where}: " if where else "")
+        assert msg == head + "expected 'Key = Value' (the rest of the line is not shown: it may hold a key)"
+        assert not any(key[i : i + 6] in msg for i in range(len(key) - 6)), msg

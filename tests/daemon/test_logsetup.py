@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from vpncrypt.config import load_config
-from vpncrypt.daemon.logsetup import (add_logging_arguments, redact, setup_logging,
-                                      stderr_is_journal)
+from vpncrypt.cli.up import add_logging_arguments
+from vpncrypt.daemon.logsetup import redact, setup_logging, stderr_is_journal
 from vpncrypt.daemon.uapi import handle_request
 from tests.daemon.fakes import FakeControl
 
@@ -33,9 +33,13 @@ def _forms(key):
 
 def test_no_key_material_in_debug_logs(capture, tmp_path):
     priv, pub, psk, pub2 = KEYS
-    b = lambda k: base64.b64encode(k).decode()
+
+    def b(k):
+        return base64.b64encode(k).decode()
+
     path = tmp_path / "wg0.conf"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         [Interface]
         PrivateKey = {b(priv)}
         ListenPort = 51820
@@ -43,14 +47,19 @@ def test_no_key_material_in_debug_logs(capture, tmp_path):
         PublicKey = {b(pub)}
         PresharedKey = {b(psk)}
         AllowedIPs = 10.0.0.2/32
-        """))
+        """)
+    )
     os.chmod(path, 0o600)
     log = logging.getLogger("vpncrypt.test")
     cfg = load_config(str(path))
     log.debug("loaded %s", cfg)
     log.debug("interface %r peers %r", cfg.interface, cfg.peers)
-    log.debug("private %s psk %r pub %s", cfg.interface.private_key,
-              cfg.peers[0].preshared_key, cfg.peers[0].public_key)
+    log.debug(
+        "private %s psk %r pub %s",
+        cfg.interface.private_key,
+        cfg.peers[0].preshared_key,
+        cfg.peers[0].public_key,
+    )
     log.debug(f"f-string {cfg.interface.private_key} {cfg.peers[0].public_key}")
     # mistakes the redaction must catch
     log.debug("oops %s", b(priv))
@@ -97,8 +106,13 @@ def test_plain_and_journal_formats():
         log.error("e1\ne2")
         log.critical("c")
         assert buf2.getvalue().splitlines() == [
-            "<7>vpncrypt.y: d", "<6>vpncrypt.y: i", "<4>vpncrypt.y: w",
-            "<3>vpncrypt.y: e1", "<3>e2", "<2>vpncrypt.y: c"]
+            "<7>vpncrypt.y: d",
+            "<6>vpncrypt.y: i",
+            "<4>vpncrypt.y: w",
+            "<3>vpncrypt.y: e1",
+            "<3>e2",
+            "<2>vpncrypt.y: c",
+        ]
         assert "<7>" not in buf.getvalue()
     finally:
         logging.getLogger().removeHandler(h)

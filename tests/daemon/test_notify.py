@@ -55,10 +55,10 @@ def test_no_socket_is_a_no_op(tmp_path):
 def test_watchdog_interval():
     assert notify.watchdog_interval({}) is None
     assert notify.watchdog_interval({"WATCHDOG_USEC": "30000000"}) == 15.0
-    assert notify.watchdog_interval({"WATCHDOG_USEC": "30000000",
-                                     "WATCHDOG_PID": str(os.getpid())}) == 15.0
-    assert notify.watchdog_interval({"WATCHDOG_USEC": "30000000",
-                                     "WATCHDOG_PID": str(os.getpid() + 1)}) is None
+    assert notify.watchdog_interval({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": str(os.getpid())}) == 15.0
+    assert (
+        notify.watchdog_interval({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": str(os.getpid() + 1)}) is None
+    )
     assert notify.watchdog_interval({"WATCHDOG_USEC": "junk"}) is None
     assert notify.watchdog_interval({"WATCHDOG_USEC": "0"}) is None
 
@@ -74,7 +74,7 @@ def test_a_receiver_that_stops_reading_never_blocks_the_daemon(tmp_path):
         results = []
 
         def send_many():
-            for i in range(5000):      # far more than a datagram queue holds
+            for i in range(5000):  # far more than a datagram queue holds
                 results.append(notify.status(f"round {i}", env=env))
 
         sender = threading.Thread(target=send_many, daemon=True)

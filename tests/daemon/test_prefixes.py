@@ -1,6 +1,7 @@
 """The IPv4 fast path of parse_network takes and gives exactly what the
 general rule (split_prefix + ipaddress) does, for well-formed and malformed
 text alike."""
+
 import ipaddress
 import random
 
@@ -25,9 +26,23 @@ def test_fixed_cases():
     assert str(parse_network("10.1.2.3/24")) == "10.1.2.0/24"
     assert str(parse_network("255.255.255.255/0")) == "0.0.0.0/0"
     assert str(parse_network("192.0.2.77/32")) == "192.0.2.77/32"
-    for bad in ("10.1.2.3/33", "10.1.2.3/024", "010.1.2.3/24", "10.1/8", "1.2.3.4/00",
-                "1.2.3.4/\u0663", "1.2.3.4/+8", "1.2.3.4/-0", "1.2.3.4/", "/8", "1.2.3.4.5/8",
-                "1.2.3.256/8", "0x1.2.3.4/8", "1.2.3.4/8/8", "1.2.3.4%eth0/32"):
+    for bad in (
+        "10.1.2.3/33",
+        "10.1.2.3/024",
+        "010.1.2.3/24",
+        "10.1/8",
+        "1.2.3.4/00",
+        "1.2.3.4/\u0663",
+        "1.2.3.4/+8",
+        "1.2.3.4/-0",
+        "1.2.3.4/",
+        "/8",
+        "1.2.3.4.5/8",
+        "1.2.3.256/8",
+        "0x1.2.3.4/8",
+        "1.2.3.4/8/8",
+        "1.2.3.4%eth0/32",
+    ):
         assert fast(bad) is None, bad
 
 

@@ -1,6 +1,7 @@
 """Daemon pieces that need no namespace: test-only timers, the dual-stack
 socket (IPv4 peers through an AF_INET6 socket, and the IPv4 fallback),
 endpoint resolution, `vpncrypt show` formatting and the key commands."""
+
 import errno
 import json
 import os
@@ -11,29 +12,76 @@ import sys
 
 import pytest
 
-from tests.installed import script
-from vpncrypt.daemon import udpsocket
-from vpncrypt.daemon.commands import format_show
+from tests.daemon import shorttimers
+from tests.daemon.shorttimers import protocol_config_from_env
+from tests.dataplane.offload_helpers import recv_datagrams
+from tests.installed import script, vpncrypt_command
+from vpncrypt.cli import up
+from vpncrypt.cli.show import format_show
 from vpncrypt.daemon.uapiclient import parse_get
-from vpncrypt.daemon.testtimers import timer_config_from_env
+from vpncrypt.daemon import udpsocket
 from vpncrypt.dataplane.io import UdpBatchSocket
 from vpncrypt.endpoints import Endpoint, format_endpoint, resolve_endpoint
 from vpncrypt.protocol import keys
-from vpncrypt.protocol.timers import TimerConfig
+from vpncrypt.protocol.timers import ProtocolConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_test_timers_from_env():
-    assert timer_config_from_env({}) is None
-    tc = timer_config_from_env(
-        {"VPNCRYPT_TEST_TIMERS": "rekey_after_time=3, rekey_timeout=0.5,max_staged_packets=7"})
-    assert tc == TimerConfig(rekey_after_time=3.0, rekey_timeout=0.5, max_staged_packets=7)
+    assert protocol_config_from_env({}) is None
+    tc = protocol_config_from_env(
+        {"VPNCRYPT_TEST_TIMERS": "rekey_after_time=3, rekey_timeout=0.5,max_staged_packets=7"}
+    )
+    assert tc == ProtocolConfig(rekey_after_time=3.0, rekey_timeout=0.5, max_staged_packets=7)
     assert isinstance(tc.max_staged_packets, int)
     with pytest.raises(ValueError, match="unknown timer"):
-        timer_config_from_env({"VPNCRYPT_TEST_TIMERS": "bogus=1"})
+        protocol_config_from_env({"VPNCRYPT_TEST_TIMERS": "bogus=1"})
     with pytest.raises(ValueError, match="not a number"):
-        timer_config_from_env({"VPNCRYPT_TEST_TIMERS": "rekey_timeout=x"})
+        protocol_config_from_env({"VPNCRYPT_TEST_TIMERS": "rekey_timeout=x"})
+
+
+def test_up_takes_no_timers_from_the_environment(monkeypatch):
+    """The product has no test hook: `vpncrypt up` builds its daemon with
+    WireGuard's timers whatever the tests' variable says."""
+    monkeypatch.setenv("VPNCRYPT_TEST_TIMERS", "rekey_after_time=3,rekey_timeout=1")
+    daemon = up.build_daemon("wg0", None, threads=1, tun_offloads="on")
+    assert daemon is not None and daemon.protocol_config is None
+
+
+def test_short_timer_wrapper_runs_up_with_them(monkeypatch):
+    """tests/daemon/shorttimers.py parses `up`'s own command line and hands
+    the product's `up` the ProtocolConfig of the tests' variable; it runs
+    nothing else."""
+    import signal
+
+    got = []
+    monkeypatch.setattr(
+        up, "cmd_up", lambda args, protocol_config=None: got.append((args, protocol_config)) or 7
+    )
+    monkeypatch.setenv("VPNCRYPT_TEST_TIMERS", "rekey_after_time=2,rekey_timeout=1")
+    old = signal.getsignal(signal.SIGHUP)
+    try:
+        assert shorttimers.main(["up", "wg7", "-c", "/x.conf", "--log-level", "debug"]) == 7
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN  # held first thing, as `vpncrypt up`
+        assert shorttimers.main(["genkey"]) == 2
+    finally:
+        signal.signal(signal.SIGHUP, old)
+    [(args, config)] = got
+    assert (args.interface, args.config, args.log_level) == ("wg7", "/x.conf", "debug")
+    assert config == ProtocolConfig(rekey_after_time=2.0, rekey_timeout=1.0)
+    monkeypatch.setenv("VPNCRYPT_TEST_TIMERS", "rekey_after_time=soon")
+    assert shorttimers.main(["up", "wg7"]) == 1
+    assert not got[1:]
+
+
+def test_the_tests_pick_the_wrapper_only_for_short_timers():
+    assert vpncrypt_command(None) == vpncrypt_command({"VPNCRYPT_THREADS": "2"}) == [script("vpncrypt")]
+    assert vpncrypt_command({"VPNCRYPT_TEST_TIMERS": "rekey_timeout=1"}) == [
+        sys.executable,
+        "-m",
+        "tests.daemon.shorttimers",
+    ]
 
 
 def test_dual_stack_socket_talks_to_ipv4_peers():
@@ -55,8 +103,9 @@ def test_dual_stack_socket_talks_to_ipv4_peers():
         peer.sendto(b"reply", ("127.0.0.1", sock.getsockname()[1]))
         sock.setblocking(True)
         import select
+
         select.select([sock], [], [], 2)
-        got = udp.recv_datagrams()
+        got = recv_datagrams(udp)
         assert got == [(b"reply", peer.getsockname())]
         # and that address can be sent to again (v4-mapped on the wire)
         assert udp.send_datagrams([(b"again", got[0][1])]) == (1, 0)
@@ -73,6 +122,7 @@ def test_ipv4_fallback_without_ipv6(monkeypatch):
         if family == socket.AF_INET6:
             raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
         return real(family, *a, **kw)
+
     monkeypatch.setattr(udpsocket.socket, "socket", fake)
     sock = udpsocket.open_udp_socket(0)
     try:
@@ -110,13 +160,15 @@ def test_resolve_endpoint():
 def test_show_format():
     priv = keys.genkey()
     peer = keys.pubkey(keys.genkey())
-    text = (f"private_key={keys.decode(priv).hex()}\nlisten_port=51820\n"
-            f"public_key={keys.decode(peer).hex()}\npreshared_key={'11' * 32}\n"
-            "protocol_version=1\nendpoint=192.0.2.1:51820\nlast_handshake_time_sec=1000\n"
-            "last_handshake_time_nsec=0\ntx_bytes=2048\nrx_bytes=100\n"
-            "persistent_keepalive_interval=25\nallowed_ip=10.0.0.2/32\n"
-            "vpncrypt_drop_bad_tag=3\nvpncrypt_drop_replay=0\nvpncrypt_handshakes_completed=1\n"
-            "errno=0\n\n")
+    text = (
+        f"private_key={keys.decode(priv).hex()}\nlisten_port=51820\n"
+        f"public_key={keys.decode(peer).hex()}\npreshared_key={'11' * 32}\n"
+        "protocol_version=1\nendpoint=192.0.2.1:51820\nlast_handshake_time_sec=1000\n"
+        "last_handshake_time_nsec=0\ntx_bytes=2048\nrx_bytes=100\n"
+        "persistent_keepalive_interval=25\nallowed_ip=10.0.0.2/32\n"
+        "vpncrypt_drop_bad_tag=3\nvpncrypt_drop_replay=0\nvpncrypt_handshakes_completed=1\n"
+        "errno=0\n\n"
+    )
     dev = parse_get(text)
     out = format_show("wg0", dev, now=1065)
     assert f"public key: {keys.pubkey(priv)}" in out
@@ -131,8 +183,9 @@ def test_show_format():
 
 
 def _cli(*args, input=None):
-    return subprocess.run([script("vpncrypt"), *args], input=input,
-                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    return subprocess.run(
+        [script("vpncrypt"), *args], input=input, capture_output=True, text=True, cwd=REPO, timeout=60
+    )
 
 
 def test_key_commands_match_wg():
@@ -151,6 +204,7 @@ def test_pubkey_refuses_noncanonical_keys_like_wg():
     """A key whose unused base64 bits are set names the same bytes as the
     canonical one: wg refuses it, and so does vpncrypt, in wg's words."""
     from tests.daemon.test_config import noncanonical
+
     priv = keys.genkey()
     bad = noncanonical(priv)
     assert keys.decode(bad) == keys.decode(priv)
@@ -162,8 +216,9 @@ def test_pubkey_refuses_noncanonical_keys_like_wg():
     assert _cli("pubkey", input=priv + "\n").stdout.strip() == keys.pubkey(priv)
 
 
-@pytest.mark.parametrize("cmd", [[], ["up"], ["genkey"], ["pubkey"], ["genpsk"], ["show"],
-                                 ["bench"], ["loopback-bench"]])
+@pytest.mark.parametrize(
+    "cmd", [[], ["up"], ["genkey"], ["pubkey"], ["genpsk"], ["show"], ["bench"], ["loopback-bench"]]
+)
 def test_help_everywhere(cmd):
     r = _cli(*cmd, "--help")
     assert r.returncode == 0 and "usage:" in r.stdout
@@ -191,8 +246,10 @@ s.TICK = 0.002
 os.environ["NOTIFY_SOCKET"] = "@vpncrypt-test-none"
 os.environ["WATCHDOG_USEC"] = "4000"
 async def main():
-    d = s.Daemon("vctick0", socket_dir=%r)
+    up = asyncio.Event()
+    d = s.Daemon("vctick0", socket_dir=%r, on_ready=up.set)
     task = asyncio.ensure_future(d.run())
+    await asyncio.wait_for(up.wait(), 30)  # started (READY=1), then about 500 rounds
     await asyncio.sleep(1.0)
     held = len(d._timers)
     d.stop(0)
@@ -202,11 +259,16 @@ asyncio.run(main())
 """ % str(tmp_path)
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
-        out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", script],
-                             capture_output=True, text=True, timeout=60, cwd=REPO)
+        out = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
         assert out.returncode == 0, out.stderr
         res = json.loads(out.stdout.strip().splitlines()[-1])
         assert res["code"] == 0
-        assert res["held"] == 2, res        # one tick, one watchdog ping, after ~500 rounds
+        assert res["held"] == 2, res  # one tick, one watchdog ping, after ~500 rounds
     finally:
         subprocess.run(["ip", "netns", "del", ns])

@@ -2,6 +2,7 @@
 missing, taken as it is when root made it without group/other write (0755 is
 what wireguard-go's `os.MkdirAll(..., 0755)` leaves in /var/run/wireguard),
 refused when someone else could replace the socket in it."""
+
 import os
 import stat
 

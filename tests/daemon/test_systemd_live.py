@@ -2,6 +2,7 @@
 booted from this machine's /usr): notify readiness and STATUS=, reload, the
 watchdog (pings, and a hung daemon killed and restarted), stop, and a config
 that can never load (the start limit trips; no endless restart loop)."""
+
 import os
 import sys
 import time
@@ -28,8 +29,7 @@ def _visible_dirs():
 
 
 def _conf(peers, private):
-    lines = ["[Interface]", f"PrivateKey = {private}", "ListenPort = 51820",
-             "Address = 10.211.0.1/24"]
+    lines = ["[Interface]", f"PrivateKey = {private}", "ListenPort = 51820", "Address = 10.211.0.1/24"]
     for i, pub in enumerate(peers):
         lines += ["[Peer]", f"PublicKey = {pub}", f"AllowedIPs = 10.211.0.{i + 2}/32"]
     return "\n".join(lines) + "\n"
@@ -65,11 +65,15 @@ def _install(c, dirs):
     # A venv in a home directory needs ProtectHome=tmpfs (an empty /root and
     # /home into which BindReadOnlyPaths= can make it visible).
     home = any(d.split("/")[1] in ("root", "home") for d in dirs)
-    c.run("tee", "/etc/systemd/system/vpncrypt@.service.d/test.conf", input=(
-        "[Service]\nExecStart=\n"
-        f"ExecStart={script('vpncrypt')} up %i -c /etc/vpncrypt/%i.conf\n"
-        f"BindReadOnlyPaths={' '.join(dirs)}\nWatchdogSec=2s\n"
-        + ("ProtectHome=tmpfs\n" if home else "")))
+    c.run(
+        "tee",
+        "/etc/systemd/system/vpncrypt@.service.d/test.conf",
+        input=(
+            "[Service]\nExecStart=\n"
+            f"ExecStart={script('vpncrypt')} up %i -c /etc/vpncrypt/%i.conf\n"
+            f"BindReadOnlyPaths={' '.join(dirs)}\nWatchdogSec=2s\n" + ("ProtectHome=tmpfs\n" if home else "")
+        ),
+    )
     c.run("install", "-d", "-m", "700", "/etc/vpncrypt")
     # the container has no network to wait for: network-online.target is
     # reached at once instead of after wait-online's two-minute timeout
@@ -99,8 +103,10 @@ def test_unit_under_real_systemd(container):
 
     # the watchdog is pinged (its timestamp moves) and the service stays up
     t1 = int(c.show("vpncrypt@vct0", "WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"])
-    _wait("a newer watchdog ping", lambda: int(c.show(
-        "vpncrypt@vct0", "WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"]) > t1)
+    _wait(
+        "a newer watchdog ping",
+        lambda: int(c.show("vpncrypt@vct0", "WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"]) > t1,
+    )
 
     # reload: the new peer is applied, same process
     _write(c, "vct0", _conf(peers, private))
@@ -112,11 +118,18 @@ def test_unit_under_real_systemd(container):
 
     # a hung daemon stops pinging: systemd kills it (Result=watchdog) and restarts it
     c.run("kill", "-STOP", pid)
-    _wait("a restart after the watchdog fired", lambda: c.show(
-        "vpncrypt@vct0", "NRestarts")["NRestarts"] == "1", timeout=30)
-    s = _wait("the restarted service", lambda: (lambda s: s if s["ActiveState"] == "active" and
-                                                 s["MainPID"] not in ("0", pid) else None)(
-        c.show("vpncrypt@vct0", "ActiveState", "MainPID")), timeout=20)
+    _wait(
+        "a restart after the watchdog fired",
+        lambda: c.show("vpncrypt@vct0", "NRestarts")["NRestarts"] == "1",
+        timeout=30,
+    )
+    s = _wait(
+        "the restarted service",
+        lambda: (lambda s: s if s["ActiveState"] == "active" and s["MainPID"] not in ("0", pid) else None)(
+            c.show("vpncrypt@vct0", "ActiveState", "MainPID")
+        ),
+        timeout=20,
+    )
     log = c.run("journalctl", "-u", "vpncrypt@vct0", "-o", "cat", "--no-pager").stdout
     assert "Watchdog timeout" in log or "watchdog" in log.lower(), log[-2000:]
 
@@ -136,19 +149,21 @@ def test_config_that_never_loads_stops_restarting(container):
     _write(c, "vct1", "[Interface]\nBogus = 1\n")
     assert c.run("systemctl", "start", "vpncrypt@vct1", check=False).returncode != 0
     journal = ("journalctl", "-u", "vpncrypt@vct1", "-o", "cat", "--no-pager")
-    _wait("the start limit", lambda: "Start request repeated too quickly" in c.run(*journal).stdout,
-          timeout=40)
+    _wait(
+        "the start limit", lambda: "Start request repeated too quickly" in c.run(*journal).stdout, timeout=40
+    )
     s = c.show("vpncrypt@vct1", "ActiveState", "Result", "NRestarts")
     assert s["ActiveState"] == "failed", s
-    time.sleep(5)            # and it stays that way: no more restarts
+    time.sleep(5)  # and it stays that way: no more restarts
     s2 = c.show("vpncrypt@vct1", "ActiveState", "Result", "NRestarts")
     assert s2 == s, (s, s2)
     assert int(s["NRestarts"]) <= 5, s
     log = c.run(*journal).stdout
     errors = [line for line in log.splitlines() if "Bogus" in line]
-    assert errors and all(line == "/etc/vpncrypt/vct1.conf:2: [Interface] Bogus: unknown key"
-                          for line in errors), log
-    assert len(errors) <= int(s["NRestarts"]) + 1, log    # one line per try, no more
+    assert errors and all(
+        line == "/etc/vpncrypt/vct1.conf:2: [Interface] Bogus: unknown key" for line in errors
+    ), log
+    assert len(errors) <= int(s["NRestarts"]) + 1, log  # one line per try, no more
     assert " down" not in log, log
 
 
@@ -160,19 +175,24 @@ def test_unit_lets_the_full_tunnel_set_src_valid_mark(container):
     c = container
     _install(c, _visible_dirs())
     c.run("sysctl", "-q", "-w", "net.ipv4.conf.all.src_valid_mark=0")
-    _write(c, "vct2", "[Interface]\n"
-                      f"PrivateKey = {keys.genkey()}\nListenPort = 51820\n"
-                      "Address = 10.211.0.1/24\n[Peer]\n"
-                      f"PublicKey = {keys.pubkey(keys.genkey())}\nAllowedIPs = 0.0.0.0/0\n")
+    _write(
+        c,
+        "vct2",
+        "[Interface]\n"
+        f"PrivateKey = {keys.genkey()}\nListenPort = 51820\n"
+        "Address = 10.211.0.1/24\n[Peer]\n"
+        f"PublicKey = {keys.pubkey(keys.genkey())}\nAllowedIPs = 0.0.0.0/0\n",
+    )
     c.run("systemctl", "start", "vpncrypt@vct2")
     log = c.run("journalctl", "-u", "vpncrypt@vct2", "-o", "cat", "--no-pager").stdout
     assert c.run("cat", "/proc/sys/net/ipv4/conf/all/src_valid_mark").stdout.strip() == "1", log
-    assert "src_valid_mark" not in log, log        # no "cannot set" warning
+    assert "src_valid_mark" not in log, log  # no "cannot set" warning
     assert "table ip vpncrypt-vct2" in c.run("nft", "list", "tables").stdout, log
     # the rest of /proc/sys stays read-only in the service's mount namespace
     pid = c.show("vpncrypt@vct2", "MainPID")["MainPID"]
-    r = c.run("nsenter", "-t", pid, "-m", "sh", "-c",
-              "echo 1 > /proc/sys/net/ipv4/conf/all/forwarding", check=False)
+    r = c.run(
+        "nsenter", "-t", pid, "-m", "sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/all/forwarding", check=False
+    )
     assert r.returncode != 0 and "Read-only file system" in r.stderr, r
     c.run("systemctl", "stop", "vpncrypt@vct2")
     assert "vpncrypt-vct2" not in c.run("nft", "list", "tables").stdout

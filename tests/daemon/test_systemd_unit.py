@@ -26,7 +26,10 @@ def _directives(text):
 
 def test_unit_has_the_required_settings():
     d = _directives(open(UNIT).read())
-    get = lambda k, s="Service": d.get((s, k), [None])[-1]
+
+    def get(k, s="Service"):
+        return d.get((s, k), [None])[-1]
+
     assert get("Type") == "notify"
     assert get("ExecStart") == "/usr/local/bin/vpncrypt up %i -c /etc/vpncrypt/%i.conf"
     assert get("WatchdogSec") in ("30", "30s")
@@ -52,8 +55,7 @@ def test_unit_has_the_required_settings():
 def _executable(tmp_path):
     """The installed `vpncrypt` script if there is one, else a stub: verify
     only checks that ExecStart names an executable."""
-    for candidate in (os.path.join(sysconfig.get_path("scripts"), "vpncrypt"),
-                      shutil.which("vpncrypt")):
+    for candidate in (os.path.join(sysconfig.get_path("scripts"), "vpncrypt"), shutil.which("vpncrypt")):
         if candidate and os.access(candidate, os.X_OK):
             return os.path.realpath(candidate)
     stub = tmp_path / "vpncrypt"
@@ -73,8 +75,13 @@ def test_systemd_analyze_verify(tmp_path):
     unitdir.mkdir()
     (unitdir / "vpncrypt@.service").write_text(text)
     for target in ("vpncrypt@wg0.service", "vpncrypt@.service"):
-        r = subprocess.run([exe_analyze, "verify", "--man=no", str(unitdir / target)],
-                           capture_output=True, text=True, timeout=120, cwd=str(unitdir))
+        r = subprocess.run(
+            [exe_analyze, "verify", "--man=no", str(unitdir / target)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=str(unitdir),
+        )
         output = (r.stdout + r.stderr).strip()
         ours = [line for line in output.splitlines() if "vpncrypt" in line]
         assert not ours, output
@@ -89,6 +96,11 @@ def test_verify_catches_mistakes(tmp_path):
     text = open(UNIT).read().replace("/usr/local/bin/vpncrypt", exe)
     text = text.replace("NoNewPrivileges=yes", "NoNewPrivilege=yes")
     (tmp_path / "vpncrypt@.service").write_text(text)
-    r = subprocess.run([exe_analyze, "verify", "--man=no", str(tmp_path / "vpncrypt@wg0.service")],
-                       capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    r = subprocess.run(
+        [exe_analyze, "verify", "--man=no", str(tmp_path / "vpncrypt@wg0.service")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert "NoNewPrivilege" in r.stdout + r.stderr

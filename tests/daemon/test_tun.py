@@ -1,7 +1,7 @@
 """TUN tests run as root inside a network namespace made for the test."""
+
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -21,31 +21,22 @@ def test_validate_interface_name():
             validate_interface_name(bad)
 
 
-@pytest.fixture
-def netns():
-    # Tests never skip: without root, iproute2 or /dev/net/tun this is a failure.
-    assert os.geteuid() == 0, "the TUN tests need root (tests/run.sh runs them as root in CI)"
-    assert shutil.which("ip"), "iproute2 is not installed (tests/run.sh installs it)"
-    assert os.path.exists("/dev/net/tun"), "no /dev/net/tun on this machine"
-    name = "vpncrypt-test-" + secrets.token_hex(4)
-    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    assert r.returncode == 0, f"cannot create a network namespace: {r.stderr.strip()}"
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
-
-
 def run_in(ns, code):
-    r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", textwrap.dedent(code)],
-                       capture_output=True, text=True, timeout=60,
-                       env=os.environ)
+    r = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
 
 def test_tun_lifecycle(netns):
-    out = run_in(netns, """
+    out = run_in(
+        netns,
+        """
         import fcntl, json, os, subprocess
         from vpncrypt.daemon.tun import create_tun
 
@@ -74,7 +65,8 @@ def test_tun_lifecycle(netns):
         print(json.dumps(dict(info=info, info2=info2, nonblocking=nonblocking, mtu=mtu,
                               mtu2=mtu2, read_empty=read_empty,
                               after=link("wgt0"))))
-    """)
+    """,
+    )
     res = json.loads(out)
     info = res["info"]
     assert info["ifname"] == "wgt0"
@@ -93,7 +85,9 @@ def test_tun_lifecycle(netns):
 def test_tun_passes_packets(netns):
     """A UDP datagram sent to an address routed into the TUN shows up on the
     fd, and a packet written to the fd is accepted."""
-    out = run_in(netns, """
+    out = run_in(
+        netns,
+        """
         import select, subprocess
         from vpncrypt.daemon.tun import create_tun
         with create_tun("wgt1", addresses=["10.77.0.1/24"]) as dev:
@@ -124,7 +118,8 @@ def test_tun_passes_packets(netns):
                               bytes([10, 77, 0, 2]), bytes([10, 77, 0, 1]))
             hdr = hdr[:10] + struct.pack("!H", csum(hdr)) + hdr[12:]
             print(dev.write(hdr + udp))
-    """)
+    """,
+    )
     lines = out.split()
     assert lines[0] == "ok"
     assert int(lines[1]) == 20 + 8 + 5
@@ -146,7 +141,9 @@ def test_gone_only_when_the_kernel_says_deleted(netns):
     """The check asks the TUN descriptor (TUNGETIFF): running out of
     descriptors or memory is not evidence that the interface is gone; a
     deletion is."""
-    out = run_in(netns, """
+    out = run_in(
+        netns,
+        """
         import errno, json, os, subprocess
         from vpncrypt.daemon import tun as tunmod
         dev = tunmod.create_tun("wgt2")
@@ -165,9 +162,15 @@ def test_gone_only_when_the_kernel_says_deleted(netns):
         seen["deleted"] = dev.gone()
         dev.close()
         print(json.dumps(seen))
-    """)
-    assert json.loads(out) == {"EMFILE": False, "ENOMEM": False, "ENFILE": False,
-                               "alive": False, "deleted": True}
+    """,
+    )
+    assert json.loads(out) == {
+        "EMFILE": False,
+        "ENOMEM": False,
+        "ENFILE": False,
+        "alive": False,
+        "deleted": True,
+    }
 
 
 def test_tun_moved_to_another_namespace(netns2):
@@ -177,7 +180,9 @@ def test_tun_moved_to_another_namespace(netns2):
     took its name and index in the daemon's namespace; a persistent one is
     left where it is."""
     a, b = netns2
-    out = run_in(a, f"""
+    out = run_in(
+        a,
+        f"""
         import json, subprocess
         from vpncrypt.daemon.tun import TunDevice, create_tun
 
@@ -221,7 +226,8 @@ def test_tun_moved_to_another_namespace(netns2):
         dev.close()
         res["persistent_in_b"] = mtu_in_b("wgt5")
         print(json.dumps(res))
-    """)
+    """,
+    )
     res = json.loads(out)
     assert res["gone_moved"] is False
     assert res["mtu_moved"] == 1400
@@ -257,8 +263,12 @@ def test_tun_moved_without_cap_sys_admin(netns2):
         print(json.dumps(res))
     """)
     # root keeps after exec only the capabilities of its bounding set
-    r = subprocess.run(["ip", "netns", "exec", a, "setpriv", "--bounding-set", "-sys_admin",
-                        sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["ip", "netns", "exec", a, "setpriv", "--bounding-set", "-sys_admin", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout) == {"mtu": "PermissionError", "gone": False, "home": False}
     left = subprocess.run(["ip", "-n", b, "link", "show", "wgt6"], capture_output=True)

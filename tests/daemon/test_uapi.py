@@ -11,12 +11,25 @@ import textwrap
 import pytest
 
 from tests.daemon.fakes import FakeControl, uapi_server
-from vpncrypt.config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
-                                 SetFwmark, SetListenPort, SetPrivateKey)
+from vpncrypt.config.ops import (
+    Endpoint,
+    PeerUpdate,
+    RemovePeer,
+    ReplacePeers,
+    SetFwmark,
+    SetListenPort,
+    SetPrivateKey,
+)
 from vpncrypt.daemon.control import InterfaceSnapshot, PeerSnapshot
 from vpncrypt.daemon.uapiclient import read_answer
-from vpncrypt.daemon.uapi import (UAPIError, apply_operations, format_get,
-                                  handle_request, parse_set, start_uapi_server)
+from vpncrypt.daemon.uapi import (
+    UAPIError,
+    apply_operations,
+    format_get,
+    handle_request,
+    parse_set,
+    start_uapi_server,
+)
 
 K1, K2, K3 = bytes(range(32)), bytes([0x11] * 32), bytes([0xA5] * 32)
 
@@ -31,23 +44,38 @@ def net(s):
 
 # ---------------------------------------------------------------- parse_set
 
+
+def _k2_with_everything(host, port, *allowed):
+    """Peer K2 with preshared key K3, an endpoint [host]:port, keepalive 25 and
+    `allowed` replacing its allowed IPs."""
+    return PeerUpdate(
+        public_key=K2,
+        preshared_key=K3,
+        endpoint=Endpoint(host, port, f"[{host}]:{port}"),
+        persistent_keepalive=25,
+        replace_allowed_ips=True,
+        allowed_ips=tuple(net(a) for a in allowed),
+    )
+
+
 def test_parse_set_full_request():
-    body = (f"private_key={K1.hex()}\nlisten_port=51820\nfwmark=4660\nreplace_peers=true\n"
-            f"public_key={K2.hex()}\npreshared_key={K3.hex()}\nprotocol_version=1\n"
-            "endpoint=[2001:db8::1]:51820\npersistent_keepalive_interval=25\n"
-            "replace_allowed_ips=true\nallowed_ip=10.0.0.0/24\nallowed_ip=fd00::1/128\n"
-            f"public_key={K3.hex()}\nremove=true\n"
-            f"public_key={K1.hex()}\nupdate_only=true\nendpoint=192.0.2.1:1\n\n")
+    body = (
+        f"private_key={K1.hex()}\nlisten_port=51820\nfwmark=4660\nreplace_peers=true\n"
+        f"public_key={K2.hex()}\npreshared_key={K3.hex()}\nprotocol_version=1\n"
+        "endpoint=[2001:db8::1]:51820\npersistent_keepalive_interval=25\n"
+        "replace_allowed_ips=true\nallowed_ip=10.0.0.0/24\nallowed_ip=fd00::1/128\n"
+        f"public_key={K3.hex()}\nremove=true\n"
+        f"public_key={K1.hex()}\nupdate_only=true\nendpoint=192.0.2.1:1\n\n"
+    )
     ops = parse_set(body)
     assert ops == [
-        SetPrivateKey(K1), SetListenPort(51820), SetFwmark(4660), ReplacePeers(),
-        PeerUpdate(public_key=K2, preshared_key=K3,
-                   endpoint=Endpoint("2001:db8::1", 51820, "[2001:db8::1]:51820"),
-                   persistent_keepalive=25, replace_allowed_ips=True,
-                   allowed_ips=(net("10.0.0.0/24"), net("fd00::1/128"))),
+        SetPrivateKey(K1),
+        SetListenPort(51820),
+        SetFwmark(4660),
+        ReplacePeers(),
+        _k2_with_everything("2001:db8::1", 51820, "10.0.0.0/24", "fd00::1/128"),
         RemovePeer(K3),
-        PeerUpdate(public_key=K1, update_only=True,
-                   endpoint=Endpoint("192.0.2.1", 1, "192.0.2.1:1")),
+        PeerUpdate(public_key=K1, update_only=True, endpoint=Endpoint("192.0.2.1", 1, "192.0.2.1:1")),
     ]
     assert ops[5].public_key == K3 and isinstance(ops[5].public_key, bytes)
 
@@ -60,28 +88,31 @@ def test_parse_set_empty_is_no_op():
     assert parse_set("") == []
 
 
-@pytest.mark.parametrize("body", [
-    "private_key=zz\n",
-    f"private_key={K1.hex()[:-2]}\n",
-    "listen_port=65536\n",
-    "listen_port=-1\n",
-    "fwmark=4294967296\n",
-    "replace_peers=false\n",
-    f"preshared_key={K1.hex()}\n",                       # peer key before public_key
-    f"public_key={K1.hex()}\nprivate_key={K2.hex()}\n",  # device key after a peer
-    "bogus=1\n",
-    f"public_key={K1.hex()}\nbogus=1\n",
-    f"public_key={K1.hex()}\nendpoint=example.com:51820\n",
-    f"public_key={K1.hex()}\nendpoint=2001:db8::1:51820\n",
-    f"public_key={K1.hex()}\nendpoint=192.0.2.1\n",
-    f"public_key={K1.hex()}\nendpoint=192.0.2.1:0\n",
-    f"public_key={K1.hex()}\nallowed_ip=10.0.0.1\n",
-    f"public_key={K1.hex()}\nallowed_ip=10.0.0.300/32\n",
-    f"public_key={K1.hex()}\nprotocol_version=2\n",
-    f"public_key={K1.hex()}\npersistent_keepalive_interval=65536\n",
-    f"public_key={K1.hex()}\nremove=yes\n",
-    "listen_port=1\n\nlisten_port=2\n",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "private_key=zz\n",
+        f"private_key={K1.hex()[:-2]}\n",
+        "listen_port=65536\n",
+        "listen_port=-1\n",
+        "fwmark=4294967296\n",
+        "replace_peers=false\n",
+        f"preshared_key={K1.hex()}\n",  # peer key before public_key
+        f"public_key={K1.hex()}\nprivate_key={K2.hex()}\n",  # device key after a peer
+        "bogus=1\n",
+        f"public_key={K1.hex()}\nbogus=1\n",
+        f"public_key={K1.hex()}\nendpoint=example.com:51820\n",
+        f"public_key={K1.hex()}\nendpoint=2001:db8::1:51820\n",
+        f"public_key={K1.hex()}\nendpoint=192.0.2.1\n",
+        f"public_key={K1.hex()}\nendpoint=192.0.2.1:0\n",
+        f"public_key={K1.hex()}\nallowed_ip=10.0.0.1\n",
+        f"public_key={K1.hex()}\nallowed_ip=10.0.0.300/32\n",
+        f"public_key={K1.hex()}\nprotocol_version=2\n",
+        f"public_key={K1.hex()}\npersistent_keepalive_interval=65536\n",
+        f"public_key={K1.hex()}\nremove=yes\n",
+        "listen_port=1\n\nlisten_port=2\n",
+    ],
+)
 def test_parse_set_rejects(body):
     with pytest.raises(UAPIError) as ei:
         parse_set(body)
@@ -99,8 +130,13 @@ def test_apply_update_only_skips_unknown_peer():
     c = FakeControl()
     apply_operations([PeerUpdate(public_key=K1, update_only=True, persistent_keepalive=5)], c)
     assert c.calls == []
-    apply_operations([PeerUpdate(public_key=K1, persistent_keepalive=5),
-                      PeerUpdate(public_key=K1, update_only=True, persistent_keepalive=6)], c)
+    apply_operations(
+        [
+            PeerUpdate(public_key=K1, persistent_keepalive=5),
+            PeerUpdate(public_key=K1, update_only=True, persistent_keepalive=6),
+        ],
+        c,
+    )
     assert c.peers[K1].persistent_keepalive == 6
 
 
@@ -108,26 +144,40 @@ def test_control_errors_become_errno():
     class Busy(FakeControl):
         def set_listen_port(self, port):
             raise OSError(errno.EADDRINUSE, "in use")
+
     assert handle_request("set=1", "listen_port=1\n", Busy()) == b"errno=-98\n\n"
 
     class Broken(FakeControl):
         def snapshot(self):
             raise RuntimeError("boom")
+
     assert handle_request("get=1", "", Broken()) == b"errno=-5\n\n"
 
 
 # ---------------------------------------------------------------- format_get
 
+
 def test_format_get_exact():
     snap = InterfaceSnapshot(
-        private_key=K1, listen_port=51820, fwmark=0,
-        peers=[PeerSnapshot(public_key=K2, preshared_key=K3, endpoint=("2001:db8::1", 5),
-                            persistent_keepalive=25,
-                            allowed_ips=[net("10.0.0.0/24"), "fd00::/64"],
-                            last_handshake_time_sec=1700000000, last_handshake_time_nsec=42,
-                            rx_bytes=10, tx_bytes=20),
-               PeerSnapshot(public_key=K3)],
-        counters={"drop_bad_mac": 2})
+        private_key=K1,
+        listen_port=51820,
+        fwmark=0,
+        peers=[
+            PeerSnapshot(
+                public_key=K2,
+                preshared_key=K3,
+                endpoint=("2001:db8::1", 5),
+                persistent_keepalive=25,
+                allowed_ips=[net("10.0.0.0/24"), "fd00::/64"],
+                last_handshake_time_sec=1700000000,
+                last_handshake_time_nsec=42,
+                rx_bytes=10,
+                tx_bytes=20,
+            ),
+            PeerSnapshot(public_key=K3),
+        ],
+        counters={"drop_bad_mac": 2},
+    )
     assert format_get(snap) == (
         f"private_key={K1.hex()}\nlisten_port=51820\n"
         f"public_key={K2.hex()}\npreshared_key={K3.hex()}\nprotocol_version=1\n"
@@ -136,7 +186,8 @@ def test_format_get_exact():
         "persistent_keepalive_interval=25\nallowed_ip=10.0.0.0/24\nallowed_ip=fd00::/64\n"
         f"public_key={K3.hex()}\nprotocol_version=1\nlast_handshake_time_sec=0\n"
         "last_handshake_time_nsec=0\ntx_bytes=0\nrx_bytes=0\n"
-        "persistent_keepalive_interval=0\nerrno=0\n\n")
+        "persistent_keepalive_interval=0\nerrno=0\n\n"
+    )
     ext = format_get(snap, extensions=True)
     assert ext.endswith("vpncrypt_drop_bad_mac=2\nerrno=0\n\n")
 
@@ -166,13 +217,13 @@ def test_socket_mode_and_many_requests_per_connection(raw_server):
         s.connect(path)
         s.sendall(f"set=1\nprivate_key={K1.hex()}\nlisten_port=4242\n\n".encode())
         assert _recv_reply(s) == b"errno=0\n\n"
-        s.sendall(b"set=1\nlisten_port=99999\n\n")           # malformed
+        s.sendall(b"set=1\nlisten_port=99999\n\n")  # malformed
         assert _recv_reply(s) == b"errno=-22\n\n"
-        s.sendall(b"get=1\nextra=1\n\n")                     # get with arguments
+        s.sendall(b"get=1\nextra=1\n\n")  # get with arguments
         assert _recv_reply(s) == b"errno=-22\n\n"
-        s.sendall(b"set=1\n\xff\xfe\n\n")                    # not text, no '='
+        s.sendall(b"set=1\n\xff\xfe\n\n")  # not text, no '='
         assert _recv_reply(s) == b"errno=-71\n\n"
-        s.sendall(b"set=1\nlisten_port=\xff\n\n")           # not text
+        s.sendall(b"set=1\nlisten_port=\xff\n\n")  # not text
         assert _recv_reply(s) == b"errno=-22\n\n"
         s.sendall(b"get=1\n\n")
         reply = _recv_reply(s).decode()
@@ -194,7 +245,7 @@ def test_unknown_operation_is_refused_at_once_and_ends_the_connection(raw_server
         s.connect(path)
         s.sendall(request_)
         assert _recv_reply(s) == b"errno=-22\n\n"
-        assert s.recv(100) == b""                  # closed by the server, not by a timeout
+        assert s.recv(100) == b""  # closed by the server, not by a timeout
     assert control.calls == []
 
 
@@ -229,14 +280,15 @@ def test_socket_removed_on_close_and_stale_socket_replaced(loop_thread, tmp_path
     path = str(tmp_path / "x.sock")
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(path)
-    stale.close()                      # a socket file nobody listens on
+    stale.close()  # a socket file nobody listens on
     server = loop_thread.run(start_uapi_server(path, FakeControl()))
 
     async def stop():
         server.close()
         await server.wait_closed()
+
     try:
-        with pytest.raises(OSError) as ei:   # a second daemon on the same path
+        with pytest.raises(OSError) as ei:  # a second daemon on the same path
             loop_thread.run(start_uapi_server(path, FakeControl()))
         assert ei.value.errno == errno.EADDRINUSE
         assert os.path.exists(path)
@@ -249,6 +301,7 @@ def test_refuses_other_uids(loop_thread):
     assert os.geteuid() == 0, "this test needs root to connect as another uid"
     import shutil
     import tempfile
+
     tmpdir = tempfile.mkdtemp(prefix="vpncrypt-uapi-", dir="/tmp")
     os.chmod(tmpdir, 0o755)  # the unprivileged client must reach the socket
     path = os.path.join(tmpdir, "p.sock")
@@ -258,6 +311,7 @@ def test_refuses_other_uids(loop_thread):
     async def stop():
         server.close()
         await server.wait_closed()
+
     try:
         os.chmod(path, 0o666)  # let the unprivileged client reach the check
         script = textwrap.dedent(f"""
@@ -271,8 +325,7 @@ def test_refuses_other_uids(loop_thread):
                 buf += c
             print(buf.decode().strip())
         """)
-        out = subprocess.run([sys.executable, "-c", script], capture_output=True,
-                             text=True, timeout=20)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "errno=-1"
         assert control.calls == []
@@ -289,6 +342,7 @@ def test_refuses_other_uids(loop_thread):
 
 # ---------------------------------------------------------------- the real `wg`
 
+
 def _wg(wg_tool, *args, input=None):
     r = subprocess.run([wg_tool, *args], capture_output=True, text=True, input=input, timeout=20)
     assert r.returncode == 0, (args, r.stdout, r.stderr)
@@ -300,11 +354,16 @@ def test_wg_show_and_showconf(wg_server, wg_tool):
     control.private_key = K1
     control.listen_port = 51820
     control.fwmark = 0x42
-    control.peers[K2] = PeerSnapshot(public_key=K2, preshared_key=K3,
-                                     endpoint=("192.0.2.7", 51821),
-                                     allowed_ips=[net("10.0.0.2/32"), net("fd00::2/128")],
-                                     persistent_keepalive=25, rx_bytes=1000, tx_bytes=2000,
-                                     last_handshake_time_sec=1700000000)
+    control.peers[K2] = PeerSnapshot(
+        public_key=K2,
+        preshared_key=K3,
+        endpoint=("192.0.2.7", 51821),
+        allowed_ips=[net("10.0.0.2/32"), net("fd00::2/128")],
+        persistent_keepalive=25,
+        rx_bytes=1000,
+        tx_bytes=2000,
+        last_handshake_time_sec=1700000000,
+    )
     out = _wg(wg_tool, "show", name)
     assert f"interface: {name}" in out
     assert "listening port: 51820" in out and "fwmark: 0x42" in out
@@ -318,14 +377,22 @@ def test_wg_show_and_showconf(wg_server, wg_tool):
     assert "AllowedIPs = 10.0.0.2/32, fd00::2/128" in conf
     assert "Endpoint = 192.0.2.7:51821" in conf and "PersistentKeepalive = 25" in conf
     dump = _wg(wg_tool, "show", name, "dump").splitlines()
-    assert dump[1].split("\t") == [b64(K2), b64(K3), "192.0.2.7:51821",
-                                   "10.0.0.2/32,fd00::2/128", "1700000000", "1000", "2000", "25"]
+    assert dump[1].split("\t") == [
+        b64(K2),
+        b64(K3),
+        "192.0.2.7:51821",
+        "10.0.0.2/32,fd00::2/128",
+        "1700000000",
+        "1000",
+        "2000",
+        "25",
+    ]
     assert _wg(wg_tool, "show", name, "listen-port").strip() == "51820"
 
 
 def test_wg_show_tolerates_extension_lines(wg_server, wg_tool):
     name, control, server = wg_server
-    server.extensions_in_get = True   # wg skips keys it does not know
+    server.extensions_in_get = True  # wg skips keys it does not know
     control.listen_port = 1
     assert "listening port: 1" in _wg(wg_tool, "show", name)
 
@@ -336,32 +403,52 @@ def test_wg_set(wg_server, wg_tool, tmp_path):
     keyfile.write_text(b64(K1) + "\n")
     pskfile = tmp_path / "psk"
     pskfile.write_text(b64(K3) + "\n")
-    _wg(wg_tool, "set", name, "private-key", str(keyfile), "listen-port", "51000",
-        "fwmark", "0x10", "peer", b64(K2), "preshared-key", str(pskfile),
-        "endpoint", "[2001:db8::5]:1234", "persistent-keepalive", "25",
-        "allowed-ips", "10.0.0.2/32,fd00::2/128")
-    assert control.calls[:3] == [("set_private_key", K1), ("set_listen_port", 51000),
-                                 ("set_fwmark", 16)]
+    _wg(
+        wg_tool,
+        "set",
+        name,
+        "private-key",
+        str(keyfile),
+        "listen-port",
+        "51000",
+        "fwmark",
+        "0x10",
+        "peer",
+        b64(K2),
+        "preshared-key",
+        str(pskfile),
+        "endpoint",
+        "[2001:db8::5]:1234",
+        "persistent-keepalive",
+        "25",
+        "allowed-ips",
+        "10.0.0.2/32,fd00::2/128",
+    )
+    assert control.calls[:3] == [("set_private_key", K1), ("set_listen_port", 51000), ("set_fwmark", 16)]
     op = control.calls[3][1]
-    assert op == PeerUpdate(public_key=K2, preshared_key=K3,
-                            endpoint=Endpoint("2001:db8::5", 1234, "[2001:db8::5]:1234"),
-                            persistent_keepalive=25, replace_allowed_ips=True,
-                            allowed_ips=(net("10.0.0.2/32"), net("fd00::2/128")))
+    assert op == _k2_with_everything("2001:db8::5", 1234, "10.0.0.2/32", "fd00::2/128")
     assert len(control.calls) == 4
     # change only the allowed IPs, then remove the peer
     control.calls.clear()
     _wg(wg_tool, "set", name, "peer", b64(K2), "allowed-ips", "10.9.0.0/16")
-    assert control.calls == [("upsert_peer", PeerUpdate(
-        public_key=K2, replace_allowed_ips=True, allowed_ips=(net("10.9.0.0/16"),)))]
+    assert control.calls == [
+        (
+            "upsert_peer",
+            PeerUpdate(public_key=K2, replace_allowed_ips=True, allowed_ips=(net("10.9.0.0/16"),)),
+        )
+    ]
     assert control.peers[K2].allowed_ips == [net("10.9.0.0/16")]
     control.calls.clear()
     _wg(wg_tool, "set", name, "peer", b64(K2), "remove")
     assert control.calls == [("remove_peer", K2)] and not control.peers
 
 
-def _write_conf(tmp_path, text):
+def _write_conf(tmp_path, peer):
+    """A wg config file: the interface K1 on port 51820 and one [Peer] of `peer` lines."""
     p = tmp_path / "wg.conf"
-    p.write_text(textwrap.dedent(text))
+    p.write_text(
+        f"[Interface]\nPrivateKey = {b64(K1)}\nListenPort = 51820\n\n[Peer]\n{textwrap.dedent(peer)}"
+    )
     os.chmod(p, 0o600)
     return str(p)
 
@@ -369,34 +456,29 @@ def _write_conf(tmp_path, text):
 def test_wg_setconf_and_syncconf(wg_server, wg_tool, tmp_path):
     name, control, _ = wg_server
     control.peers[K3] = PeerSnapshot(public_key=K3, allowed_ips=[net("10.0.0.3/32")])
-    conf = _write_conf(tmp_path, f"""\
-        [Interface]
-        PrivateKey = {b64(K1)}
-        ListenPort = 51820
-
-        [Peer]
+    conf = _write_conf(
+        tmp_path,
+        f"""\
         PublicKey = {b64(K2)}
         AllowedIPs = 10.0.0.2/32
         Endpoint = 192.0.2.1:51820
-        """)
+        """,
+    )
     _wg(wg_tool, "setconf", name, conf)
-    assert control.call_names() == ["set_private_key", "set_listen_port", "set_fwmark",
-                                    "replace_peers", "upsert_peer"]
+    assert control.call_names() == [
+        "set_private_key",
+        "set_listen_port",
+        "set_fwmark",
+        "replace_peers",
+        "upsert_peer",
+    ]
     assert control.calls[2] == ("set_fwmark", 0)
     assert list(control.peers) == [K2]
     assert control.peers[K2].endpoint == Endpoint("192.0.2.1", 51820, "192.0.2.1:51820")
 
     # syncconf: K2 changes keepalive, K3 is added; nothing is replaced wholesale
     control.calls.clear()
-    conf = _write_conf(tmp_path, f"""\
-        [Interface]
-        PrivateKey = {b64(K1)}
-        ListenPort = 51820
-
-        [Peer]
-        PublicKey = {b64(K3)}
-        AllowedIPs = 10.0.0.3/32
-        """)
+    conf = _write_conf(tmp_path, f"PublicKey = {b64(K3)}\nAllowedIPs = 10.0.0.3/32\n")
     _wg(wg_tool, "syncconf", name, conf)
     names = control.call_names()
     assert "replace_peers" not in names
@@ -407,10 +489,22 @@ def test_wg_setconf_and_syncconf(wg_server, wg_tool, tmp_path):
 
 # ---------------------------------------------------------------- parity with wireguard-go
 
-@pytest.mark.parametrize("value", [
-    "10.1.0.0/255.255.0.0", "10.0.0.0/0.0.255.255", "fe80::1%eth0/128", "10.0.0.0/024",
-    "10.0.0.0/00", "10.0.0.0/+8", "10.0.0.0/\u0668", "10.0.0.0/33", "fd00::/129", "10.0.0.0/",
-])
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "10.1.0.0/255.255.0.0",
+        "10.0.0.0/0.0.255.255",
+        "fe80::1%eth0/128",
+        "10.0.0.0/024",
+        "10.0.0.0/00",
+        "10.0.0.0/+8",
+        "10.0.0.0/\u0668",
+        "10.0.0.0/33",
+        "fd00::/129",
+        "10.0.0.0/",
+    ],
+)
 def test_allowed_ip_refused_as_netip_parseprefix(value):
     c = FakeControl()
     body = f"public_key={K1.hex()}\nallowed_ip={value}\n"
@@ -423,11 +517,14 @@ def test_allowed_ip_zero_prefix_accepted():
     assert ops[0].allowed_ips == (net("0.0.0.0/0"), net("::/0"))
 
 
-@pytest.mark.parametrize("body,reply", [
-    ("listen_port\n", b"errno=-71\n\n"),                          # no '=': EPROTO
-    (f"public_key={K1.hex()}\nremove\n", b"errno=-71\n\n"),
-    ("=1\n", b"errno=-22\n\n"),                                   # an empty key is just unknown
-])
+@pytest.mark.parametrize(
+    "body,reply",
+    [
+        ("listen_port\n", b"errno=-71\n\n"),  # no '=': EPROTO
+        (f"public_key={K1.hex()}\nremove\n", b"errno=-71\n\n"),
+        ("=1\n", b"errno=-22\n\n"),  # an empty key is just unknown
+    ],
+)
 def test_line_without_equals_is_a_protocol_error(body, reply):
     c = FakeControl()
     assert handle_request("set=1", "listen_port=7\n" + body, c) == reply
@@ -437,8 +534,10 @@ def test_line_without_equals_is_a_protocol_error(body, reply):
 def test_unknown_zone_changes_nothing():
     """The zone's interface is looked up before anything is applied."""
     c = FakeControl()
-    body = (f"private_key={K1.hex()}\npublic_key={K2.hex()}\nallowed_ip=10.0.0.0/8\n"
-            f"public_key={K3.hex()}\nendpoint=[fe80::1%nosuchif]:5\n")
+    body = (
+        f"private_key={K1.hex()}\npublic_key={K2.hex()}\nallowed_ip=10.0.0.0/8\n"
+        f"public_key={K3.hex()}\nendpoint=[fe80::1%nosuchif]:5\n"
+    )
     assert handle_request("set=1", body, c) == b"errno=-99\n\n"
     assert c.calls == [] and c.private_key is None and c.peers == {}
     ops = parse_set(f"public_key={K3.hex()}\nendpoint=[fe80::1%lo]:5\n")

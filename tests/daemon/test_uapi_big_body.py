@@ -1,6 +1,7 @@
 """A set request of more than 16 MiB is read whole, as wireguard-go takes it
 (600,000 allowed IPs make about 16.8 MB; vpncrypt answered ENOMEM above
 16 MiB, found by the outside review of issue 18)."""
+
 import asyncio
 
 from vpncrypt.daemon.uapi import _read_body
@@ -12,7 +13,7 @@ def test_a_body_of_seventeen_mebibytes_is_read_whole():
     assert len(body) > 17 * 1024 * 1024
 
     async def main():
-        reader = asyncio.StreamReader(limit=2 ** 20)
+        reader = asyncio.StreamReader(limit=2**20)
         reader.feed_data(body + b"\n")
         reader.feed_eof()
         return await _read_body(reader)

@@ -9,6 +9,7 @@ The slices are counted here, never timed: each server runs with
 slice_seconds=0, so it lets the loop run after every piece of work.  How
 long the loop is held is measured by the benchmark (python3 -m
 vpncrypt.bench.uapi)."""
+
 import asyncio
 import errno
 import ipaddress
@@ -23,7 +24,7 @@ import pytest
 
 from tests.daemon.fakes import FakeControl, stub_host, uapi_server
 from vpncrypt.daemon import uapi
-from vpncrypt.daemon.adapter import DeviceControl
+from vpncrypt.daemon.device_control import DeviceControl
 from vpncrypt.daemon.control import ControlError, InterfaceSnapshot, PeerSnapshot
 from vpncrypt.daemon.uapiclient import parse_get, read_answer, request
 from vpncrypt.protocol import keys
@@ -58,20 +59,22 @@ def _nets(n, base=10):
 
 # ---------------------------------------------------------------- set=1
 
+
 def test_set_is_applied_in_slices_and_whole_to_other_clients(served, host):
     path, control, server = served
     big = _pub(1)
-    n = 12_000                         # a dozen steps of the table's work at least
+    n = 12_000  # a dozen steps of the table's work at least
     body = f"set=1\npublic_key={big.hex()}\n" + "".join(f"allowed_ip={a}\n" for a in _nets(n))
     body += f"public_key={_pub(2).hex()}\nallowed_ip=192.168.0.0/16\n"
     before = request(path, "get=1")
     answers, done = [], threading.Event()
 
     def reader():
-        while True:                       # at least one, however the threads are scheduled
+        while True:  # at least one, however the threads are scheduled
             answers.append(request(path, "get=1", timeout=30))
             if done.is_set():
                 return
+
     t = threading.Thread(target=reader)
     t.start()
     try:
@@ -84,7 +87,7 @@ def test_set_is_applied_in_slices_and_whole_to_other_clients(served, host):
     assert len(parse_get(after)["peers"][0]["allowed_ips"]) == n
     # every answer read meanwhile is the device before or after, never between
     assert answers and set(answers) <= {before, after}
-    assert server.yields >= n // 1024          # the loop ran between the pieces
+    assert server.yields >= n // 1024  # the loop ran between the pieces
 
 
 def _watch_parse(monkeypatch, probe) -> list:
@@ -95,6 +98,7 @@ def _watch_parse(monkeypatch, probe) -> list:
     def parse(text):
         seen.append(probe())
         return real(text)
+
     monkeypatch.setattr(uapi, "parse_set", parse)
     return seen
 
@@ -109,8 +113,11 @@ def test_set_is_parsed_off_the_event_loop(served, loop_thread, monkeypatch):
 def test_a_refused_set_changes_nothing_even_after_slices(served, host):
     # the last line is wrong: nothing of the 5,000 networks before it is applied
     path, _, _ = served
-    body = (f"set=1\npublic_key={_pub(4).hex()}\n"
-            + "".join(f"allowed_ip={a}\n" for a in _nets(5000)) + "allowed_ip=10.0.0.0/33\n")
+    body = (
+        f"set=1\npublic_key={_pub(4).hex()}\n"
+        + "".join(f"allowed_ip={a}\n" for a in _nets(5000))
+        + "allowed_ip=10.0.0.0/33\n"
+    )
     assert request(path, body) == "errno=-22\n\n"
     assert host.device.peers == {}
 
@@ -129,16 +136,20 @@ def test_reload_waits_for_another_time_while_a_request_is_applied(host):
                 except ControlError as e:
                     seen.append(e.errno)
                 yield step
+
     probe = Probe(host)
-    ops = uapi.prepare_operations(uapi.parse_set(
-        f"public_key={_pub(5).hex()}\n" + "".join(f"allowed_ip={a}\n" for a in _nets(3000))), probe)
+    ops = uapi.prepare_operations(
+        uapi.parse_set(f"public_key={_pub(5).hex()}\n" + "".join(f"allowed_ip={a}\n" for a in _nets(3000))),
+        probe,
+    )
     asyncio.run(uapi.apply_operations_async(ops, probe, slice_seconds=0.0))
     assert seen and set(seen) == {errno.EBUSY}
     assert not probe.busy and not control.busy
-    uapi.apply_operations([], probe)           # and accepted again once done
+    uapi.apply_operations([], probe)  # and accepted again once done
 
 
 # ---------------------------------------------------------------- the debug trace
+
 
 class _CountingRoutes:
     """Counts the allowed IPs the table lists (what the trace reads)."""
@@ -163,10 +174,11 @@ def test_debug_trace_of_repeated_blocks_is_linear(host, caplog, replace):
     counter = host.device.table.routes = _CountingRoutes(host.device.table)
     extra = "replace_allowed_ips=true\n" if replace else ""
     body = f"public_key={pub.hex()}\n" + "".join(
-        f"public_key={pub.hex()}\n{extra}allowed_ip={a}\n" for a in _nets(n))
+        f"public_key={pub.hex()}\n{extra}allowed_ip={a}\n" for a in _nets(n)
+    )
     with caplog.at_level(logging.DEBUG, logger="vpncrypt.daemon"):
         assert uapi.handle_request("set=1", body, control) == b"errno=0\n\n"
-    assert counter.listed <= 2 * n, counter.listed   # was about n * n
+    assert counter.listed <= 2 * n, counter.listed  # was about n * n
     lines = [r.getMessage() for r in caplog.records if "allowed IPs" in r.getMessage()]
     if replace:
         assert len(host.device.peers[pub].allowed_ips) == 1
@@ -174,15 +186,16 @@ def test_debug_trace_of_repeated_blocks_is_linear(host, caplog, replace):
     else:
         assert len(host.device.peers[pub].allowed_ips) == n
         assert lines[-1].endswith(f"allowed IPs added: {_nets(n)[-1]}")
-    assert len(lines) == n                     # one for each block
+    assert len(lines) == n  # one for each block
 
 
 def test_debug_trace_shows_twenty_and_a_count(host, caplog):
     control = DeviceControl(host)
     pub = _pub(7)
     uapi.handle_request("set=1", f"public_key={pub.hex()}\nallowed_ip=10.9.0.0/16\n", control)
-    body = (f"public_key={pub.hex()}\nreplace_allowed_ips=true\n"
-            + "".join(f"allowed_ip={a}\n" for a in reversed(_nets(30))))
+    body = f"public_key={pub.hex()}\nreplace_allowed_ips=true\n" + "".join(
+        f"allowed_ip={a}\n" for a in reversed(_nets(30))
+    )
     with caplog.at_level(logging.DEBUG, logger="vpncrypt.daemon"):
         assert uapi.handle_request("set=1", body, control) == b"errno=0\n\n"
     line = next(r.getMessage() for r in caplog.records if "allowed IPs" in r.getMessage())
@@ -191,6 +204,7 @@ def test_debug_trace_shows_twenty_and_a_count(host, caplog):
 
 
 # ---------------------------------------------------------------- get=1
+
 
 def _expected_get(dev, listen_port) -> str:
     """The answer as the table and the peers hold it, written out here."""
@@ -207,8 +221,13 @@ def _expected_get(dev, listen_port) -> str:
             if ":" in host:
                 host = f"[{host}%{scope}]" if scope else f"[{host}]"
             out.append(f"endpoint={host}:{port}")
-        out += ["last_handshake_time_sec=0", "last_handshake_time_nsec=0", "tx_bytes=0",
-                "rx_bytes=0", f"persistent_keepalive_interval={p.persistent_keepalive}"]
+        out += [
+            "last_handshake_time_sec=0",
+            "last_handshake_time_nsec=0",
+            "tx_bytes=0",
+            "rx_bytes=0",
+            f"persistent_keepalive_interval={p.persistent_keepalive}",
+        ]
         out += [f"allowed_ip={a}" for a in dev.table.routes(p.pid, text=True)]
     return "\n".join(out) + "\nerrno=0\n\n"
 
@@ -216,12 +235,23 @@ def _expected_get(dev, listen_port) -> str:
 def _fill(dev, peers=300, big=5000):
     lo = socket.if_nametoindex("lo")
     for i in range(peers):
-        ep = (("192.0.2.9", 1000 + i) if i % 3 == 0 else
-              ("2001:db8::9", 2000 + i) if i % 3 == 1 else ("fe80::9", 3000 + i, 0, lo))
-        dev.add_peer(_pub(100 + i), preshared_key=PSK if i % 2 else None,
-                     allowed_ips=[ipaddress.ip_network(f"10.200.{i // 256}.{i % 256}/32"),
-                                  ipaddress.ip_network(f"fd00::{i:x}/128")],
-                     endpoint=ep, persistent_keepalive=i % 30)
+        ep = (
+            ("192.0.2.9", 1000 + i)
+            if i % 3 == 0
+            else ("2001:db8::9", 2000 + i)
+            if i % 3 == 1
+            else ("fe80::9", 3000 + i, 0, lo)
+        )
+        dev.add_peer(
+            _pub(100 + i),
+            preshared_key=PSK if i % 2 else None,
+            allowed_ips=[
+                ipaddress.ip_network(f"10.200.{i // 256}.{i % 256}/32"),
+                ipaddress.ip_network(f"fd00::{i:x}/128"),
+            ],
+            endpoint=ep,
+            persistent_keepalive=i % 30,
+        )
     nets = [ipaddress.ip_network(a) for a in _nets(big // 2, base=11)]
     nets += [ipaddress.ip_network(f"fd01::{i:x}:0/112") for i in range(big - big // 2)]
     dev.add_peer(_pub(99), allowed_ips=nets)
@@ -234,7 +264,7 @@ def test_get_in_slices_is_the_device(served, host):
     answer = request(path, "get=1", timeout=60)
     assert answer == _expected_get(host.device, host.listen_port)
     assert answer == uapi.handle_request("get=1", "", control).decode()
-    assert server.yields - yields >= 5000 // 1024     # the big peer alone takes several
+    assert server.yields - yields >= 5000 // 1024  # the big peer alone takes several
     dev = parse_get(answer)
     assert len(dev["peers"]) == 301 and len(dev["peers"][-1]["allowed_ips"]) == 5000
 
@@ -244,8 +274,7 @@ def test_wg_reads_an_answer_written_in_slices(loop_thread, host, wg_tool):
     name = "vct" + secrets.token_hex(4)
     with uapi_server(loop_thread, uapi.socket_path(name), DeviceControl(host), slice_seconds=0.0):
         _fill(host.device)
-        dump = subprocess.run([wg_tool, "show", name, "dump"], capture_output=True, text=True,
-                              timeout=60)
+        dump = subprocess.run([wg_tool, "show", name, "dump"], capture_output=True, text=True, timeout=60)
         assert dump.returncode == 0, dump.stderr
         rows = dump.stdout.splitlines()
         assert len(rows) == 1 + 301
@@ -256,11 +285,13 @@ def test_wg_reads_an_answer_written_in_slices(loop_thread, host, wg_tool):
 def test_a_get_that_fails_midway_ends_in_its_errno(loop_thread, tmp_path):
     """Lines already written, then the device fails: the answer ends in
     errno=-5 (the client sees the request fail), with no blank line before."""
+
     class Failing(FakeControl):
         def snapshot_parts(self, *, counters=True):
             yield InterfaceSnapshot(listen_port=7)
             yield [PeerSnapshot(public_key=bytes(32))]
             raise RuntimeError("the device went away")
+
     path = str(tmp_path / "f.sock")
     with uapi_server(loop_thread, path, Failing(), slice_seconds=0.0):
         with socket.socket(socket.AF_UNIX) as s:
@@ -272,12 +303,21 @@ def test_a_get_that_fails_midway_ends_in_its_errno(loop_thread, tmp_path):
         assert answer.endswith(b"\nerrno=-5\n\n") and answer.count(b"\n\n") == 1
 
 
-@pytest.mark.parametrize("addr", [("192.0.2.1", 1), ("192.0.2.1", 65535), ("2001:db8::1", 51820),
-                                  ("fe80::1", 7, 0, 2), ("fe80::1", 7, 0, 4294967295),
-                                  ("::ffff:192.0.2.9", 9), ("::", 1)])
+@pytest.mark.parametrize(
+    "addr",
+    [
+        ("192.0.2.1", 1),
+        ("192.0.2.1", 65535),
+        ("2001:db8::1", 51820),
+        ("fe80::1", 7, 0, 2),
+        ("fe80::1", 7, 0, 4294967295),
+        ("::ffff:192.0.2.9", 9),
+        ("::", 1),
+    ],
+)
 def test_packed_endpoint_text_is_the_tuple_text(addr):
-    from vpncrypt.endpoints import format_endpoint, format_packed_endpoint, pack_endpoint, \
-        unpack_endpoint
+    from vpncrypt.endpoints import format_endpoint, format_packed_endpoint, pack_endpoint, unpack_endpoint
+
     raw = pack_endpoint(addr)
     assert format_packed_endpoint(raw) == format_endpoint(unpack_endpoint(raw))
 
@@ -298,6 +338,7 @@ def test_get_formats_one_piece_per_slice(served, host, monkeypatch):
     async def pause():
         events.append("pause")
         await real_pause()
+
     monkeypatch.setattr(uapi, "format_pieces", pieces)
     monkeypatch.setattr(server, "_pause", pause)
     answer = request(path, "get=1", timeout=60)
@@ -316,8 +357,10 @@ def test_get_of_many_middling_peers_is_cut_by_lines(served, host, monkeypatch):
     and pieces are cut by the lines they hold, not only by peers."""
     path, control, server = served
     for i in range(12):
-        host.device.add_peer(_pub(200 + i), allowed_ips=[
-            ipaddress.ip_network(f"10.{100 + i}.{k // 256}.{k % 256}/32") for k in range(1000)])
+        host.device.add_peer(
+            _pub(200 + i),
+            allowed_ips=[ipaddress.ip_network(f"10.{100 + i}.{k // 256}.{k % 256}/32") for k in range(1000)],
+        )
     sizes = []
     real = uapi.format_pieces
 
@@ -325,10 +368,11 @@ def test_get_of_many_middling_peers_is_cut_by_lines(served, host, monkeypatch):
         for piece in real(peers):
             sizes.append(piece.count("\n"))
             yield piece
+
     monkeypatch.setattr(uapi, "format_pieces", pieces)
     answer = request(path, "get=1", timeout=60)
     assert answer.count("\nallowed_ip=") == 12_000
-    assert max(sizes) <= 4096 + 1010, sizes          # a piece ends past 4,096 lines by a peer at most
+    assert max(sizes) <= 4096 + 1010, sizes  # a piece ends past 4,096 lines by a peer at most
     assert len(sizes) >= 12_000 // 5000
 
 
@@ -343,8 +387,9 @@ def test_exclusive_holds_off_requests(served, loop_thread):
         async with server.exclusive():
             order.append("held")
             client.start()
-            await asyncio.sleep(0.2)          # (the request arrives meanwhile, or after)
+            await asyncio.sleep(0.2)  # (the request arrives meanwhile, or after)
             order.append("released")
+
     loop_thread.run(hold())
     client.join(10)
     assert order[:2] == ["held", "released"] and order[2].endswith("errno=0\n\n")
@@ -357,12 +402,14 @@ def test_big_set_is_parsed_with_the_cyclic_collector_paused(served, monkeypatch)
     with a shorter switch interval."""
     import gc
     import sys
+
     path, _, _ = served
     seen = _watch_parse(monkeypatch, lambda: (gc.isenabled(), sys.getswitchinterval()))
     assert gc.isenabled()
     interval = sys.getswitchinterval()
-    big = (f"set=1\npublic_key={_pub(8).hex()}\n"
-           + "".join(f"allowed_ip={a}\n" for a in _nets(60_000)))       # 1.4 MB
+    big = f"set=1\npublic_key={_pub(8).hex()}\n" + "".join(
+        f"allowed_ip={a}\n" for a in _nets(60_000)
+    )  # 1.4 MB
     assert len(big) > 1 << 20
     assert request(path, big, timeout=60) == "errno=0\n\n"
     assert request(path, f"set=1\npublic_key={_pub(9).hex()}\n") == "errno=0\n\n"
@@ -387,11 +434,13 @@ class _LibProxy:
             if cap > 1024:
                 self._calls.append(threading.get_ident())
             return attr(table, pid, buf, cap)
+
         return listing
 
 
 def test_a_big_listing_runs_off_the_event_loop(served, host, loop_thread, monkeypatch):
     import vpncrypt._native as native
+
     path, _, _ = served
     host.device.add_peer(_pub(97), allowed_ips=[ipaddress.ip_network(a) for a in _nets(3000)])
     calls = []
@@ -405,13 +454,15 @@ def test_reading_a_buffered_body_lets_the_loop_run():
     """Lines already in the buffer are read without waiting: a body of
     10,000 of them pauses on the way (a callback scheduled before runs
     before the body is read)."""
+
     async def main():
         reader = asyncio.StreamReader()
         reader.feed_data(b"allowed_ip=10.0.0.0/8\n" * 10_000 + b"\n")
         ran = []
         asyncio.get_running_loop().call_soon(ran.append, "loop")
         body = await uapi._read_body(reader)
-        return list(ran), body          # as it was when the body was read
+        return list(ran), body  # as it was when the body was read
+
     ran, body = asyncio.run(main())
     assert body.count(b"\n") == 10_000 and ran == ["loop"]
 
@@ -420,6 +471,7 @@ def test_get_is_read_with_the_cyclic_collector_paused(served, host, loop_thread,
     """Each PeerSnapshot of a get made the collector run, over every peer of
     the device: a third of the time of a get of 50,000."""
     import gc
+
     path, control, _ = served
     _fill(host.device, peers=20, big=0)
     seen = []
@@ -429,6 +481,7 @@ def test_get_is_read_with_the_cyclic_collector_paused(served, host, loop_thread,
         for part in real(self, **kw):
             seen.append(gc.isenabled())
             yield part
+
     monkeypatch.setattr(DeviceControl, "snapshot_parts", parts)
     assert request(path, "get=1").endswith("errno=0\n\n")
     # the answer can arrive before the server's task has finished its step

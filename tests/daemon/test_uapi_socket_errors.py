@@ -1,5 +1,6 @@
 """A UAPI socket that cannot be made says which file it was (the daemon's
 `cannot start IFACE: PATH: reason` line names it)."""
+
 import errno
 import os
 import subprocess
@@ -16,8 +17,9 @@ def test_a_socket_that_cannot_be_made_is_named(loop_thread, tmp_path):
     d = tmp_path / "full"
     d.mkdir()
     # a tmpfs with one inode, taken by its root directory: no room for the socket
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,nr_inodes=1,mode=700", "none", str(d)],
-                   check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,nr_inodes=1,mode=700", "none", str(d)], check=True
+    )
     try:
         path = str(d / "wg9.sock")
         with pytest.raises(OSError) as ei:

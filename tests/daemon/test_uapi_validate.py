@@ -8,6 +8,7 @@ wireguard-go (0.0.20250522) answers errno=0 to any zone and fails later,
 when it sends; vpncrypt refuses what it cannot send to (a stricter choice,
 documented in vpncrypt.daemon.uapi): EINVAL for a number no scope id holds,
 EADDRNOTAVAIL for a name no interface has."""
+
 import errno
 import ipaddress
 import logging
@@ -17,9 +18,17 @@ import pytest
 
 from tests.daemon.fakes import FakeControl, stub_host
 from vpncrypt.config import parse_config, syncconf_operations
-from vpncrypt.config.ops import (Endpoint, PeerUpdate, RemovePeer, SetAddresses, SetFwmark,
-                                 SetListenPort, SetMTU, SetPrivateKey)
-from vpncrypt.daemon.adapter import DeviceControl
+from vpncrypt.config.ops import (
+    Endpoint,
+    PeerUpdate,
+    RemovePeer,
+    SetAddresses,
+    SetFwmark,
+    SetListenPort,
+    SetMTU,
+    SetPrivateKey,
+)
+from vpncrypt.daemon.device_control import DeviceControl
 from vpncrypt.daemon.control import ControlError
 from vpncrypt.daemon.uapi import UAPIError, apply_operations, handle_request
 from vpncrypt.daemon.udpsocket import open_udp_socket
@@ -46,6 +55,7 @@ def _free_port():
 def _short(op):
     """A test id: the operation with the fields it sets (no key bytes)."""
     import dataclasses
+
     shown = []
     for f in dataclasses.fields(op):
         v = getattr(op, f.name)
@@ -61,14 +71,17 @@ def _errors(caplog):
 
 # ---------------------------------------------------------------- zones
 
+
 @pytest.mark.parametrize("zone", ["4294967296", "0004294967296", "9" * 30])
 def test_zone_over_32_bits_refuses_the_request_before_anything(host, caplog, zone):
     # sin6_scope_id is 32 bits (RFC 3493, 3.3): 4294967296 fits nowhere
     control = DeviceControl(host)
     port = host.listen_port
     new_port = _free_port()
-    body = (f"listen_port={new_port}\npublic_key={K2.hex()}\nallowed_ip=10.0.0.2/32\n"
-            f"public_key={K3.hex()}\nendpoint=[fe80::1%{zone}]:1\n")
+    body = (
+        f"listen_port={new_port}\npublic_key={K2.hex()}\nallowed_ip=10.0.0.2/32\n"
+        f"public_key={K3.hex()}\nendpoint=[fe80::1%{zone}]:1\n"
+    )
     with caplog.at_level(logging.DEBUG):
         assert handle_request("set=1", body, control) == b"errno=-22\n\n"
     assert host.listen_port == port
@@ -98,14 +111,20 @@ def test_reload_with_an_oversized_zone_keeps_every_peer(host, tmp_path):
     """At SIGHUP the same endpoint in the file used to remove the running
     peers the file does not name, then fail while applying."""
     control = DeviceControl(host)
-    apply_operations([PeerUpdate(public_key=K2, allowed_ips=(ipaddress.ip_network("10.0.0.2/32"),)),
-                      PeerUpdate(public_key=K3, allowed_ips=(ipaddress.ip_network("10.0.0.3/32"),))],
-                     control)
-    cfg = parse_config(f"[Interface]\nPrivateKey = {keys.encode(PRIV)}\n\n"
-                       f"[Peer]\nPublicKey = {keys.encode(K4)}\nAllowedIPs = 10.0.0.4/32\n"
-                       "Endpoint = [fe80::1%4294967296]:1\n")
+    apply_operations(
+        [
+            PeerUpdate(public_key=K2, allowed_ips=(ipaddress.ip_network("10.0.0.2/32"),)),
+            PeerUpdate(public_key=K3, allowed_ips=(ipaddress.ip_network("10.0.0.3/32"),)),
+        ],
+        control,
+    )
+    cfg = parse_config(
+        f"[Interface]\nPrivateKey = {keys.encode(PRIV)}\n\n"
+        f"[Peer]\nPublicKey = {keys.encode(K4)}\nAllowedIPs = 10.0.0.4/32\n"
+        "Endpoint = [fe80::1%4294967296]:1\n"
+    )
     ops = syncconf_operations(control.snapshot(), cfg)
-    assert RemovePeer(K2) in ops                      # what used to be applied first
+    assert RemovePeer(K2) in ops  # what used to be applied first
     with pytest.raises(ControlError) as ei:
         apply_operations(ops, control)
     assert ei.value.errno == errno.EINVAL
@@ -115,14 +134,13 @@ def test_reload_with_an_oversized_zone_keeps_every_peer(host, tmp_path):
 
 # ---------------------------------------------------------------- the device decides
 
+
 def test_ipv6_endpoint_on_an_ipv4_only_host_changes_nothing(caplog):
     with stub_host(PRIV, v6=False) as host:
         control = DeviceControl(host)
         port = host.listen_port
-        body = (f"listen_port={_free_port()}\npublic_key={K2.hex()}\n"
-                "endpoint=[2001:db8::1]:51820\n")
-        assert handle_request("set=1", body, control) == \
-            f"errno=-{errno.EAFNOSUPPORT}\n\n".encode()
+        body = f"listen_port={_free_port()}\npublic_key={K2.hex()}\nendpoint=[2001:db8::1]:51820\n"
+        assert handle_request("set=1", body, control) == f"errno=-{errno.EAFNOSUPPORT}\n\n".encode()
         assert host.listen_port == port and host.device.peers == {}
         assert _errors(caplog) == []
 
@@ -135,9 +153,8 @@ def test_listen_port_in_use_changes_nothing(host):
         new_key = bytes([9] * 32)
         before = host.device.private_key
         body = f"private_key={new_key.hex()}\nlisten_port={port}\npublic_key={K2.hex()}\n"
-        assert handle_request("set=1", body, control) == \
-            f"errno=-{errno.EADDRINUSE}\n\n".encode()
-        assert host.device.private_key == before     # not set before the port failed
+        assert handle_request("set=1", body, control) == f"errno=-{errno.EADDRINUSE}\n\n".encode()
+        assert host.device.private_key == before  # not set before the port failed
         assert host.device.peers == {}
         # the port the daemon already has is no conflict
         same = f"listen_port={host.listen_port}\npublic_key={K2.hex()}\n"
@@ -148,20 +165,29 @@ def test_listen_port_in_use_changes_nothing(host):
 
 # ---------------------------------------------------------------- operations from any source
 
-@pytest.mark.parametrize("bad", [
-    SetListenPort(65536), SetListenPort(-1), SetListenPort(True),
-    SetFwmark(4294967296), SetFwmark(-1),
-    SetMTU(67), SetMTU(65536),
-    SetPrivateKey(b"short"),
-    PeerUpdate(public_key=K2, persistent_keepalive=65536),
-    PeerUpdate(public_key=K2, persistent_keepalive=-1),
-    PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 0)),
-    PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 65536)),
-    PeerUpdate(public_key=K2, allowed_ips=("10.0.0.0/8",)),
-    PeerUpdate(public_key=b"\x01" * 31),
-    PeerUpdate(public_key=K2, preshared_key=b"\x01" * 33),
-    SetAddresses(add=("10.0.0.1/24",)),
-], ids=_short)
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        SetListenPort(65536),
+        SetListenPort(-1),
+        SetListenPort(True),
+        SetFwmark(4294967296),
+        SetFwmark(-1),
+        SetMTU(67),
+        SetMTU(65536),
+        SetPrivateKey(b"short"),
+        PeerUpdate(public_key=K2, persistent_keepalive=65536),
+        PeerUpdate(public_key=K2, persistent_keepalive=-1),
+        PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 0)),
+        PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 65536)),
+        PeerUpdate(public_key=K2, allowed_ips=("10.0.0.0/8",)),
+        PeerUpdate(public_key=b"\x01" * 31),
+        PeerUpdate(public_key=K2, preshared_key=b"\x01" * 33),
+        SetAddresses(add=("10.0.0.1/24",)),
+    ],
+    ids=_short,
+)
 def test_operations_out_of_range_are_refused_whole(bad):
     """Whoever built the operations (a config file's diff, not only the UAPI
     parser), the last one out of range refuses all of them."""
@@ -172,15 +198,23 @@ def test_operations_out_of_range_are_refused_whole(bad):
     assert c.calls == [] and c.listen_port == 0 and c.peers == {}
 
 
-@pytest.mark.parametrize("good", [
-    SetListenPort(0), SetListenPort(65535), SetFwmark(0), SetFwmark(4294967295),
-    SetMTU(68), SetMTU(65535),
-    PeerUpdate(public_key=K2, persistent_keepalive=0),
-    PeerUpdate(public_key=K2, persistent_keepalive=65535),
-    PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 1)),
-    PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 65535)),
-    SetAddresses(add=(ipaddress.ip_interface("10.0.0.1/24"),)),
-], ids=_short)
+@pytest.mark.parametrize(
+    "good",
+    [
+        SetListenPort(0),
+        SetListenPort(65535),
+        SetFwmark(0),
+        SetFwmark(4294967295),
+        SetMTU(68),
+        SetMTU(65535),
+        PeerUpdate(public_key=K2, persistent_keepalive=0),
+        PeerUpdate(public_key=K2, persistent_keepalive=65535),
+        PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 1)),
+        PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 65535)),
+        SetAddresses(add=(ipaddress.ip_interface("10.0.0.1/24"),)),
+    ],
+    ids=_short,
+)
 def test_operations_at_the_bounds_are_applied(good):
     c = FakeControl()
     apply_operations([good], c)

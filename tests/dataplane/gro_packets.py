@@ -2,13 +2,14 @@
 through a real TUN (tun_gro_rules_child.py): UDP datagrams tagged with their
 index, behind IPv6 extension headers, cut into IPv4/IPv6 fragments, or with a
 checksum of 0 that would otherwise verify.  Built with offload_ref."""
+
 import ipaddress
 import random
 import struct
 
 from tests.dataplane import offload_ref as R
 
-DEST_OPTIONS, FRAGMENT = 60, 44        # IPv6 next header values (RFC 8200)
+DEST_OPTIONS, FRAGMENT = 60, 44  # IPv6 next header values (RFC 8200)
 
 
 def body(i, n=1200):
@@ -49,13 +50,13 @@ def fragments(src, dst, sport, dport, i, n=2000, first_len=1200):
     udp = _udp(src, dst, sport, dport, body(i, n))
     if ipaddress.ip_address(src).version == 4:
         a = R.ip4(R.UDP, src, dst, udp[:first_len], ident=0x7000 + i, df=False, frag=0x2000)
-        b = R.ip4(R.UDP, src, dst, udp[first_len:], ident=0x7000 + i, df=False,
-                  frag=first_len // 8)
+        b = R.ip4(R.UDP, src, dst, udp[first_len:], ident=0x7000 + i, df=False, frag=first_len // 8)
         return a, b
     ident = 0x5EED0000 + i
     a = R.ip6(FRAGMENT, src, dst, struct.pack("!BBHI", R.UDP, 0, 1, ident) + udp[:first_len])
-    b = R.ip6(FRAGMENT, src, dst,
-              struct.pack("!BBHI", R.UDP, 0, (first_len // 8) << 3, ident) + udp[first_len:])
+    b = R.ip6(
+        FRAGMENT, src, dst, struct.pack("!BBHI", R.UDP, 0, (first_len // 8) << 3, ident) + udp[first_len:]
+    )
     return a, b
 
 

@@ -1,5 +1,6 @@
 """Running a child script in a throwaway network namespace, for the TUN tests
 that need root (test_tun_offload_netns.py, test_tun_gro_rules_netns.py)."""
+
 import json
 import os
 import shutil
@@ -29,9 +30,13 @@ def run_child(prefix, script, *args, timeout=180):
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, os.path.join(HERE, script),
-                            *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                           env=env)
+        r = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, os.path.join(HERE, script), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
         return json.loads(r.stdout.strip().splitlines()[-1])
     finally:

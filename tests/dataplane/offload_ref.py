@@ -5,6 +5,7 @@ Packets are built with struct; checksums are summed 16 bits at a time (RFC 1071)
 `coalesce` follows the GRO rules stated in native/vc_offload.h, written
 plainly over Python lists.  Nothing here calls the native module.
 """
+
 import ipaddress
 import struct
 
@@ -25,6 +26,7 @@ class TooBig(Exception):
 
 
 # ------------------------------------------------------------------ checksums
+
 
 def ones_sum(data: bytes, start: int = 0) -> int:
     if len(data) % 2:
@@ -52,7 +54,7 @@ def pseudo_sum(src: bytes, dst: bytes, proto: int, l4len: int) -> int:
 def l4_ok(pkt: bytes, l3: int) -> bool:
     src, dst = addrs(pkt)
     proto = pkt[9] if pkt[0] >> 4 == 4 else pkt[6]
-    if proto == UDP and pkt[0] >> 4 == 4 and pkt[l3 + 6:l3 + 8] == b"\0\0":
+    if proto == UDP and pkt[0] >> 4 == 4 and pkt[l3 + 6 : l3 + 8] == b"\0\0":
         return True
     return ones_sum(pkt[l3:], pseudo_sum(src, dst, proto, len(pkt) - l3)) == 0xFFFF
 
@@ -64,27 +66,52 @@ def ipv4_hdr_ok(pkt: bytes) -> bool:
 
 # ------------------------------------------------------------------ building
 
-def ip4(proto, src, dst, l4: bytes, *, ident=0x1234, ttl=64, tos=0, df=True, options=b"",
-        frag=0):
+
+def ip4(proto, src, dst, l4: bytes, *, ident=0x1234, ttl=64, tos=0, df=True, options=b"", frag=0):
     ihl = 5 + len(options) // 4
     flags = (0x4000 if df else 0) | frag
-    h = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, tos, 20 + len(options) + len(l4), ident, flags,
-                    ttl, proto, 0, ipaddress.IPv4Address(src).packed,
-                    ipaddress.IPv4Address(dst).packed) + options
+    h = (
+        struct.pack(
+            "!BBHHHBBH4s4s",
+            0x40 | ihl,
+            tos,
+            20 + len(options) + len(l4),
+            ident,
+            flags,
+            ttl,
+            proto,
+            0,
+            ipaddress.IPv4Address(src).packed,
+            ipaddress.IPv4Address(dst).packed,
+        )
+        + options
+    )
     h = h[:10] + struct.pack("!H", checksum(h)) + h[12:]
     return h + l4
 
 
 def ip6(proto, src, dst, l4: bytes, *, hlim=64, tclass=0, flow=0):
     first = (6 << 28) | (tclass << 20) | flow
-    return struct.pack("!IHBB16s16s", first, len(l4), proto, hlim,
-                       ipaddress.IPv6Address(src).packed, ipaddress.IPv6Address(dst).packed) + l4
+    return (
+        struct.pack(
+            "!IHBB16s16s",
+            first,
+            len(l4),
+            proto,
+            hlim,
+            ipaddress.IPv6Address(src).packed,
+            ipaddress.IPv6Address(dst).packed,
+        )
+        + l4
+    )
 
 
 def tcp_hdr(sport, dport, seq, ack, flags, *, window=502, options=b"", urg=0):
     doff = 5 + len(options) // 4
-    return struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack, doff << 4, flags, window,
-                       0, urg) + options
+    return (
+        struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack, doff << 4, flags, window, 0, urg)
+        + options
+    )
 
 
 def with_l4_csum(pkt: bytes, *, partial=False) -> bytes:
@@ -95,7 +122,7 @@ def with_l4_csum(pkt: bytes, *, partial=False) -> bytes:
     proto = pkt[6] if v6 else pkt[9]
     at = l3 + (16 if proto == TCP else 6)
     pkt = bytearray(pkt)
-    pkt[at:at + 2] = b"\0\0"
+    pkt[at : at + 2] = b"\0\0"
     src, dst = addrs(bytes(pkt))
     ps = pseudo_sum(src, dst, proto, len(pkt) - l3)
     if partial:
@@ -104,12 +131,13 @@ def with_l4_csum(pkt: bytes, *, partial=False) -> bytes:
         c = checksum(bytes(pkt[l3:]), ps)
         if proto == UDP and c == 0:
             c = 0xFFFF
-    pkt[at:at + 2] = struct.pack("!H", c)
+    pkt[at : at + 2] = struct.pack("!H", c)
     return bytes(pkt)
 
 
-def tcp_packet(v6, src, dst, sport, dport, seq, ack, flags, payload, *, ip_kw=None, tcp_kw=None,
-               partial=False):
+def tcp_packet(
+    v6, src, dst, sport, dport, seq, ack, flags, payload, *, ip_kw=None, tcp_kw=None, partial=False
+):
     l4 = tcp_hdr(sport, dport, seq, ack, flags, **(tcp_kw or {})) + payload
     pkt = (ip6 if v6 else ip4)(TCP, src, dst, l4, **(ip_kw or {}))
     return with_l4_csum(pkt, partial=partial)
@@ -131,6 +159,7 @@ def unvnet(b: bytes):
 
 # ------------------------------------------------------------------ split (kernel GSO)
 
+
 def split(hdr, pkt: bytes, mtu: int):
     """Segments of one TUN read (hdr = the 6 vnet fields), as the kernel's GSO
     would have sent them.  Raises Malformed / TooBig."""
@@ -142,14 +171,14 @@ def split(hdr, pkt: bytes, mtu: int):
         if flags & NEEDS_CSUM:
             if cs >= len(pkt) or cs + co + 2 > len(pkt):
                 raise Malformed("csum out of range")
-            initial = struct.unpack("!H", pkt[cs + co:cs + co + 2])[0]
-            pkt[cs + co:cs + co + 2] = b"\0\0"
+            initial = struct.unpack("!H", pkt[cs + co : cs + co + 2])[0]
+            pkt[cs + co : cs + co + 2] = b"\0\0"
             c = checksum(bytes(pkt[cs:]), initial)
             ver = pkt[0] >> 4
             proto = pkt[9] if ver == 4 else pkt[6] if len(pkt) >= 40 else None
             if c == 0 and co == 6 and proto == UDP:
                 c = 0xFFFF
-            pkt[cs + co:cs + co + 2] = struct.pack("!H", c)
+            pkt[cs + co : cs + co + 2] = struct.pack("!H", c)
         if len(pkt) > mtu:
             raise TooBig()
         return [bytes(pkt)]
@@ -193,7 +222,7 @@ def split(hdr, pkt: bytes, mtu: int):
     payload = pkt[h:]
     if h + min(gso_size, len(payload)) > mtu:
         raise TooBig()
-    chunks = [payload[i:i + gso_size] for i in range(0, len(payload), gso_size)]
+    chunks = [payload[i : i + gso_size] for i in range(0, len(payload), gso_size)]
     out = []
     src, dst = addrs(pkt)
     for k, chunk in enumerate(chunks):
@@ -207,8 +236,8 @@ def split(hdr, pkt: bytes, mtu: int):
         else:
             seg[4:6] = struct.pack("!H", total - 40)
         if proto == TCP:
-            seq = (struct.unpack("!I", pkt[l3 + 4:l3 + 8])[0] + k * gso_size) & 0xFFFFFFFF
-            seg[l3 + 4:l3 + 8] = struct.pack("!I", seq)
+            seq = (struct.unpack("!I", pkt[l3 + 4 : l3 + 8])[0] + k * gso_size) & 0xFFFFFFFF
+            seg[l3 + 4 : l3 + 8] = struct.pack("!I", seq)
             fl = pkt[l3 + 13]
             if k < len(chunks) - 1:
                 fl &= ~(FIN | PSH)
@@ -216,12 +245,12 @@ def split(hdr, pkt: bytes, mtu: int):
                 fl &= ~CWR
             seg[l3 + 13] = fl
         else:
-            seg[l3 + 4:l3 + 6] = struct.pack("!H", total - l3)
-        seg[l3 + co:l3 + co + 2] = b"\0\0"
+            seg[l3 + 4 : l3 + 6] = struct.pack("!H", total - l3)
+        seg[l3 + co : l3 + co + 2] = b"\0\0"
         c = checksum(bytes(seg[l3:]), pseudo_sum(src, dst, proto, total - l3))
         if proto == UDP and c == 0:
             c = 0xFFFF
-        seg[l3 + co:l3 + co + 2] = struct.pack("!H", c)
+        seg[l3 + co : l3 + co + 2] = struct.pack("!H", c)
         out.append(bytes(seg))
     return out
 
@@ -232,6 +261,7 @@ def split(hdr, pkt: bytes, mtu: int):
 # inet_gro_receive, net/ipv6/ip6_offload.c ipv6_gro_receive, include/net/gro.h
 # inet_gro_flush), with the order of the wire kept: a packet without readable
 # ports closes every open item between its addresses.
+
 
 def _pair(pkt: bytes):
     """(version, source, destination) if the addresses can be read."""
@@ -255,12 +285,16 @@ def _info(pkt: bytes, tcp_on: bool, udp_on: bool):
         if l3 < 20 or len(pkt) < l3:
             return None
         flags = struct.unpack("!H", pkt[6:8])[0]
-        if flags & 0x1FFF:                 # a later fragment
+        if flags & 0x1FFF:  # a later fragment
             return None
         proto = pkt[9]
         # only DF may be set of 0x8000 (reserved), 0x4000 (DF), 0x2000 (MF)
-        cand_ip = l3 == 20 and flags in (0, 0x4000) \
-            and struct.unpack("!H", pkt[2:4])[0] == len(pkt) and ipv4_hdr_ok(pkt)
+        cand_ip = (
+            l3 == 20
+            and flags in (0, 0x4000)
+            and struct.unpack("!H", pkt[2:4])[0] == len(pkt)
+            and ipv4_hdr_ok(pkt)
+        )
     else:
         l3, proto = 40, pkt[6]
         cand_ip = struct.unpack("!H", pkt[4:6])[0] + 40 == len(pkt)
@@ -276,14 +310,26 @@ def _info(pkt: bytes, tcp_on: bool, udp_on: bool):
         if len(pkt) < l3 + 8:
             return None
         l4h = 8
-        no_csum = pkt[l3 + 6:l3 + 8] == b"\0\0"
-        cand = cand_ip and udp_on and not no_csum and len(pkt) > l3 + 8 and \
-            struct.unpack("!H", pkt[l3 + 4:l3 + 6])[0] == len(pkt) - l3
+        no_csum = pkt[l3 + 6 : l3 + 8] == b"\0\0"
+        cand = (
+            cand_ip
+            and udp_on
+            and not no_csum
+            and len(pkt) > l3 + 8
+            and struct.unpack("!H", pkt[l3 + 4 : l3 + 6])[0] == len(pkt) - l3
+        )
     else:
         return None
     src, dst = addrs(pkt)
-    return {"key": (ver, proto, src, dst, pkt[l3:l3 + 4]), "cand": bool(cand), "l3": l3,
-            "l4h": l4h, "pay": len(pkt) - l3 - l4h, "proto": proto, "v6": ver == 6}
+    return {
+        "key": (ver, proto, src, dst, pkt[l3 : l3 + 4]),
+        "cand": bool(cand),
+        "l3": l3,
+        "l4h": l4h,
+        "pay": len(pkt) - l3 - l4h,
+        "proto": proto,
+        "v6": ver == 6,
+    }
 
 
 class _Item:
@@ -296,7 +342,7 @@ class _Item:
         self.total = len(pkt)
         if self.open and info["proto"] == TCP:
             l3 = info["l3"]
-            self.next_seq = (struct.unpack("!I", pkt[l3 + 4:l3 + 8])[0] + info["pay"]) & 0xFFFFFFFF
+            self.next_seq = (struct.unpack("!I", pkt[l3 + 4 : l3 + 8])[0] + info["pay"]) & 0xFFFFFFFF
             if pkt[l3 + 13] & (PSH | FIN):
                 self.open = False
 
@@ -331,8 +377,12 @@ def _can_append(item, pkt, info):
     ht, pt = head[l3:], pkt[l3:]
     if pt[13] & CWR or ht[12] != pt[12] or (ht[13] ^ pt[13]) & ~(CWR | FIN | PSH):
         return False
-    if hi["l4h"] != info["l4h"] or ht[8:12] != pt[8:12] or ht[14:16] != pt[14:16] \
-            or ht[20:hi["l4h"]] != pt[20:info["l4h"]]:
+    if (
+        hi["l4h"] != info["l4h"]
+        or ht[8:12] != pt[8:12]
+        or ht[14:16] != pt[14:16]
+        or ht[20 : hi["l4h"]] != pt[20 : info["l4h"]]
+    ):
         return False
     return struct.unpack("!I", pt[4:8])[0] == item.next_seq
 
@@ -359,9 +409,9 @@ def _emit(item):
             gso_type |= GSO_ECN
         co = 16
     else:
-        pkt[l3 + 4:l3 + 6] = struct.pack("!H", total - l3)
+        pkt[l3 + 4 : l3 + 6] = struct.pack("!H", total - l3)
         gso_type, co = GSO_UDP_L4, 6
-    pkt[l3 + co:l3 + co + 2] = struct.pack("!H", pseudo_sum(src, dst, hi["proto"], total - l3))
+    pkt[l3 + co : l3 + co + 2] = struct.pack("!H", pseudo_sum(src, dst, hi["proto"], total - l3))
     return vnet(NEEDS_CSUM, gso_type, h, item.gso, l3, co), bytes(pkt), len(item.pkts)
 
 
@@ -373,7 +423,7 @@ def coalesce(packets, tcp=True, udp=True):
         flow = flows.get(info["key"]) if info else None
         if flow is not None and info["cand"] and flow.open and _can_append(flow, pkt, info):
             head_ok = True
-            if len(flow.pkts) == 1:                  # the head is checked once, now
+            if len(flow.pkts) == 1:  # the head is checked once, now
                 head_ok = l4_ok(flow.pkts[0], flow.infos[0]["l3"])
             if head_ok and l4_ok(pkt, info["l3"]):
                 if len(flow.pkts) == 1 and not info["v6"]:
@@ -388,12 +438,12 @@ def coalesce(packets, tcp=True, udp=True):
                 if info["pay"] < flow.gso:
                     flow.open = False
                 continue
-            if head_ok:                              # this one is bad: alone, in its place
+            if head_ok:  # this one is bad: alone, in its place
                 info = dict(info, cand=False)
         if flow is not None:
-            flow.open = False                        # whatever comes next comes after it
+            flow.open = False  # whatever comes next comes after it
         elif info is None and _pair(pkt) is not None:
-            for it in items:                         # no ports: a barrier for its addresses
+            for it in items:  # no ports: a barrier for its addresses
                 if it.pair == _pair(pkt):
                     it.open = False
         item = _Item(pkt, info)

@@ -19,15 +19,15 @@ checksum, and the receiving stack drops it: RFC 8200 section 8.1).
 Every boundary is a literal from those sources: byte 12 of the TCP header,
 the bits 0x8000 (reserved), 0x4000 (DF), 0x2000 (MF) of the IPv4 flags word,
 next headers 44 (Fragment) and 60 (Destination Options)."""
+
 import random
 
 import pytest
 
 from tests.dataplane import offload_ref as R
-from tests.dataplane.gro_packets import (DEST_OPTIONS, FRAGMENT, body, fragments, udp6_ext,
-                                         udp6_zero_csum)
+from tests.dataplane.gro_packets import DEST_OPTIONS, FRAGMENT, body, fragments, udp6_ext, udp6_zero_csum
 from vpncrypt._native import ffi, lib
-from vpncrypt.dataplane.io import gro_coalesce
+from tests.dataplane.offload_helpers import gro_coalesce
 
 V4 = ("10.1.0.1", "10.1.0.2")
 V6 = ("fd00:1::1", "fd00:1::2")
@@ -35,8 +35,9 @@ OTHER4 = ("10.1.0.3", "10.1.0.2")
 
 
 def udp4(i, n=1200, ident=None, **ip):
-    return R.udp_packet(False, *V4, 40001, 5202, body(i, n),
-                        ip_kw={"ident": 100 + i if ident is None else ident, **ip})
+    return R.udp_packet(
+        False, *V4, 40001, 5202, body(i, n), ip_kw={"ident": 100 + i if ident is None else ident, **ip}
+    )
 
 
 def udp6(i, n=1200, **ip):
@@ -44,9 +45,18 @@ def udp6(i, n=1200, **ip):
 
 
 def tcp4(k, mss=1000, *, seq0=5000, ident=None, flags=R.ACK, byte12=None, **ip):
-    p = R.tcp_packet(False, *V4, 40000, 5201, seq0 + k * mss, 1, flags, body(k, mss),
-                     ip_kw={"ident": 100 + k if ident is None else ident, **ip})
-    if byte12 is not None:                          # data offset and reserved bits
+    p = R.tcp_packet(
+        False,
+        *V4,
+        40000,
+        5201,
+        seq0 + k * mss,
+        1,
+        flags,
+        body(k, mss),
+        ip_kw={"ident": 100 + k if ident is None else ident, **ip},
+    )
+    if byte12 is not None:  # data offset and reserved bits
         p = bytearray(p)
         p[32] = byte12
         p = R.with_l4_csum(bytes(p))
@@ -100,6 +110,7 @@ def counts(got):
 
 # ------------------------------------------------------------------ F7: order
 
+
 @pytest.mark.parametrize("next_header", [DEST_OPTIONS, FRAGMENT], ids=["dest-options", "fragment"])
 def test_ipv6_extension_header_keeps_its_place_in_the_flow(next_header):
     """The review's case: D0 D1 D2 D3 with D1 behind an extension header came
@@ -107,7 +118,7 @@ def test_ipv6_extension_header_keeps_its_place_in_the_flow(next_header):
     pkts = [udp6(0), ext6(1, next_header), udp6(2), udp6(3)]
     got = writes(pkts)
     assert_delivered_as_sent(got, pkts)
-    assert counts(got) == [1, 1, 2]          # D2 and D3 still merge, after D1
+    assert counts(got) == [1, 1, 2]  # D2 and D3 still merge, after D1
 
 
 @pytest.mark.parametrize("v6", [False, True])
@@ -187,8 +198,9 @@ def order_holds(packets, out):
     """Within every flow (addresses, protocol, ports) the order of the wire; and
     a packet without readable ports neither overtakes nor is overtaken by any
     packet between the same addresses."""
+
     def pair(p):
-        return (p[8:40] if p[0] >> 4 == 6 else p[12:20])
+        return p[8:40] if p[0] >> 4 == 6 else p[12:20]
 
     def flow(p):
         info = R._info(p, True, True)
@@ -199,7 +211,7 @@ def order_holds(packets, out):
         pos.setdefault(p, k)
     assert sorted(pos) == sorted(set(packets))
     for i, a in enumerate(packets):
-        for b in packets[i + 1:]:
+        for b in packets[i + 1 :]:
             fa, fb = flow(a), flow(b)
             if pair(a) == pair(b) and (fa is None or fb is None or fa == fb):
                 assert pos[a] < pos[b], (packets.index(a), packets.index(b))
@@ -208,8 +220,10 @@ def order_holds(packets, out):
 def test_random_batches_with_barriers_keep_order():
     rnd = random.Random(17)
     for trial in range(40):
-        flows = {"tcp": [tcp4(k, 700, seq0=9000) for k in range(12)],
-                 "udp": [udp4(k, 900) for k in range(12)]}
+        flows = {
+            "tcp": [tcp4(k, 700, seq0=9000) for k in range(12)],
+            "udp": [udp4(k, 900) for k in range(12)],
+        }
         extras = []
         for k in range(rnd.randint(1, 4)):
             kind = rnd.choice(["icmp", "frag", "ext", "other-pair"])
@@ -232,6 +246,7 @@ def test_random_batches_with_barriers_keep_order():
 
 # ------------------------------------------------------------------ F8: merges
 
+
 @pytest.mark.parametrize("bit", [0x01, 0x02, 0x04, 0x08], ids=["AE", "res1", "res2", "res3"])
 def test_tcp_reserved_bits_are_compared_and_kept(bit):
     """Byte 12 is the data offset (high nibble, 5 here) and four reserved bits;
@@ -239,7 +254,7 @@ def test_tcp_reserved_bits_are_compared_and_kept(bit):
     pkts = [tcp4(0), tcp4(1, byte12=0x50 | bit), tcp4(2, byte12=0x50 | bit), tcp4(3)]
     got = writes(pkts)
     assert counts(got) == [1, 2, 1]
-    assert_delivered_as_sent(got, pkts)                # nothing lost in the merge
+    assert_delivered_as_sent(got, pkts)  # nothing lost in the merge
     assert [p[32] & 0x0F for p in delivered(got)] == [0, bit, bit, 0]
     # a stream that carries the bit on every segment merges and keeps it
     same = [tcp4(k, byte12=0x50 | bit) for k in range(5)]
@@ -248,16 +263,19 @@ def test_tcp_reserved_bits_are_compared_and_kept(bit):
     assert_delivered_as_sent(got, same)
 
 
-@pytest.mark.parametrize("ids,want", [
-    ([7, 7, 7, 7], [4]),                    # fixed, with DF
-    ([7, 8, 9, 10], [4]),                   # counting up by one
-    ([0xFFFF, 0, 1], [3]),                  # counting up across the wrap at 65536
-    ([7, 9, 11, 13], [1, 1, 1, 1]),         # neither
-    ([7, 7, 8], [2, 1]),                    # fixed from the second on, then a step
-    ([7, 8, 8], [2, 1]),                    # counting, then a repeat
-    ([7, 6, 5], [1, 1, 1]),                 # counting down
-    ([7, 8, 10, 11], [2, 2]),               # a gap starts a new super-packet
-])
+@pytest.mark.parametrize(
+    "ids,want",
+    [
+        ([7, 7, 7, 7], [4]),  # fixed, with DF
+        ([7, 8, 9, 10], [4]),  # counting up by one
+        ([0xFFFF, 0, 1], [3]),  # counting up across the wrap at 65536
+        ([7, 9, 11, 13], [1, 1, 1, 1]),  # neither
+        ([7, 7, 8], [2, 1]),  # fixed from the second on, then a step
+        ([7, 8, 8], [2, 1]),  # counting, then a repeat
+        ([7, 6, 5], [1, 1, 1]),  # counting down
+        ([7, 8, 10, 11], [2, 2]),  # a gap starts a new super-packet
+    ],
+)
 @pytest.mark.parametrize("proto", ["tcp", "udp"])
 def test_ipv4_ids_with_df_fixed_or_counting_up(ids, want, proto):
     if proto == "tcp":
@@ -275,11 +293,13 @@ def test_ipv4_ids_without_df_must_count_up():
 
 def test_ipv4_udp_checksum_zero_is_not_merged():
     """RFC 768: 0 means no checksum; udp_gro_receive_segment flushes it."""
-    pkts = [R.udp_packet(False, *V4, 40001, 5202, body(k), ip_kw={"ident": 100 + k},
-                         no_csum=True) for k in range(4)]
+    pkts = [
+        R.udp_packet(False, *V4, 40001, 5202, body(k), ip_kw={"ident": 100 + k}, no_csum=True)
+        for k in range(4)
+    ]
     got = writes(pkts)
     assert counts(got) == [1, 1, 1, 1]
-    assert_delivered_as_sent(got, pkts)                # unchanged: still no checksum
+    assert_delivered_as_sent(got, pkts)  # unchanged: still no checksum
     # and it keeps its place in a flow with checksums
     mixed = [udp4(0), pkts[1], udp4(2), udp4(3)]
     assert_delivered_as_sent(writes(mixed), mixed)
@@ -290,7 +310,7 @@ def test_ipv6_udp_checksum_zero_is_never_merged_and_is_counted():
     assert all(p[46:48] == b"\0\0" for p in pkts)
     got = writes(pkts)
     assert counts(got) == [1, 1, 1, 1]
-    assert_delivered_as_sent(got, pkts)    # written as they came: the stack judges them
+    assert_delivered_as_sent(got, pkts)  # written as they came: the stack judges them
     # counted as left alone for their checksum
     n = len(pkts)
     buf = ffi.new("uint8_t[]", b"".join(pkts))
@@ -300,8 +320,9 @@ def test_ipv6_udp_checksum_zero_is_never_merged_and_is_counted():
     woff, wlen, wpk = (ffi.new("uint32_t[]", n) for _ in range(3))
     consumed = ffi.new("int *")
     st = ffi.new("vc_gro_stats *")
-    w = lib.vc_gro_coalesce(buf, off, lens, n, out, len(out), woff, wlen, wpk, n,
-                            lib.VC_GRO_TCP | lib.VC_GRO_UDP, consumed, st)
+    w = lib.vc_gro_coalesce(
+        buf, off, lens, n, out, len(out), woff, wlen, wpk, n, lib.VC_GRO_TCP | lib.VC_GRO_UDP, consumed, st
+    )
     assert w == 4 and consumed[0] == 4 and st.coalesced == 0 and st.bad_csum == 4
     # in a flow of good datagrams it keeps its place
     mixed = [udp6(0), pkts[1], udp6(2), udp6(3)]
@@ -313,9 +334,9 @@ def test_ipv6_udp_checksum_zero_is_never_merged_and_is_counted():
 def test_ipv4_reserved_fragment_bit_is_not_merged():
     """inet_gro_receive flushes any bit of the flags word but DF (0x4000):
     the reserved bit 0x8000 (RFC 791)."""
-    pkts = [tcp4(k, df=False, frag=0x8000) for k in range(3)]          # 0x8000 alone
+    pkts = [tcp4(k, df=False, frag=0x8000) for k in range(3)]  # 0x8000 alone
     assert counts(writes(pkts)) == [1, 1, 1]
-    pkts = [tcp4(k, frag=0x8000) for k in range(3)]                         # 0x8000 | DF
+    pkts = [tcp4(k, frag=0x8000) for k in range(3)]  # 0x8000 | DF
     assert counts(writes(pkts)) == [1, 1, 1]
 
 
@@ -329,8 +350,21 @@ def test_more_that_the_kernel_refuses_to_merge():
         "ipv6 ecn bits": {"tclass": 1},
     }
     for name, kw in cases.items():
-        pkts = [R.tcp_packet(True, src, dst, 40000, 5201, 5000 + k * 1000, 1, R.ACK,
-                             body(k, 1000), ip_kw=kw if k == 2 else {}) for k in range(4)]
+        pkts = [
+            R.tcp_packet(
+                True,
+                src,
+                dst,
+                40000,
+                5201,
+                5000 + k * 1000,
+                1,
+                R.ACK,
+                body(k, 1000),
+                ip_kw=kw if k == 2 else {},
+            )
+            for k in range(4)
+        ]
         assert counts(writes(pkts)) == [2, 1, 1], name
     v4 = {
         "df differs": [tcp4(k, df=(k != 2), ident=100 + k) for k in range(4)],
@@ -339,7 +373,12 @@ def test_more_that_the_kernel_refuses_to_merge():
         "fin ends it": [tcp4(k, flags=R.ACK | R.FIN if k == 1 else R.ACK) for k in range(4)],
         "syn": [tcp4(k, flags=R.SYN | R.ACK if k == 2 else R.ACK) for k in range(4)],
     }
-    want = {"df differs": [2, 1, 1], "ecn bits of tos": [2, 1, 1], "rst": [2, 1, 1],
-            "fin ends it": [2, 2], "syn": [2, 1, 1]}
+    want = {
+        "df differs": [2, 1, 1],
+        "ecn bits of tos": [2, 1, 1],
+        "rst": [2, 1, 1],
+        "fin ends it": [2, 2],
+        "syn": [2, 1, 1],
+    }
     for name, pkts in v4.items():
         assert counts(writes(pkts)) == want[name], name

@@ -5,6 +5,7 @@ must reach the namespace's sockets in the same order with the same bytes, and
 what the stack drops without offloads (an IPv6 UDP checksum of 0, counted in
 Udp6InCsumErrors) it must drop with them.  tun_gro_rules_child.py writes the
 batches and reports what the sockets received."""
+
 import pytest
 
 from tests.dataplane.netns_child import needs_root_and_tun, run_child  # noqa: F401 (autouse)
@@ -12,8 +13,7 @@ from tests.dataplane.netns_child import needs_root_and_tun, run_child  # noqa: F
 
 @pytest.fixture(scope="module")
 def runs():
-    return {mode: run_child("vcgro", "tun_gro_rules_child.py", mode, timeout=120)
-            for mode in ("off", "on")}
+    return {mode: run_child("vcgro", "tun_gro_rules_child.py", mode, timeout=120) for mode in ("off", "on")}
 
 
 # What the stack delivers without offloads (the off run must show it too):
@@ -23,20 +23,20 @@ EXPECTED = {
     "merge6": [0, 1, 2, 3],
     "dest-options6": [0, 1, 2, 3],
     "atomic-fragment6": [0, 1, 2, 3],
-    "fragments4": [0, 2, 1, 3],          # datagram 1 is complete with its second fragment
+    "fragments4": [0, 2, 1, 3],  # datagram 1 is complete with its second fragment
     "fragments6": [0, 2, 1, 3],
-    "zero-csum4": [0, 1, 2, 3],          # IPv4: 0 means no checksum (RFC 768)
-    "zero-csum6": [4],                   # the four with checksum 0 dropped
-    "zero-csum6-no-check6-rx": [0, 1, 2, 3, 4],   # a socket that takes checksum 0
+    "zero-csum4": [0, 1, 2, 3],  # IPv4: 0 means no checksum (RFC 768)
+    "zero-csum6": [4],  # the four with checksum 0 dropped
+    "zero-csum6-no-check6-rx": [0, 1, 2, 3, 4],  # a socket that takes checksum 0
 }
 
 
 def test_the_runs_took_the_paths_compared(runs):
     assert runs["off"]["offloads"] == []
-    assert "uso" in runs["on"]["offloads"], runs["on"]["offloads"]     # Linux 6.2+
+    assert "uso" in runs["on"]["offloads"], runs["on"]["offloads"]  # Linux 6.2+
     on = runs["on"]["scenarios"]
     assert on["merge4"]["coalesced"] == 3 and on["merge6"]["coalesced"] == 3
-    assert on["zero-csum4"]["coalesced"] == 0          # udp_gro_receive_segment: not merged
+    assert on["zero-csum4"]["coalesced"] == 0  # udp_gro_receive_segment: not merged
     assert all(s["coalesced"] == 0 for s in runs["off"]["scenarios"].values())
 
 

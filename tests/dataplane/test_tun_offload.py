@@ -3,6 +3,7 @@ and coalesce (packets -> GRO super-packets) against the independent Python
 model in offload_ref.py, plus the boundaries of the virtio_net_hdr contract
 with literal numbers (10-byte header, 65535-byte packets, gso_type values
 1/4/5, csum_offset 16/6)."""
+
 import random
 import struct
 
@@ -10,11 +11,11 @@ import pytest
 
 from tests.dataplane import offload_ref as R
 from vpncrypt._native import ffi, lib
-from vpncrypt.dataplane.io import gro_coalesce, vnet_split
+from tests.dataplane.offload_helpers import gro_coalesce, vnet_split
 
 V4 = ("10.1.0.1", "10.1.0.2")
 V6 = ("fd00:1::1", "fd00:1::2")
-TS_OPT = b"\x01\x01\x08\x0a" + struct.pack("!II", 123456, 654321)   # NOP NOP timestamps
+TS_OPT = b"\x01\x01\x08\x0a" + struct.pack("!II", 123456, 654321)  # NOP NOP timestamps
 
 
 def payload(n, seed=0):
@@ -22,14 +23,16 @@ def payload(n, seed=0):
     return bytes(rnd.getrandbits(8) for _ in range(n))
 
 
-def tcp_super(v6, data, mss, *, seq=1000, flags=R.ACK | R.PSH, options=b"", ident=0x1234,
-              ecn=False, ip_kw=None):
+def tcp_super(
+    v6, data, mss, *, seq=1000, flags=R.ACK | R.PSH, options=b"", ident=0x1234, ecn=False, ip_kw=None
+):
     src, dst = V6 if v6 else V4
     kw = dict(ip_kw or {})
     if not v6:
         kw.setdefault("ident", ident)
-    pkt = R.tcp_packet(v6, src, dst, 40000, 5201, seq, 777, flags, data, ip_kw=kw,
-                       tcp_kw={"options": options}, partial=True)
+    pkt = R.tcp_packet(
+        v6, src, dst, 40000, 5201, seq, 777, flags, data, ip_kw=kw, tcp_kw={"options": options}, partial=True
+    )
     l3 = 40 if v6 else 20
     gt = (R.GSO_TCPV6 if v6 else R.GSO_TCPV4) | (R.GSO_ECN if ecn else 0)
     # hdr_len as the kernel reports it: often the whole linear part, not trusted
@@ -44,14 +47,21 @@ def udp_super(v6, data, gso):
 
 # ------------------------------------------------------------------ split
 
+
 @pytest.mark.parametrize("v6", [False, True])
-@pytest.mark.parametrize("mss,size", [
-    (1448, 1448 * 3),          # exact multiple
-    (1448, 1448 * 3 + 1),      # one byte into a last segment
-    (1448, 1448 * 3 - 1),      # last segment one short
-    (1199, None),              # odd MSS, the largest super-packet (65535 bytes)
-    (536, 5000), (1, 7), (7, 100), (1380, 100),   # tiny MSS; less than one segment
-])
+@pytest.mark.parametrize(
+    "mss,size",
+    [
+        (1448, 1448 * 3),  # exact multiple
+        (1448, 1448 * 3 + 1),  # one byte into a last segment
+        (1448, 1448 * 3 - 1),  # last segment one short
+        (1199, None),  # odd MSS, the largest super-packet (65535 bytes)
+        (536, 5000),
+        (1, 7),
+        (7, 100),
+        (1380, 100),  # tiny MSS; less than one segment
+    ],
+)
 def test_tcp_split_matches_reference(v6, mss, size):
     options = TS_OPT if mss % 2 else b""
     hlen = (40 if v6 else 20) + 20 + len(options)
@@ -71,8 +81,9 @@ def test_tcp_split_fields(v6):
     """Sequence numbers, IPv4 IDs (wrapping at 65536), lengths, checksums and
     flags of each segment, with literal expectations."""
     data = payload(3000, 1)
-    hdr, pkt = tcp_super(v6, data, 1000, seq=0xFFFFFE00, ident=0xFFFF,
-                         flags=R.ACK | R.PSH | R.FIN | R.CWR | R.ECE, ecn=True)
+    hdr, pkt = tcp_super(
+        v6, data, 1000, seq=0xFFFFFE00, ident=0xFFFF, flags=R.ACK | R.PSH | R.FIN | R.CWR | R.ECE, ecn=True
+    )
     segs = vnet_split(hdr + pkt, 1500)
     assert len(segs) == 3
     l3 = 40 if v6 else 20
@@ -83,9 +94,9 @@ def test_tcp_split_fields(v6):
         else:
             assert struct.unpack("!HH", s[2:6]) == (1040, (0xFFFF + k) & 0xFFFF)
             assert R.ipv4_hdr_ok(s)
-        assert struct.unpack("!I", s[l3 + 4:l3 + 8])[0] == (0xFFFFFE00 + 1000 * k) & 0xFFFFFFFF
+        assert struct.unpack("!I", s[l3 + 4 : l3 + 8])[0] == (0xFFFFFE00 + 1000 * k) & 0xFFFFFFFF
         assert R.l4_ok(s, l3)
-        assert s[l3 + 20:] == data[1000 * k:1000 * (k + 1)]
+        assert s[l3 + 20 :] == data[1000 * k : 1000 * (k + 1)]
     fl = [s[l3 + 13] for s in segs]
     assert fl[0] == R.ACK | R.CWR | R.ECE
     assert fl[1] == R.ACK | R.ECE
@@ -101,10 +112,10 @@ def test_udp_split(v6, gso, size):
     mtu = max(1500, l3 + 8 + gso)
     got = vnet_split(hdr + pkt, mtu)
     assert got == R.split(R.unvnet(hdr), pkt, mtu)
-    assert b"".join(s[l3 + 8:] for s in got) == data
+    assert b"".join(s[l3 + 8 :] for s in got) == data
     for s in got:
-        assert struct.unpack("!H", s[l3 + 4:l3 + 6])[0] == len(s) - l3
-        assert R.l4_ok(s, l3) and s[l3 + 6:l3 + 8] != b"\0\0"
+        assert struct.unpack("!H", s[l3 + 4 : l3 + 6])[0] == len(s) - l3
+        assert R.l4_ok(s, l3) and s[l3 + 6 : l3 + 8] != b"\0\0"
 
 
 def test_udp_zero_checksum_is_sent_as_ffff():
@@ -142,17 +153,15 @@ def test_needs_csum_completed_and_plain_passes(v6, proto):
         co = 6
     assert part != full
     assert vnet_split(R.vnet(R.NEEDS_CSUM, 0, 0, 0, l3, co) + part, 1500) == [full]
-    assert vnet_split(R.vnet() + full, 1500) == [full]          # no offload: as it is
+    assert vnet_split(R.vnet() + full, 1500) == [full]  # no offload: as it is
     assert vnet_split(R.vnet() + b"\x60" + b"\0" * 10, 1500) == [b"\x60" + b"\0" * 10]
 
 
 MALFORMED = {
     "gso_size 0": lambda: _mut(tcp_super(False, payload(3000), 1000), gso_size=0),
     "hdr_len beyond packet": lambda: _mut(tcp_super(False, payload(3000), 1000), hdr_len=3041),
-    "csum_start out of range": lambda: _mut(tcp_super(False, payload(3000), 1000),
-                                            csum_start=60000),
-    "csum_start not the L4 header": lambda: _mut(tcp_super(False, payload(3000), 1000),
-                                                 csum_start=24),
+    "csum_start out of range": lambda: _mut(tcp_super(False, payload(3000), 1000), csum_start=60000),
+    "csum_start not the L4 header": lambda: _mut(tcp_super(False, payload(3000), 1000), csum_start=24),
     "csum_offset wrong": lambda: _mut(tcp_super(False, payload(3000), 1000), csum_offset=6),
     "needs_csum beyond end": lambda: (R.vnet(R.NEEDS_CSUM, 0, 0, 0, 20, 16), b"\x45" + b"\0" * 30),
     "needs_csum start at end": lambda: (R.vnet(R.NEEDS_CSUM, 0, 0, 0, 31, 0), b"\x45" + b"\0" * 30),
@@ -163,8 +172,7 @@ MALFORMED = {
     "no payload": lambda: tcp_super(False, b"", 1000),
     "v6 gso on v4 packet": lambda: _mut(tcp_super(False, payload(3000), 1000), gso_type=4),
     "v4 gso on v6 packet": lambda: _mut(tcp_super(True, payload(3000), 1000), gso_type=1),
-    "tcp gso on udp packet": lambda: _mut(udp_super(False, payload(3000), 1000), gso_type=1,
-                                          csum_offset=16),
+    "tcp gso on udp packet": lambda: _mut(udp_super(False, payload(3000), 1000), gso_type=1, csum_offset=16),
     "ufo (gso_type 3)": lambda: _mut(udp_super(False, payload(3000), 1000), gso_type=3),
     "ecn on udp": lambda: _mut(udp_super(False, payload(3000), 1000), gso_type=5 | 0x80),
     "unknown gso_type": lambda: _mut(tcp_super(False, payload(3000), 1000), gso_type=9),
@@ -177,8 +185,7 @@ MALFORMED = {
 
 def _mut(hp, **kw):
     hdr, pkt = hp
-    f = dict(zip(("flags", "gso_type", "hdr_len", "gso_size", "csum_start", "csum_offset"),
-                 R.unvnet(hdr)))
+    f = dict(zip(("flags", "gso_type", "hdr_len", "gso_size", "csum_start", "csum_offset"), R.unvnet(hdr)))
     f.update(kw)
     return R.vnet(**f), pkt
 
@@ -192,7 +199,7 @@ def _doff(doff):
 
 def _v6ext():
     hdr, pkt = tcp_super(True, payload(3000), 1000)
-    return hdr, pkt[:6] + b"\x00" + pkt[7:]        # next header: hop-by-hop
+    return hdr, pkt[:6] + b"\x00" + pkt[7:]  # next header: hop-by-hop
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
@@ -205,7 +212,7 @@ def test_malformed_frames_are_dropped(case):
 
 
 def test_segment_above_mtu_is_refused():
-    hdr, pkt = tcp_super(False, payload(5000), 1461)      # 20 + 20 + 1461 > 1500
+    hdr, pkt = tcp_super(False, payload(5000), 1461)  # 20 + 20 + 1461 > 1500
     with pytest.raises(ValueError, match="mtu"):
         vnet_split(hdr + pkt, 1500)
     assert len(vnet_split(hdr + pkt, 1501)) == 4
@@ -226,32 +233,39 @@ def test_split_writes_nothing_outside_its_slots_and_resumes():
         r = lib.vc_vnet_split(src, len(pkt), h, mtu, slab, slot * 3, off, lens, 5, seg)
         assert r == (3 if expect_seg else 1)
         assert seg[0] == expect_seg
-        assert bytes(ffi.buffer(slab)[slot * 3:]) == bytes([canary]) * 64
-        out += [bytes(ffi.buffer(slab)[off[i]:off[i] + lens[i]]) for i in range(r)]
+        assert bytes(ffi.buffer(slab)[slot * 3 :]) == bytes([canary]) * 64
+        out += [bytes(ffi.buffer(slab)[off[i] : off[i] + lens[i]]) for i in range(r)]
         assert [off[i] for i in range(r)] == [0, slot, 2 * slot][:r]
     assert out == R.split(R.unvnet(hdr), pkt, mtu)
 
 
 # ------------------------------------------------------------------ coalesce
 
-def stream(v6, data, mss, *, seq=5000, ack=1, options=b"", last_flags=R.ACK | R.PSH, ident=100,
-           df=True, sport=40000):
+
+def stream(
+    v6, data, mss, *, seq=5000, ack=1, options=b"", last_flags=R.ACK | R.PSH, ident=100, df=True, sport=40000
+):
     """A TCP stream cut into mss-sized segments (as a sender's TSO would)."""
     src, dst = V6 if v6 else V4
     out = []
-    chunks = [data[i:i + mss] for i in range(0, len(data), mss)]
+    chunks = [data[i : i + mss] for i in range(0, len(data), mss)]
     for k, c in enumerate(chunks):
         fl = last_flags if k == len(chunks) - 1 else R.ACK
         ip_kw = {} if v6 else {"ident": (ident + k) & 0xFFFF, "df": df}
-        out.append(R.tcp_packet(v6, src, dst, sport, 5201, seq + k * mss, ack, fl, c,
-                                ip_kw=ip_kw, tcp_kw={"options": options}))
+        out.append(
+            R.tcp_packet(
+                v6, src, dst, sport, 5201, seq + k * mss, ack, fl, c, ip_kw=ip_kw, tcp_kw={"options": options}
+            )
+        )
     return out
 
 
 def udp_flow(v6, sizes, sport=40001, seed=0):
     src, dst = V6 if v6 else V4
-    return [R.udp_packet(v6, src, dst, sport, 5202, payload(n, seed + i),
-                         ip_kw={} if v6 else {"ident": 7 + i}) for i, n in enumerate(sizes)]
+    return [
+        R.udp_packet(v6, src, dst, sport, 5202, payload(n, seed + i), ip_kw={} if v6 else {"ident": 7 + i})
+        for i, n in enumerate(sizes)
+    ]
 
 
 def check_coalesce(packets, tcp=True, udp=True, out_size=None):
@@ -286,7 +300,7 @@ def test_64k_limit(v6):
     pkts = stream(v6, data, 1448)
     got = check_coalesce(pkts)
     l3 = 40 if v6 else 20
-    per = (65535 - l3 - 20) // 1448          # 45 segments of 1448 fit one packet
+    per = (65535 - l3 - 20) // 1448  # 45 segments of 1448 fit one packet
     assert [n for _, n in got] == [per, per, 100 - 2 * per]
     assert all(len(f) - 10 <= 65535 for f, _ in got)
 
@@ -305,8 +319,7 @@ def test_what_stops_coalescing():
         tcp_kw = {"window": kw.pop("window", 502), "options": kw.pop("options", b"")}
         ip_kw = {"ident": 100 + k, **kw.pop("ip_kw", {})}
         data = kw.pop("data", payload(1000, 2)[:1000])
-        p[k] = R.tcp_packet(False, src, dst, 40000, 5201, seq, ack, fl, data, ip_kw=ip_kw,
-                            tcp_kw=tcp_kw)
+        p[k] = R.tcp_packet(False, src, dst, 40000, 5201, seq, ack, fl, data, ip_kw=ip_kw, tcp_kw=tcp_kw)
         cases[name] = p
 
     variant("psh in the middle", 2, flags=R.ACK | R.PSH)
@@ -323,17 +336,31 @@ def test_what_stops_coalescing():
     variant("short in the middle", 2, data=payload(999, 4))
     variant("longer later", 2, data=payload(1001, 4))
     p = list(base)
-    p[3] = R.tcp_packet(False, *V4, 40000, 5201, 5000 + 3 * 1000 + 1, 1, R.ACK,
-                        payload(1000, 2)[:1000], ip_kw={"ident": 103})
+    p[3] = R.tcp_packet(
+        False, *V4, 40000, 5201, 5000 + 3 * 1000 + 1, 1, R.ACK, payload(1000, 2)[:1000], ip_kw={"ident": 103}
+    )
     cases["seq gap"] = p
     bad = bytearray(base[2])
-    bad[-1] ^= 0xFF                                   # corrupted payload: bad checksum
+    bad[-1] ^= 0xFF  # corrupted payload: bad checksum
     cases["bad checksum"] = base[:2] + [bytes(bad)] + base[3:]
-    cases["pure ack between"] = base[:2] + [R.tcp_packet(False, *V4, 40000, 5201, 7000, 1, R.ACK,
-                                                         b"", ip_kw={"ident": 500})] + base[2:]
-    cases["no df, ids not counting up"] = stream(False, payload(6000, 2), 1000, df=False)[:3] + \
-        [R.tcp_packet(False, *V4, 40000, 5201, 8000, 1, R.ACK, payload(6000, 2)[3000:4000],
-                      ip_kw={"ident": 999, "df": False})]
+    cases["pure ack between"] = (
+        base[:2]
+        + [R.tcp_packet(False, *V4, 40000, 5201, 7000, 1, R.ACK, b"", ip_kw={"ident": 500})]
+        + base[2:]
+    )
+    cases["no df, ids not counting up"] = stream(False, payload(6000, 2), 1000, df=False)[:3] + [
+        R.tcp_packet(
+            False,
+            *V4,
+            40000,
+            5201,
+            8000,
+            1,
+            R.ACK,
+            payload(6000, 2)[3000:4000],
+            ip_kw={"ident": 999, "df": False},
+        )
+    ]
     for name, pkts in cases.items():
         got = check_coalesce(pkts)
         assert len(got) >= 2, name
@@ -343,10 +370,11 @@ def test_what_stops_coalescing():
 def test_cwr_may_start_a_superpacket():
     pkts = stream(False, payload(4000, 8), 1000)
     src, dst = V4
-    pkts[0] = R.tcp_packet(False, src, dst, 40000, 5201, 5000, 1, R.ACK | R.CWR,
-                           payload(4000, 8)[:1000], ip_kw={"ident": 100})
+    pkts[0] = R.tcp_packet(
+        False, src, dst, 40000, 5201, 5000, 1, R.ACK | R.CWR, payload(4000, 8)[:1000], ip_kw={"ident": 100}
+    )
     got = check_coalesce(pkts)
-    assert len(got) == 1 and R.unvnet(got[0][0])[1] == 1 | 0x80     # GSO_TCPV4 | GSO_ECN
+    assert len(got) == 1 and R.unvnet(got[0][0])[1] == 1 | 0x80  # GSO_TCPV4 | GSO_ECN
 
 
 def test_flows_interleaved_keep_their_order():
@@ -376,7 +404,7 @@ def test_udp_coalescing(v6):
     assert [n for _, n in got] == [11, 3]
     h = R.unvnet(got[0][0])
     assert h == (1, 5, (40 if v6 else 20) + 8, 1200, 40 if v6 else 20, 6)
-    assert [n for _, n in check_coalesce(udp_flow(v6, [500] * 70))] == [64, 6]      # 64 segments
+    assert [n for _, n in check_coalesce(udp_flow(v6, [500] * 70))] == [64, 6]  # 64 segments
     # 65535 bytes: (65535 - 28) // 1200 = (65535 - 48) // 1200 = 54 datagrams
     assert [n for _, n in check_coalesce(udp_flow(v6, [1200] * 70))] == [54, 16]
     assert [n for _, n in check_coalesce(udp_flow(v6, [100, 1200, 1200]))] == [1, 2]
@@ -405,19 +433,25 @@ def test_random_batches_match_reference():
             if rnd.random() < 0.6:
                 mss = rnd.choice([1, 100, 536, 1199, 1448])
                 n = rnd.randint(1, 30)
-                pk = stream(v6, payload(mss * n - rnd.randint(0, mss - 1), trial * 10 + f), mss,
-                            sport=1000 + f, options=TS_OPT if rnd.random() < 0.5 else b"",
-                            last_flags=rnd.choice([R.ACK, R.ACK | R.PSH, R.ACK | R.FIN]))
+                pk = stream(
+                    v6,
+                    payload(mss * n - rnd.randint(0, mss - 1), trial * 10 + f),
+                    mss,
+                    sport=1000 + f,
+                    options=TS_OPT if rnd.random() < 0.5 else b"",
+                    last_flags=rnd.choice([R.ACK, R.ACK | R.PSH, R.ACK | R.FIN]),
+                )
             else:
                 size = rnd.choice([64, 1200, 1472])
-                pk = udp_flow(v6, [size] * rnd.randint(1, 20) + [rnd.randint(1, size)],
-                              sport=3000 + f, seed=trial)
-            if rnd.random() < 0.3 and len(pk) > 2:        # damage one
+                pk = udp_flow(
+                    v6, [size] * rnd.randint(1, 20) + [rnd.randint(1, size)], sport=3000 + f, seed=trial
+                )
+            if rnd.random() < 0.3 and len(pk) > 2:  # damage one
                 i = rnd.randrange(len(pk))
                 b = bytearray(pk[i])
                 b[-1] ^= 1 << rnd.randrange(8)
                 pk[i] = bytes(b)
-            if rnd.random() < 0.2 and len(pk) > 2:        # lose one
+            if rnd.random() < 0.2 and len(pk) > 2:  # lose one
                 del pk[rnd.randrange(len(pk))]
             flows.append(pk)
         mixed = []
@@ -433,12 +467,10 @@ def test_bad_arguments():
     consumed = ffi.new("int *")
     arr = ffi.new("uint32_t[]", 1)
     out = ffi.new("uint8_t[]", 100)
-    assert lib.vc_gro_coalesce(ffi.NULL, arr, arr, 1, out, 100, arr, arr, arr, 1, 3, consumed,
-                               ffi.NULL) < 0
-    assert lib.vc_gro_coalesce(ffi.NULL, arr, arr, -1, out, 100, arr, arr, arr, 1, 3, consumed,
-                               ffi.NULL) < 0
+    assert lib.vc_gro_coalesce(ffi.NULL, arr, arr, 1, out, 100, arr, arr, arr, 1, 3, consumed, ffi.NULL) < 0
+    assert lib.vc_gro_coalesce(ffi.NULL, arr, arr, -1, out, 100, arr, arr, arr, 1, 3, consumed, ffi.NULL) < 0
     h = ffi.new("vc_vnet_hdr *")
     seg = ffi.new("uint32_t *")
-    assert lib.vc_vnet_split(out, 10, h, 0, out, 100, arr, arr, 1, seg) < 0        # mtu 0
-    assert lib.vc_vnet_split(out, 10, h, 1500, out, 100, arr, arr, 1, seg) < 0     # slab < mtu
-    assert lib.vc_vnet_split(out, 10, h, 65536, out, 100, arr, arr, 1, seg) < 0    # mtu too big
+    assert lib.vc_vnet_split(out, 10, h, 0, out, 100, arr, arr, 1, seg) < 0  # mtu 0
+    assert lib.vc_vnet_split(out, 10, h, 1500, out, 100, arr, arr, 1, seg) < 0  # slab < mtu
+    assert lib.vc_vnet_split(out, 10, h, 65536, out, 100, arr, arr, 1, seg) < 0  # mtu too big

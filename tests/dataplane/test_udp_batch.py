@@ -1,10 +1,12 @@
 """Batch UDP I/O: vc_udp_recv_batch / vc_udp_send_batch and UdpBatchSocket."""
+
 import errno
 import select
 import socket
 
 import pytest
 
+from tests.dataplane.offload_helpers import recv_datagrams
 from vpncrypt._native import ffi, lib
 from vpncrypt.dataplane import UdpBatchSocket, endpoint_from_addr, endpoint_to_addr
 from vpncrypt.dataplane.sockopts import force_buffers
@@ -16,7 +18,6 @@ try:
     _s.close()
 except OSError:
     HAVE_V6 = False
-
 
 
 def udp(family=socket.AF_INET, host="127.0.0.1", dual=False):
@@ -41,7 +42,7 @@ def recv_all(rx, expect, rounds=200):
     """Receive until `expect` datagrams arrived (or nothing more comes)."""
     out = []
     for _ in range(rounds):
-        got = rx.recv_datagrams()
+        got = recv_datagrams(rx)
         out += got
         if len(out) >= expect:
             break
@@ -76,7 +77,7 @@ def test_roundtrip(fam, gso, gro, sizes):
         a, b = udp(), udp()
     elif fam == "v6":
         a, b = udp(socket.AF_INET6, "::1"), udp(socket.AF_INET6, "::1")
-    else:   # dual-stack receiver, v4 sender; and the dual-stack socket sends back to v4
+    else:  # dual-stack receiver, v4 sender; and the dual-stack socket sends back to v4
         a, b = udp(), udp(socket.AF_INET6, "::", dual=True)
     try:
         tx = UdpBatchSocket(a, batch=64, gro=False, gso=gso, mtu=1500)
@@ -91,7 +92,7 @@ def test_roundtrip(fam, gso, gro, sizes):
         assert {norm(g[1]) for g in got} == {addr_of(a)}
         assert rx.dropped == 0
         assert rx.recv()[0] == 0
-        if fam == "dual":   # v4 endpoint from a dual-stack socket: v4-mapped on the wire
+        if fam == "dual":  # v4 endpoint from a dual-stack socket: v4-mapped on the wire
             back = UdpBatchSocket(b, batch=8, gro=False, gso=gso, mtu=1500)
             assert back.send_datagrams([(d, addr_of(a)) for d in data[:20]]) == (20, 0)
             a.setblocking(False)
@@ -125,12 +126,15 @@ def gso_groups(lens, eps=None):
     return groups
 
 
-@pytest.mark.parametrize("lens", [
-    [100] * 200,                                   # 64-segment cap: 64, 64, 64, 8
-    [1400] * 100,                                  # byte cap: 46 per super-datagram
-    [100] * 5 + [50] + [100] * 3 + [101, 101],     # shorter ends a run; longer starts one
-    [300, 300, 0, 300, 300, 200, 200],
-])
+@pytest.mark.parametrize(
+    "lens",
+    [
+        [100] * 200,  # 64-segment cap: 64, 64, 64, 8
+        [1400] * 100,  # byte cap: 46 per super-datagram
+        [100] * 5 + [50] + [100] * 3 + [101, 101],  # shorter ends a run; longer starts one
+        [300, 300, 0, 300, 300, 200, 200],
+    ],
+)
 def test_gso_runs_seen_by_gro(lens):
     a, b = udp(), udp()
     try:
@@ -142,8 +146,8 @@ def test_gso_runs_seen_by_gro(lens):
         wait_readable(b)
         n, view, off, ln, ep = rx.recv()
         assert n == len(data)
-        assert [bytes(view[off[i]:off[i] + ln[i]]) for i in range(n)] == data
-        assert list(rx.segs[0:rx.nbufs]) == gso_groups(lens)
+        assert [bytes(view[off[i] : off[i] + ln[i]]) for i in range(n)] == data
+        assert list(rx.segs[0 : rx.nbufs]) == gso_groups(lens)
     finally:
         a.close()
         b.close()
@@ -161,10 +165,10 @@ def test_gso_runs_split_at_endpoint_change():
         assert tx.send_datagrams(list(zip(data, dsts))) == (len(data), 0)
         wait_readable(b)
         wait_readable(c)
-        assert [d for d, _ in rb.recv_datagrams()] == data[:5] + data[8:]
-        assert list(rb.segs[0:rb.nbufs]) == [5, 4]
-        assert [d for d, _ in rc.recv_datagrams()] == data[5:8]
-        assert list(rc.segs[0:rc.nbufs]) == [3]
+        assert [d for d, _ in recv_datagrams(rb)] == data[:5] + data[8:]
+        assert list(rb.segs[0 : rb.nbufs]) == [5, 4]
+        assert [d for d, _ in recv_datagrams(rc)] == data[5:8]
+        assert list(rc.segs[0 : rc.nbufs]) == [3]
     finally:
         for s in (a, b, c):
             s.close()
@@ -203,9 +207,20 @@ class Guarded:
         ffi.memmove(self.ep + max_, b"\x5a" * (4 * 24), 4 * 24)
 
     def recv(self, fd, mtu, gro, st=True):
-        n = lib.vc_udp_recv_batch_segs(fd, self.st if st else ffi.NULL, self.slab, self.slab_size,
-                                       mtu, self.off, self.len, self.ep, self.max, gro,
-                                       self.segs, self.nbufs)
+        n = lib.vc_udp_recv_batch_segs(
+            fd,
+            self.st if st else ffi.NULL,
+            self.slab,
+            self.slab_size,
+            mtu,
+            self.off,
+            self.len,
+            self.ep,
+            self.max,
+            gro,
+            self.segs,
+            self.nbufs,
+        )
         self.check()
         if n > 0:
             assert sum(self.segs[k] for k in range(self.nbufs[0])) == n
@@ -214,18 +229,21 @@ class Guarded:
     def check(self):
         assert ffi.buffer(self.slab + self.slab_size, GUARD)[:] == b"\xa5" * GUARD
         for arr in (self.off, self.len, self.segs):
-            assert list(arr[self.max:self.max + 4]) == [0xDEADBEEF] * 4
+            assert list(arr[self.max : self.max + 4]) == [0xDEADBEEF] * 4
         assert ffi.buffer(self.ep + self.max, 4 * 24)[:] == b"\x5a" * (4 * 24)
 
 
 @pytest.mark.parametrize("gso", [False, True])
-@pytest.mark.parametrize("gro,slab_size,max_", [
-    (False, 1500 * 3 + 7, 64),       # the slab fits 3 slots
-    (False, 1504 * 100, 5),          # the arrays fit 5
-    (True, 65536 * 2 + 100, 64),     # 2 GRO slots
-    (True, 65536 * 8, 10),           # GRO buffers larger than the arrays: carried over
-    (True, 65536, 1),
-])
+@pytest.mark.parametrize(
+    "gro,slab_size,max_",
+    [
+        (False, 1500 * 3 + 7, 64),  # the slab fits 3 slots
+        (False, 1504 * 100, 5),  # the arrays fit 5
+        (True, 65536 * 2 + 100, 64),  # 2 GRO slots
+        (True, 65536 * 8, 10),  # GRO buffers larger than the arrays: carried over
+        (True, 65536, 1),
+    ],
+)
 def test_small_slab_and_arrays(gso, gro, slab_size, max_):
     a, b = udp(), udp()
     try:
@@ -257,8 +275,10 @@ def test_slab_smaller_than_one_slot():
     assert g.recv(b.fileno(), 1500, 0)[0] == -errno.EINVAL
     g = Guarded(65535, 4)
     assert g.recv(b.fileno(), 1500, 1)[0] == -errno.EINVAL
-    assert lib.vc_udp_recv_batch(b.fileno(), g.st, g.slab, 65535, 1500, g.off, g.len, g.ep, 0, 0) \
+    assert (
+        lib.vc_udp_recv_batch(b.fileno(), g.st, g.slab, 65535, 1500, g.off, g.len, g.ep, 0, 0)
         == -errno.EINVAL
+    )
     b.close()
 
 
@@ -326,16 +346,15 @@ def test_bad_endpoints_dropped_rest_sent():
         eps = ffi.new("vc_endpoint[6]")
         for i in range(6):
             endpoint_from_addr(addr_of(b), eps + i)
-        eps[1].family = 9                       # no such family: EAFNOSUPPORT, not sent
-        endpoint_from_addr(("::1", addr_of(b)[1]), eps + 3)   # IPv6 on an IPv4 socket
+        eps[1].family = 9  # no such family: EAFNOSUPPORT, not sent
+        endpoint_from_addr(("::1", addr_of(b)[1]), eps + 3)  # IPv6 on an IPv4 socket
         sent, err = tx.send(buf, off, ln, eps, 6)
         assert sent == 4 and err == errno.EAFNOSUPPORT
         got = recv_all(rx, 4)
         assert [d for d, _ in got] == [data[0], data[2], data[4], data[5]]
         # an oversized datagram: EMSGSIZE, the others still go
         big = UdpBatchSocket(a, batch=4, gso=False, gro=False, mtu=70000)
-        sent, err = big.send_datagrams([(b"1", addr_of(b)), (b"x" * 66000, addr_of(b)),
-                                        (b"3", addr_of(b))])
+        sent, err = big.send_datagrams([(b"1", addr_of(b)), (b"x" * 66000, addr_of(b)), (b"3", addr_of(b))])
         assert (sent, err) == (2, errno.EMSGSIZE)
         assert [d for d, _ in recv_all(rx, 2)] == [b"1", b"3"]
     finally:
@@ -367,25 +386,32 @@ def test_eagain_stops_the_batch():
 def test_send_errors_on_closed_fd():
     a = udp()
     fd = a.fileno()
-    UdpBatchSocket(a, gso=False, gro=False)     # sets the socket up as the data plane does
+    UdpBatchSocket(a, gso=False, gro=False)  # sets the socket up as the data plane does
     a.close()
     err = ffi.new("int *")
     eps = ffi.new("vc_endpoint[1]")
     endpoint_from_addr(("127.0.0.1", 9), eps)
-    assert lib.vc_udp_send_batch(fd, ffi.new("uint8_t[4]"), ffi.new("uint32_t[1]"),
-                                 ffi.new("uint32_t[1]", [4]), eps, 1, 0, err) == 0
+    assert (
+        lib.vc_udp_send_batch(
+            fd, ffi.new("uint8_t[4]"), ffi.new("uint32_t[1]"), ffi.new("uint32_t[1]", [4]), eps, 1, 0, err
+        )
+        == 0
+    )
     assert err[0] == errno.EBADF
     g = Guarded(4096, 2)
     assert g.recv(fd, 1500, 0)[0] == -errno.EBADF
 
 
-@pytest.mark.parametrize("addr,family", [
-    (("127.0.0.1", 51820), 4),
-    (("10.1.2.3", 0), 4),
-    (("::1", 65535), 6),
-    (("fe80::1", 5, 0, 3), 6),
-    (("2001:db8::42", 443), 6),
-])
+@pytest.mark.parametrize(
+    "addr,family",
+    [
+        (("127.0.0.1", 51820), 4),
+        (("10.1.2.3", 0), 4),
+        (("::1", 65535), 6),
+        (("fe80::1", 5, 0, 3), 6),
+        (("2001:db8::42", 443), 6),
+    ],
+)
 def test_endpoint_conversion(addr, family):
     ep = endpoint_from_addr(addr)
     assert ep.family == family

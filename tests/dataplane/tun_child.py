@@ -4,6 +4,7 @@ Creates a TUN device, writes UDP packets (to a socket bound in the namespace)
 and ICMP echo requests (to the tun's own address) with vc_tun_write_batch, and
 reads the echo replies back with vc_tun_read_batch.  Prints "OK" at the end;
 any failure raises."""
+
 import select
 import socket
 import struct
@@ -26,8 +27,19 @@ def csum(data: bytes) -> int:
 
 
 def ipv4(proto: int, src: str, dst: str, body: bytes, ident: int) -> bytes:
-    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(body), ident, 0x4000, 64, proto, 0,
-                      socket.inet_aton(src), socket.inet_aton(dst))
+    hdr = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + len(body),
+        ident,
+        0x4000,
+        64,
+        proto,
+        0,
+        socket.inet_aton(src),
+        socket.inet_aton(dst),
+    )
     hdr = hdr[:10] + struct.pack("!H", csum(hdr)) + hdr[12:]
     return hdr + body
 
@@ -62,8 +74,9 @@ def main():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((LOCAL, 0))
     port = s.getsockname()[1]
-    datas = [bytes((i + j) & 0xFF for j in range(n))
-             for i, n in enumerate([1, 100, 1000, mtu - 28, 0, 555] * 7)]
+    datas = [
+        bytes((i + j) & 0xFF for j in range(n)) for i, n in enumerate([1, 100, 1000, mtu - 28, 0, 555] * 7)
+    ]
     pkts = [udp_packet(PEER, 40000 + i, LOCAL, port, d, i) for i, d in enumerate(datas)]
     written, err = tun.write_packets(pkts)
     assert (written, err) == (len(pkts), 0), (written, err)
@@ -80,8 +93,9 @@ def main():
 
     # 2. ICMP echo requests to the tun's address: the replies come back on the tun.
     n_req = 40
-    reqs = [icmp_echo(PEER, LOCAL, 0x1234, seq, bytes([seq]) * (seq * 30 % (mtu - 28)))
-            for seq in range(n_req)]
+    reqs = [
+        icmp_echo(PEER, LOCAL, 0x1234, seq, bytes([seq]) * (seq * 30 % (mtu - 28))) for seq in range(n_req)
+    ]
     written, err = tun.write_packets(reqs)
     assert (written, err) == (n_req, 0)
     replies = {}
@@ -94,7 +108,7 @@ def main():
         batches += n > 0
         for i in range(n):
             assert off[i] + ln[i] <= tun.slab_size and ln[i] <= mtu
-            p = bytes(view[off[i]:off[i] + ln[i]])
+            p = bytes(view[off[i] : off[i] + ln[i]])
             if p[0] >> 4 != 4 or p[9] != 1:
                 continue
             ihl = (p[0] & 15) * 4
@@ -108,7 +122,7 @@ def main():
     assert sorted(replies) == list(range(n_req)), sorted(replies)
     for seq, data in replies.items():
         assert data == bytes([seq]) * (seq * 30 % (mtu - 28))
-    assert batches < n_req          # several replies per read call
+    assert batches < n_req  # several replies per read call
     print("OK", len(pkts), n_req, batches)
 
 

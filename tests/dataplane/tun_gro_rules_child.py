@@ -17,6 +17,7 @@ Prints one JSON line: per scenario the indices received in order, the
 coalesced count of the writes, and the growth of Udp6InCsumErrors
 (/proc/net/snmp6).  Any failure raises.
 """
+
 import json
 import os
 import socket
@@ -32,7 +33,7 @@ from vpncrypt.dataplane.io import OFFLOAD_ALL, TunBatch, offload_names, open_tun
 LOCAL4, PEER4, CIDR4, VIRT4 = "10.98.0.1", "10.98.1.2", "10.98.0.1/24", "10.98.1.0/24"
 LOCAL6, PEER6, CIDR6, VIRT6 = "fd98::1", "fd98:1::2", "fd98::1/64", "fd98:1::/64"
 SPORT = 40001
-UDP_NO_CHECK6_RX = 102            # include/uapi/linux/udp.h
+UDP_NO_CHECK6_RX = 102  # include/uapi/linux/udp.h
 
 
 def sh(*cmd):
@@ -50,16 +51,15 @@ def snmp6(name):
 
 def scenarios():
     """name -> (family, builder(dport) -> packets, socket options)."""
+
     def d4(i, dport):
-        return R.udp_packet(False, PEER4, LOCAL4, SPORT, dport, G.body(i),
-                            ip_kw={"ident": 100 + i})
+        return R.udp_packet(False, PEER4, LOCAL4, SPORT, dport, G.body(i), ip_kw={"ident": 100 + i})
 
     def d6(i, dport):
         return R.udp_packet(True, PEER6, LOCAL6, SPORT, dport, G.body(i))
 
     def ext(next_header):
-        return lambda p: [d6(0, p), G.udp6_ext(PEER6, LOCAL6, SPORT, p, 1, next_header),
-                          d6(2, p), d6(3, p)]
+        return lambda p: [d6(0, p), G.udp6_ext(PEER6, LOCAL6, SPORT, p, 1, next_header), d6(2, p), d6(3, p)]
 
     def frag(v6):
         d = d6 if v6 else d4
@@ -68,11 +68,14 @@ def scenarios():
         def build(p):
             a, b = G.fragments(src, dst, SPORT, p, 1)
             return [d(0, p), a, d(2, p), b, d(3, p)]
+
         return build
 
     def zero4(p):
-        return [R.udp_packet(False, PEER4, LOCAL4, SPORT, p, G.body(i), ip_kw={"ident": 100 + i},
-                             no_csum=True) for i in range(4)]
+        return [
+            R.udp_packet(False, PEER4, LOCAL4, SPORT, p, G.body(i), ip_kw={"ident": 100 + i}, no_csum=True)
+            for i in range(4)
+        ]
 
     def zero(p):
         return [G.udp6_zero_csum(PEER6, LOCAL6, SPORT, p, i) for i in range(4)] + [d6(4, p)]
@@ -123,12 +126,14 @@ def main():
             got.append(G.index_of(data))
             want = G.body(got[-1], len(data))
             if sname.startswith("zero-csum6") and got[-1] < 4:
-                want = want[:-2] + data[-2:]       # its last two bytes make the sum 0
+                want = want[:-2] + data[-2:]  # its last two bytes make the sum 0
             assert data == want, f"{sname}: datagram {got[-1]} changed"
         s.close()
         out["scenarios"][sname] = {
-            "received": got, "coalesced": tun.tx_stats.coalesced - coalesced0,
-            "udp6_csum_errors": snmp6("Udp6InCsumErrors") - errors0}
+            "received": got,
+            "coalesced": tun.tx_stats.coalesced - coalesced0,
+            "udp6_csum_errors": snmp6("Udp6InCsumErrors") - errors0,
+        }
     os.close(fd)
     print(json.dumps(out))
 

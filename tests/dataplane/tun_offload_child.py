@@ -1,10 +1,12 @@
 """Run inside a fresh network namespace by test_tun_offload_netns.py (as root).
 
-    tun_offload_child.py FAMILY MODE MSS
+    tun_offload_child.py FAMILY MODE MSS [READ_MTU]
         FAMILY 4 or 6; MODE on (vnet header, every offload), off (vnet header,
         offloads forced off), tso-off (every offload, then TSO switched off as
         `ethtool -K tso off` does) or plain (no vnet header); MSS for the TCP
-        client.
+        client; READ_MTU the largest packet TunBatch takes (default 1500, the
+        link's MTU; above it, as the daemon's 65535, the link gets MTU 9000 and
+        single UDP datagrams of up to 6000 bytes go through too).
 
 A TUN reflects traffic back into the namespace: packets the kernel routes to
 the virtual peers V1/V2 are read from the TUN (TunBatch: super-packets split),
@@ -16,6 +18,7 @@ stream each way (3 MiB and 1 MiB) and UDP datagrams sent with UDP_SEGMENT (the
 kernel's own UDP GSO), every byte checked.  Prints one JSON line with the
 counters; any failure raises.
 """
+
 import json
 import os
 import random
@@ -30,15 +33,25 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.dataplane import offload_ref as R  # noqa: E402
-from vpncrypt.dataplane.io import (OFFLOAD_ALL, TunBatch, get_tso, offload_names,  # noqa: E402
-                                   open_tun, set_tso)
+from tests.dataplane.offload_helpers import read_packets  # noqa: E402
+from vpncrypt.dataplane.io import (
+    OFFLOAD_ALL,
+    TunBatch,
+    get_tso,
+    offload_names,  # noqa: E402
+    open_tun,
+    set_tso,
+)
 
-ADDR = {4: ("10.99.0.1", "10.99.1.1", "10.99.1.2", "10.99.0.1/24", "10.99.1.0/24"),
-        6: ("fd99::1", "fd99:1::1", "fd99:1::2", "fd99::1/64", "fd99:1::/64")}
+ADDR = {
+    4: ("10.99.0.1", "10.99.1.1", "10.99.1.2", "10.99.0.1/24", "10.99.1.0/24"),
+    6: ("fd99::1", "fd99:1::1", "fd99:1::2", "fd99::1/64", "fd99:1::/64"),
+}
 TCP_PORT, UDP_PORT = 5201, 5202
 UP_BYTES, DOWN_BYTES = 3 << 20, 1 << 20
 UDP_SIZE, UDP_BURSTS, UDP_PER_BURST = 1200, 40, 16
 UDP_SEGMENT = 103
+BIG_DATAGRAMS = 24  # 2504 to 5954 bytes of UDP payload
 
 
 def sh(*cmd):
@@ -82,12 +95,12 @@ class Reflector:
         if len(pkt) < (40 if v6 else 20) or pkt[0] >> 4 != self.family:
             return None
         src_at, alen = (8, 16) if v6 else (12, 4)
-        dst = pkt[src_at + alen:src_at + 2 * alen]
+        dst = pkt[src_at + alen : src_at + 2 * alen]
         proto = pkt[6] if v6 else pkt[9]
         if dst not in self.swap or proto not in (R.TCP, R.UDP):
             return None
         out = bytearray(pkt)
-        out[src_at:src_at + 2 * alen] = self.swap[dst] + self.local
+        out[src_at : src_at + 2 * alen] = self.swap[dst] + self.local
         if not v6:
             out[10:12] = b"\0\0"
             out[10:12] = struct.pack("!H", R.checksum(bytes(out[:20])))
@@ -98,7 +111,7 @@ class Reflector:
         if not r:
             return
         for _ in range(8):
-            packets = self.tun.read_packets()
+            packets = read_packets(self.tun)
             if not packets:
                 return
             out = []
@@ -116,14 +129,15 @@ class Reflector:
 
 def main():
     family, mode, mss = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    read_mtu = int(sys.argv[4]) if len(sys.argv) > 4 else 1500
     local, v1, _v2, local_cidr, virt = ADDR[family]
     fd, name = open_tun("vcoff0", vnet_hdr=mode != "plain")
     sh("ip", "link", "set", "lo", "up")
     extra = ["nodad"] if family == 6 else []
     sh("ip", "addr", "add", local_cidr, "dev", name, *extra)
-    sh("ip", "link", "set", name, "mtu", "1500", "up")
+    sh("ip", "link", "set", name, "mtu", "9000" if read_mtu > 1500 else "1500", "up")
     sh("ip", "route", "add", virt, "dev", name)
-    tun = TunBatch(fd, mtu=1500, batch=64, offloads=0 if mode == "off" else OFFLOAD_ALL)
+    tun = TunBatch(fd, mtu=read_mtu, batch=64, offloads=0 if mode == "off" else OFFLOAD_ALL)
     assert tun.vnet_hdr == (mode != "plain")
     if mode == "tso-off":
         assert get_tso(name)
@@ -151,7 +165,7 @@ def main():
             result["up"] = exchange(c, down)
             c.close()
             ls.close()
-        except Exception as e:       # reported by the main thread
+        except Exception as e:  # reported by the main thread
             errors.append(f"server: {e!r}")
 
     def client():
@@ -211,10 +225,36 @@ def main():
                 seen[n] = peer[0]
     missing = sorted(set(range(seq)) - set(seen))
     assert not missing, f"{len(missing)} datagrams lost, first {missing[:5]}"
-    stats = {"mode": mode, "family": family, "offloads": offload_names(tun.offloads),
-             "client_mss": result["client_mss"], "reflected": refl.reflected,
-             "tcp_rx": tcp_rx, "rx": dict(ffi_stats(tun)), "tx": dict(tx_stats(tun)),
-             "udp_datagrams": seq}
+    big = 0
+    if read_mtu > 1500:
+        # single datagrams longer than the part of a read that lands in its
+        # slot: each one read whole, not a super-packet
+        plain = socket.socket(fam, socket.SOCK_DGRAM)
+        for i in range(BIG_DATAGRAMS):
+            d = struct.pack("!I", 1 << 31 | i) + random.Random(-1 - i).randbytes(2500 + 150 * i)
+            plain.sendto(d, (v1, UDP_PORT))
+            t_end = time.monotonic() + 5
+            got = None
+            while got is None and time.monotonic() < t_end:
+                refl.pump(0.01)
+                try:
+                    got, _peer = rs.recvfrom(65536)
+                except BlockingIOError:
+                    pass
+            assert got == d, f"big datagram {i}: {'lost' if got is None else 'corrupted'}"
+            big += 1
+    stats = {
+        "mode": mode,
+        "family": family,
+        "offloads": offload_names(tun.offloads),
+        "client_mss": result["client_mss"],
+        "reflected": refl.reflected,
+        "tcp_rx": tcp_rx,
+        "rx": dict(ffi_stats(tun)),
+        "tx": dict(tx_stats(tun)),
+        "udp_datagrams": seq,
+        "big_datagrams": big,
+    }
     print(json.dumps(stats))
 
 
@@ -222,16 +262,17 @@ def ffi_stats(tun):
     st = tun.rx_stats
     if st is None:
         return {}
-    return {k: getattr(st, k) for k in ("reads", "superpackets", "segments", "csum_completed",
-                                        "dropped", "too_big")}
+    return {
+        k: getattr(st, k)
+        for k in ("reads", "superpackets", "segments", "csum_completed", "dropped", "too_big")
+    }
 
 
 def tx_stats(tun):
     if not tun.vnet_hdr:
         return {}
     st = tun.tx_stats
-    return {k: getattr(st, k) for k in ("packets", "writes", "coalesced", "bad_csum",
-                                        "write_errors")}
+    return {k: getattr(st, k) for k in ("packets", "writes", "coalesced", "bad_csum", "write_errors")}
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ a vpncrypt bug; until it is fixed it carries `impls(vpncrypt_bug=...)` (a
 strict xfail on the vpncrypt-go case only, so the fix turns it into a
 failure that asks for the mark to go).  Where neither implementation does
 what the Linux module does, `impls(both_fail=...)` says why."""
+
 import os
 
 import pytest
@@ -25,9 +26,11 @@ def binary(impl: str) -> str:
     if impl == "vpncrypt-go":
         return script("vpncrypt-go")
     path = os.environ.get("VPNCRYPT_WIREGUARD_GO_NEWEST")
-    assert path, ("VPNCRYPT_WIREGUARD_GO_NEWEST is not set: the end-to-end suite needs the "
-                  "newest wireguard-go; tests/run.sh sets it, or run "
-                  "`export VPNCRYPT_WIREGUARD_GO_NEWEST=$(bash tests/tools/fetch-wireguard-go.sh sid)`")
+    assert path, (
+        "VPNCRYPT_WIREGUARD_GO_NEWEST is not set: the end-to-end suite needs the "
+        "newest wireguard-go; tests/run.sh sets it, or run "
+        "`export VPNCRYPT_WIREGUARD_GO_NEWEST=$(bash tests/tools/fetch-wireguard-go.sh sid)`"
+    )
     assert os.access(path, os.X_OK), f"VPNCRYPT_WIREGUARD_GO_NEWEST={path}: not an executable"
     return path
 
@@ -47,8 +50,9 @@ def impls(vpncrypt_bug: str = None, both_fail: str = None, wireguard_go_bug: str
         go.append(pytest.mark.xfail(strict=True, reason=f"wireguard-go too: {both_fail}"))
     if wireguard_go_bug:
         go.append(pytest.mark.xfail(strict=True, reason=f"wireguard-go bug: {wireguard_go_bug}"))
-    return pytest.mark.parametrize("impl", [pytest.param("vpncrypt-go", marks=vc),
-                                            pytest.param("wireguard-go", marks=go)])
+    return pytest.mark.parametrize(
+        "impl", [pytest.param("vpncrypt-go", marks=vc), pytest.param("wireguard-go", marks=go)]
+    )
 
 
 @pytest.fixture
@@ -61,8 +65,10 @@ def world(impl):
         yield w
     finally:
         problems = w.close()
-    leftovers = sorted(f for f in (os.listdir(SOCKET_DIR) if os.path.isdir(SOCKET_DIR) else ())
-                       if w.id in f)
-    leftovers += [f"namespace {ns}" for ns in os.listdir("/run/netns") if w.id in ns] \
-        if os.path.isdir("/run/netns") else []
+    leftovers = sorted(f for f in (os.listdir(SOCKET_DIR) if os.path.isdir(SOCKET_DIR) else ()) if w.id in f)
+    leftovers += (
+        [f"namespace {ns}" for ns in os.listdir("/run/netns") if w.id in ns]
+        if os.path.isdir("/run/netns")
+        else []
+    )
     assert not problems and not leftovers, "\n".join(problems + leftovers)

@@ -10,6 +10,7 @@ in whichever namespace it then lives, requires its daemon to exit by itself
 and its socket to be gone (as wireguard-go does), then removes the
 namespaces: whatever was left over is returned as a list of complaints.
 """
+
 import base64
 import os
 import re
@@ -50,13 +51,13 @@ def genpsk() -> str:
 class Daemon:
     def __init__(self, world, ns, iface, popen, log_path):
         self.world = world
-        self.ns = ns            # where the interface lives now
-        self.started_in = ns    # where its UDP socket lives
+        self.ns = ns  # where the interface lives now
+        self.started_in = ns  # where its UDP socket lives
         self.iface = iface
         self.popen = popen
         self.log_path = log_path
         self.moved_at = None
-        self.deleted = False    # the scenario deleted its interface
+        self.deleted = False  # the scenario deleted its interface
 
     @property
     def sock(self):
@@ -115,8 +116,9 @@ class World:
     def _run(cmd, check=True, timeout=60, input=None):
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input)
         if check:
-            assert r.returncode == 0, (f"{' '.join(cmd)}: rc={r.returncode}\n"
-                                       f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+            assert r.returncode == 0, (
+                f"{' '.join(cmd)}: rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+            )
         return r
 
     def n(self, k):
@@ -127,8 +129,7 @@ class World:
         return self._run(["ip", "-n", self.n(k), *args], check=check)
 
     def run(self, k, *cmd, check=True, timeout=60, input=None):
-        return self._run(["ip", "netns", "exec", self.n(k), *cmd], check=check,
-                         timeout=timeout, input=input)
+        return self._run(["ip", "netns", "exec", self.n(k), *cmd], check=check, timeout=timeout, input=input)
 
     def popen(self, k, *cmd, **kw):
         kw.setdefault("stdout", subprocess.PIPE)
@@ -147,8 +148,7 @@ class World:
     def wg(self, *args, check=True, input=None):
         """wg(8), run in ns0 as WireGuard's own tests do (it finds a
         userspace interface by its socket's path, in any namespace)."""
-        r = self._run(["ip", "netns", "exec", self.n("0"), "wg", *args], check=False,
-                      input=input, timeout=60)
+        r = self._run(["ip", "netns", "exec", self.n("0"), "wg", *args], check=False, input=input, timeout=60)
         if check:
             assert r.returncode == 0, f"wg {' '.join(args)}: {r.stderr}\n{self.logs()}"
         return r
@@ -195,16 +195,21 @@ class World:
             args += ["-I", iface]
         r = self.run(k, *args, addr, check=False, timeout=30 + count)
         if check:
-            assert r.returncode == 0, (f"ping {addr} from {self.n(k)} failed:\n{r.stdout}"
-                                       f"{r.stderr}\n{self.logs()}")
+            assert r.returncode == 0, (
+                f"ping {addr} from {self.n(k)} failed:\n{r.stdout}{r.stderr}\n{self.logs()}"
+            )
         return r
 
     def link_stats(self, k, dev) -> dict:
         """`ip -stats link show`: {'rx_bytes', 'rx_packets', 'tx_bytes', ...}."""
         lines = self.ip(k, "-stats", "link", "show", "dev", dev.iface).stdout.splitlines()
         rx, tx = lines[3].split(), lines[5].split()
-        return {"rx_bytes": int(rx[0]), "rx_packets": int(rx[1]),
-                "tx_bytes": int(tx[0]), "tx_packets": int(tx[1])}
+        return {
+            "rx_bytes": int(rx[0]),
+            "rx_packets": int(rx[1]),
+            "tx_bytes": int(tx[0]),
+            "tx_packets": int(tx[1]),
+        }
 
     # ---- daemons --------------------------------------------------------
     def daemon(self, k, name=None, log_level="info") -> Daemon:
@@ -214,9 +219,13 @@ class World:
         iface = name or f"wg{self.count}{self.id}"
         log = os.path.join(self.tmp, f"{iface}.log")
         with open(log, "wb") as f:
-            p = subprocess.Popen(["ip", "netns", "exec", self.n(k), self.binary, "-f", iface],
-                                 stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, "LOG_LEVEL": log_level})
+            p = subprocess.Popen(
+                ["ip", "netns", "exec", self.n(k), self.binary, "-f", iface],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "LOG_LEVEL": log_level},
+            )
         d = Daemon(self, self.n(k), iface, p, log)
         self.daemons.append(d)
         deadline = time.monotonic() + 20
@@ -264,7 +273,8 @@ class World:
                 continue
             assert d.alive(), f"{d.iface} exited with {d.popen.returncode}:\n{d.log()}"
             assert self.ip(d.ns, "link", "show", d.iface, check=False).returncode == 0, (
-                f"{d.iface} is no longer in {d.ns}:\n{d.log()}")
+                f"{d.iface} is no longer in {d.ns}:\n{d.log()}"
+            )
 
     def link_del(self, dev):
         dev.deleted = True
@@ -278,8 +288,9 @@ class World:
             time.sleep(0.05)
         out = []
         if dev.alive():
-            out.append(f"{dev.iface}: daemon still running {timeout} s after its interface "
-                       f"was deleted:\n{dev.log()}")
+            out.append(
+                f"{dev.iface}: daemon still running {timeout} s after its interface was deleted:\n{dev.log()}"
+            )
         elif os.path.exists(dev.sock):
             out.append(f"{dev.iface}: daemon exited but left {dev.sock}")
         return out
@@ -296,8 +307,9 @@ class World:
 
     def where(self, iface) -> list:
         """The namespaces of this world where a link named iface exists."""
-        return [ns for ns in self.ns.values()
-                if self.ip(ns, "link", "show", iface, check=False).returncode == 0]
+        return [
+            ns for ns in self.ns.values() if self.ip(ns, "link", "show", iface, check=False).returncode == 0
+        ]
 
     def close(self) -> list:
         problems = []

@@ -8,21 +8,23 @@ min(1312, MTU) bytes of it.  The Linux module pads to the route's MTU
 interface's, 1300: outer IPv4 20 + UDP 8 + WireGuard header 16 + 1300 +
 tag 16 = 1360 bytes, and never more (1312 would make 1372).  The outer
 packets are counted by length where they arrive."""
+
 import time
 
 from tests.e2e.conftest import impls
 from tests.e2e.topology import moved_pair, routed_pair, veth, wait_up
 
-COUNT = ("table inet e2emtu {\n chain in { type filter hook input priority 0;\n"
-         "  udp dport { 1, 2 } meta length 1360 counter;\n"
-         "  udp dport { 1, 2 } meta length > 1360 counter;\n }\n}\n")
+COUNT = (
+    "table inet e2emtu {\n chain in { type filter hook input priority 0;\n"
+    "  udp dport { 1, 2 } meta length 1360 counter;\n"
+    "  udp dport { 1, 2 } meta length > 1360 counter;\n }\n}\n"
+)
 
 
 def counted(world, k):
     """(packets of exactly 1360 bytes, packets over 1360) to ports 1 and 2."""
     out = world.run(k, "nft", "list", "table", "inet", "e2emtu").stdout
-    n = [int(line.split("packets")[1].split()[0]) for line in out.splitlines()
-         if "counter packets" in line]
+    n = [int(line.split("packets")[1].split()[0]) for line in out.splitlines() if "counter packets" in line]
     assert len(n) == 2, out
     return tuple(n)
 
@@ -48,10 +50,13 @@ def padding_check(world, p, where):
     world.assert_running()
 
 
-@impls(wireguard_go_bug=(
-    "an MTU set in the namespace its interface was moved to never reaches it (it watches the "
-    "namespace it started in), so it still pads to 1420: 1297 -> 1312 bytes, 1372-byte outer "
-    "packets on a 1300 link (issue 17 asks vpncrypt for this; the routed variant passes)"))
+@impls(
+    wireguard_go_bug=(
+        "an MTU set in the namespace its interface was moved to never reaches it (it watches the "
+        "namespace it started in), so it still pads to 1420: 1297 -> 1312 bytes, 1372-byte outer "
+        "packets on a 1300 link (issue 17 asks vpncrypt for this; the routed variant passes)"
+    )
+)
 def test_padding_stops_at_the_mtu_moved(world):
     """The moved topology: the MTU is set where the interface now lives."""
     p = moved_pair(world)

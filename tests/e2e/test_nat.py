@@ -8,6 +8,7 @@ sockets there):
 
 Persistent keepalive through the NAT; then, on the same topology, the
 packet mark rerouting cases and wg-quick's fwmark policy routing."""
+
 import time
 
 from tests.e2e.conftest import impls
@@ -32,9 +33,12 @@ def nat_topology(w):
     # 30 s / 120 s); these sysctls are per namespace
     w.sysctl("0", "net.netfilter.nf_conntrack_udp_timeout", 2)
     w.sysctl("0", "net.netfilter.nf_conntrack_udp_timeout_stream", 2)
-    w.nft("0", "table ip e2enat {\n"
-               " chain post { type nat hook postrouting priority srcnat;\n"
-               "  ip saddr 192.168.1.0/24 ip daddr 10.0.0.0/24 snat to 10.0.0.1; }\n}\n")
+    w.nft(
+        "0",
+        "table ip e2enat {\n"
+        " chain post { type nat hook postrouting priority srcnat;\n"
+        "  ip saddr 192.168.1.0/24 ip daddr 10.0.0.0/24 snat to 10.0.0.1; }\n}\n",
+    )
     w.wg_set(p.dev[1], "peer", p.pub(2), "endpoint", "10.0.0.100:2")
     return p
 
@@ -43,8 +47,7 @@ def mapped(world) -> bool:
     """ns0's conntrack holds ns1's tunnel flow (192.168.1.100:1 -> ns2's
     10.0.0.100:2)."""
     table = world.run("0", "cat", "/proc/net/nf_conntrack").stdout
-    return any("src=192.168.1.100 dst=10.0.0.100 sport=1 dport=2 " in line
-               for line in table.splitlines())
+    return any("src=192.168.1.100 dst=10.0.0.100 sport=1 dport=2 " in line for line in table.splitlines())
 
 
 @impls()
@@ -76,8 +79,10 @@ def test_mark_rerouting_and_fwmark_policy_routing(world):
     # a socket bound to the device
     world.ping("1", "192.168.241.2", iface=wg1)
     # a mark set after routing makes the kernel route the packet again
-    world.nft("1", "table inet e2emark {\n"
-                   " chain out { type route hook output priority mangle; meta mark set 1; }\n}\n")
+    world.nft(
+        "1",
+        "table inet e2emark {\n chain out { type route hook output priority mangle; meta mark set 1; }\n}\n",
+    )
     world.ping("1", "192.168.241.2")
     world.ping("1", "192.168.241.2", iface=wg1)
     world.run("1", "nft", "delete", "table", "inet", "e2emark")
@@ -88,8 +93,7 @@ def test_mark_rerouting_and_fwmark_policy_routing(world):
     world.ip("1", "-6", "route", "add", "default", "via", "fc00::1")
     world.ip("2", "-4", "address", "add", "192.168.99.7/32", "dev", p.dev[2].iface)
     world.ip("2", "-6", "address", "add", "abab::1111/128", "dev", p.dev[2].iface)
-    world.wg_set(p.dev[1], "fwmark", "51820", "peer", p.pub(2), "allowed-ips",
-                 "192.168.99.7,abab::1111")
+    world.wg_set(p.dev[1], "fwmark", "51820", "peer", p.pub(2), "allowed-ips", "192.168.99.7,abab::1111")
     for fam in ("-4", "-6"):
         world.ip("1", fam, "route", "add", "default", "dev", wg1, "table", "51820")
         world.ip("1", fam, "rule", "add", "not", "fwmark", "51820", "table", "51820")

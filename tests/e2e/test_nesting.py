@@ -8,6 +8,7 @@ endpoint is pointed into the inner one: every outer packet goes back into
 the inner tunnel, which sends it through the outer one again.  Each lap adds
 headers, so a packet dies at the MTU; the daemons must neither spin, nor
 grow, nor stop answering."""
+
 import sys
 import time
 
@@ -21,12 +22,14 @@ MiB = 1 << 20
 # budget (the 1 GiB figure is test_traffic's)
 NESTED_SIZE = 256 * MiB
 
-BLAST = ("import socket,sys\n"
-         "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
-         "n=int(sys.argv[1])\n"
-         "for i in range(n):\n"
-         "  try: s.sendto(b'x'*100,('192.168.241.2',9))\n"
-         "  except OSError: pass\n")
+BLAST = (
+    "import socket,sys\n"
+    "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+    "n=int(sys.argv[1])\n"
+    "for i in range(n):\n"
+    "  try: s.sendto(b'x'*100,('192.168.241.2',9))\n"
+    "  except OSError: pass\n"
+)
 
 
 def nest(w):
@@ -35,11 +38,8 @@ def nest(w):
         w.ip(p.dev[i].ns, "address", "flush", "dev", p.dev[i].iface)
     w.ip(p.dev[1].ns, "address", "add", "fd00::5:1/112", "dev", p.dev[1].iface)
     w.ip(p.dev[2].ns, "address", "add", "fd00::5:2/112", "dev", p.dev[2].iface)
-    w.wg_set(p.dev[1], "peer", p.pub(2), "preshared-key", "PSK", "allowed-ips", "fd00::5:2/128",
-             "endpoint", "127.0.0.1:2", private=p.priv(1), psk=p.psk)
-    w.wg_set(p.dev[2], "listen-port", "2", "peer", p.pub(1), "preshared-key", "PSK",
-             "allowed-ips", "fd00::5:1/128", "endpoint", "127.0.0.1:1", private=p.priv(2),
-             psk=p.psk)
+    p.set_peer(1, "fd00::5:2/128", "127.0.0.1:2")
+    p.set_peer(2, "fd00::5:1/128", "127.0.0.1:1", listen_port=True)
     key = {3: genkey(), 4: genkey()}
     inner = {1: w.daemon("1"), 2: w.daemon("2")}
     for i, me, other, far in ((1, 3, 4, "fd00::5:2"), (2, 4, 3, "fd00::5:1")):
@@ -48,9 +48,18 @@ def nest(w):
         w.ip(d.ns, "address", "add", f"192.168.241.{i}/24", "dev", d.iface)
         w.ip(d.ns, "address", "add", f"fd00::{i}/112", "dev", d.iface)
         w.ip(d.ns, "link", "set", "mtu", "1340", "up", "dev", d.iface)
-        w.wg_set(d, "listen-port", "5", "peer", key[other][1], "allowed-ips",
-                 f"192.168.241.{o}/32,fd00::{o}/128", "endpoint", f"[{far}]:5",
-                 private=key[me][0])
+        w.wg_set(
+            d,
+            "listen-port",
+            "5",
+            "peer",
+            key[other][1],
+            "allowed-ips",
+            f"192.168.241.{o}/32,fd00::{o}/128",
+            "endpoint",
+            f"[{far}]:5",
+            private=key[me][0],
+        )
     return p, inner
 
 
@@ -61,14 +70,17 @@ def test_wireguard_through_wireguard(world):
     world.assert_running()
 
 
-@impls(both_fail=(
-    "the loop never dies out: one ping keeps 80-300 MB/s circulating between the two tunnels for "
-    "as long as they exist (memory stays flat and the UAPI answers).  A lap that outgrows the "
-    "inner interface's MTU (1340) leaves the outer daemon's UDP socket anyway: the kernel "
-    "fragments it locally (IP_PMTUDISC_WANT, the socket default; ~84,000 datagrams of 1400+ "
-    "bytes without DF seen at POSTROUTING in ns0 within 3 s), and each fragment enters the inner "
-    "tunnel as a packet of its own, so laps multiply instead of dying at the MTU.  The Linux "
-    "module sends < 70,000 bytes"))
+@impls(
+    both_fail=(
+        "the loop never dies out: one ping keeps 80-300 MB/s circulating between the two tunnels for "
+        "as long as they exist (memory stays flat and the UAPI answers).  A lap that outgrows the "
+        "inner interface's MTU (1340) leaves the outer daemon's UDP socket anyway: the kernel "
+        "fragments it locally (IP_PMTUDISC_WANT, the socket default; ~84,000 datagrams of 1400+ "
+        "bytes without DF seen at POSTROUTING in ns0 within 3 s), and each fragment enters the inner "
+        "tunnel as a packet of its own, so laps multiply instead of dying at the MTU.  The Linux "
+        "module sends < 70,000 bytes"
+    )
+)
 def test_routing_loop_neither_hangs_nor_grows(world):
     p, inner = nest(world)
     world.ping("1", "192.168.241.2")
@@ -94,6 +106,7 @@ def test_routing_loop_neither_hangs_nor_grows(world):
         world.run("0", sys.executable, "-c", BLAST, "20000", timeout=120)
         time.sleep(1)
         return [d.rss_kib() for d in looping]
+
     warm = burst()
     after = burst()
     for d, a, b in zip(looping, warm, after):
@@ -104,5 +117,5 @@ def test_routing_loop_neither_hangs_nor_grows(world):
     world.assert_running()
     # and the loop died out: the Linux module's bound for the 10 pings' laps
     assert tx_after - tx_before < 70000, (
-        f"{tx_after - tx_before} bytes sent in the second after 10 looping pings: the loop "
-        "runs on")
+        f"{tx_after - tx_before} bytes sent in the second after 10 looping pings: the loop runs on"
+    )

@@ -1,5 +1,6 @@
 """Roaming, the crypto-routing filter and a private-key change, in the moved
 topology (tests/e2e/topology.py)."""
+
 import secrets
 
 import pytest
@@ -63,16 +64,24 @@ def test_private_key_change_then_immediate_handshake(world):
     one: the very next ping (one try, 1 s) handshakes and gets through."""
     p = moved_pair(world)
     p.endpoints("127.0.0.1", "127.0.0.1")
-    world.wg_set(p.dev[1], "peer", p.pub(2), "preshared-key", "PSK",
-                 "allowed-ips", "192.168.241.2/32", "endpoint", "127.0.0.1:2",
-                 private=p.priv(1), psk=p.psk)
-    world.wg_set(p.dev[2], "listen-port", "2", "peer", p.pub(1), "preshared-key", "PSK",
-                 "allowed-ips", "192.168.241.1/32", private=p.priv(2), psk=p.psk)
+    p.set_peer(1, "192.168.241.2/32", "127.0.0.1:2")
+    p.set_peer(2, "192.168.241.1/32", listen_port=True)
     world.ping("1", "192.168.241.2")
     key3, pub3 = genkey()
     world.wg_set(p.dev[1], private=key3)
-    world.wg_set(p.dev[2], "peer", pub3, "preshared-key", "PSK", "allowed-ips",
-                 "192.168.241.1/32", "peer", p.pub(1), "remove", psk=p.psk)
+    world.wg_set(
+        p.dev[2],
+        "peer",
+        pub3,
+        "preshared-key",
+        "PSK",
+        "allowed-ips",
+        "192.168.241.1/32",
+        "peer",
+        p.pub(1),
+        "remove",
+        psk=p.psk,
+    )
     # one packet, 1 s: the handshake with the new key is the first thing
     # sent, not a retry after 5 s (REKEY_TIMEOUT)
     world.ping("1", "192.168.241.2", wait=1)

@@ -5,6 +5,7 @@ by a veth pair:
 
     ns1: veth1 10.0.0.1/24 fd00:aa::1/96 ...   ns2: veth2 10.0.0.2/24 ...
 """
+
 import pytest
 
 from tests.e2e.conftest import impls
@@ -15,7 +16,8 @@ NO_STICKY_SOURCE = (
     "primary v4 / preferred v6 one), not from the one the peer sent to as the Linux module "
     "does; vpncrypt never reads the packets' destination (IP_PKTINFO/IPV6_PKTINFO); "
     "wireguard-go 0.0.20250522 behaves the same (the amneziawg-go fork traced it in the same "
-    "StdNetBind code to batched reads that drop the PKTINFO control message, its PR #144)")
+    "StdNetBind code to batched reads that drop the PKTINFO control message, its PR #144)"
+)
 
 HOST = {"v4": lambda a: a, "v6": lambda a: f"[{a}]"}
 
@@ -39,8 +41,10 @@ def sticky_topology(w, addrs1, addrs2):
 @impls()
 @pytest.mark.parametrize("family", ["v4", "v6"])
 def test_a_removed_source_address_is_given_up(world, family):
-    old, new, peer, plen = {"v4": ("10.0.0.1", "10.0.0.10", "10.0.0.2", 24),
-                            "v6": ("fd00:aa::1", "fd00:aa::10", "fd00:aa::2", 96)}[family]
+    old, new, peer, plen = {
+        "v4": ("10.0.0.1", "10.0.0.10", "10.0.0.2", 24),
+        "v6": ("fd00:aa::1", "fd00:aa::10", "fd00:aa::2", 96),
+    }[family]
     p = sticky_topology(world, [f"{old}/{plen}"], [f"{peer}/{plen}"])
     host = HOST[family]
     world.wg_set(p.dev[1], "peer", p.pub(2), "endpoint", f"{host(peer)}:2")
@@ -57,8 +61,11 @@ def test_a_removed_source_address_is_given_up(world, family):
 def test_reply_from_the_address_the_peer_sent_to(world):
     """ns1 has two v4 and two v6 addresses on one link; whichever ns2 sends
     to, ns1 answers from it (else ns2 would roam to ns1's primary)."""
-    p = sticky_topology(world, ["10.0.0.1/24", "10.0.0.2/24", "fd00:aa::1/96", "fd00:aa::2/96"],
-                        ["10.0.0.3/24", "fd00:aa::3/96"])
+    p = sticky_topology(
+        world,
+        ["10.0.0.1/24", "10.0.0.2/24", "fd00:aa::1/96", "fd00:aa::2/96"],
+        ["10.0.0.3/24", "fd00:aa::3/96"],
+    )
     for ep in ("10.0.0.1:1", "[fd00:aa::1]:1", "10.0.0.2:1", "[fd00:aa::2]:1"):
         world.wg_set(p.dev[2], "peer", p.pub(1), "endpoint", ep)
         world.ping("2", "192.168.241.1")

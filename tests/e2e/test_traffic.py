@@ -2,6 +2,7 @@
 started in ns0, interfaces moved to ns1 and ns2): ping, TCP and UDP, IPv4
 and IPv6 inside, over IPv4 and IPv6 outside, at the default MTU and at a big
 one; and the interface counters after 10 pings."""
+
 import pytest
 
 from tests.e2e.conftest import impls
@@ -24,10 +25,12 @@ def traffic(w, size):
     w.ping("2", "fd00::1", count=10, flood=True)
     w.ping("1", "fd00::2", count=10, flood=True)
     # TCP each way (v4 1->2, v6 2->1), UDP each way (v4 2->1, v6 1->2)
-    for server, client, addr, udp in (("2", "1", "192.168.241.2", False),
-                                      ("1", "2", "fd00::1", False),
-                                      ("1", "2", "192.168.241.1", True),
-                                      ("2", "1", "fd00::2", True)):
+    for server, client, addr, udp in (
+        ("2", "1", "192.168.241.2", False),
+        ("1", "2", "fd00::1", False),
+        ("1", "2", "192.168.241.1", True),
+        ("2", "1", "fd00::2", True),
+    ):
         end = iperf(w, server, client, addr, size, udp=udp)
         what = f"{'UDP' if udp else 'TCP'} to {addr}"
         if udp:

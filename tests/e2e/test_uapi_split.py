@@ -1,6 +1,7 @@
 """Requests and replies that do not fit one message (WireGuard's test of
 split netlink/UAPI replies), through `wg setconf` and `wg show`, on a daemon
 in ns0; and `wg show` of an interface that does not exist."""
+
 from tests.e2e.conftest import impls
 from tests.e2e.netns import genkey
 
@@ -14,8 +15,7 @@ def setconf(world, dev, lines):
 def test_one_peer_with_130560_allowed_ips(world):
     dev = world.daemon("0")
     lines = ["[Interface]", f"PrivateKey={genkey()[0]}", "[Peer]", f"PublicKey={genkey()[1]}"]
-    lines += [f"AllowedIPs={a}.{b}.0.0/16,{a:x}::{b:x}/128"
-              for a in range(1, 256) for b in range(256)]
+    lines += [f"AllowedIPs={a}.{b}.0.0/16,{a:x}::{b:x}/128" for a in range(1, 256) for b in range(256)]
     setconf(world, dev, lines)
     words = world.wg("show", dev.iface, "allowed-ips").stdout.split()
     # the peer's key and 255 x 256 x 2 networks
@@ -57,8 +57,7 @@ def test_29_empty_peers_and_one_with_allowed_ips(world):
     setconf(world, dev, lines)
     conf = world.wg("showconf", dev.iface).stdout
     assert conf.count("[Peer]") == 30
-    rows = dict(r.split("\t") for r in world.wg("show", dev.iface, "allowed-ips")
-                .stdout.splitlines())
+    rows = dict(r.split("\t") for r in world.wg("show", dev.iface, "allowed-ips").stdout.splitlines())
     assert rows == {**{p: "(none)" for p in empty}, last: "255.2.3.4/32 abcd::255/128"}
     world.remove(dev)
 

@@ -10,6 +10,7 @@ moved_pair:   both daemons started in ns0 (their UDP sockets on ns0's
 routed_pair:  the daemons started in ns1 and ns2 (sockets there), joined by
               `link_*` helpers (a router in ns0 with SNAT, or a veth pair).
 """
+
 import json
 import sys
 import time
@@ -35,6 +36,17 @@ class Pair:
     def priv(self, i):
         return self.key[i][0]
 
+    def set_peer(self, i, allowed_ips, endpoint=None, *, listen_port=False):
+        """dev[i]'s private key and its one peer, the other device, with the
+        PSK: `allowed_ips` (wg's comma list), the endpoint when given, and
+        dev[i]'s listen port (1 or 2) with `listen_port`."""
+        other = 3 - i
+        args = ["listen-port", str(PORT[i])] if listen_port else []
+        args += ["peer", self.pub(other), "preshared-key", "PSK", "allowed-ips", allowed_ips]
+        if endpoint is not None:
+            args += ["endpoint", endpoint]
+        self.world.wg_set(self.dev[i], *args, private=self.priv(i), psk=self.psk)
+
     def configure(self):
         """Addresses, keys, listen ports 1 and 2, one peer each (with the
         PSK), links up; no endpoints yet."""
@@ -45,9 +57,7 @@ class Pair:
             w.ip(d.ns, "address", "add", f"{v4}/24", "dev", d.iface)
             w.ip(d.ns, "address", "add", f"{v6}/112", "dev", d.iface)
             o4, o6 = INNER[other]
-            w.wg_set(d, "listen-port", str(PORT[i]), "peer", self.pub(other),
-                     "preshared-key", "PSK", "allowed-ips", f"{o4}/32,{o6}/128",
-                     private=self.priv(i), psk=self.psk)
+            self.set_peer(i, f"{o4}/32,{o6}/128", listen_port=True)
         for i in (1, 2):
             w.ip(self.dev[i].ns, "link", "set", "up", "dev", self.dev[i].iface)
 
@@ -83,8 +93,7 @@ def routed_pair(world) -> Pair:
 
 
 def veth(world, a, name_a, b, name_b):
-    world.ip(a, "link", "add", name_a, "type", "veth", "peer", "name", name_b,
-             "netns", world.n(b))
+    world.ip(a, "link", "add", name_a, "type", "veth", "peer", "name", name_b, "netns", world.n(b))
 
 
 def wait_up(world, k, ifname, timeout=10):
@@ -102,14 +111,16 @@ def wait_up(world, k, ifname, timeout=10):
 def udp_listen(world, k, port, wait=2.0):
     """A UDP receiver on *:port in namespace k: returns a handle whose
     .result() is the bytes received within `wait` seconds (b'' if none)."""
-    code = ("import socket,sys\n"
-            "s=socket.socket(socket.AF_INET6,socket.SOCK_DGRAM)\n"
-            "s.setsockopt(socket.IPPROTO_IPV6,socket.IPV6_V6ONLY,0)\n"
-            f"s.bind(('::',{port}))\n"
-            "print('ready',flush=True)\n"
-            f"s.settimeout({wait})\n"
-            "try:\n data=s.recv(100)\nexcept socket.timeout:\n data=b''\n"
-            "sys.stdout.write(data.hex()+'\\n')\n")
+    code = (
+        "import socket,sys\n"
+        "s=socket.socket(socket.AF_INET6,socket.SOCK_DGRAM)\n"
+        "s.setsockopt(socket.IPPROTO_IPV6,socket.IPV6_V6ONLY,0)\n"
+        f"s.bind(('::',{port}))\n"
+        "print('ready',flush=True)\n"
+        f"s.settimeout({wait})\n"
+        "try:\n data=s.recv(100)\nexcept socket.timeout:\n data=b''\n"
+        "sys.stdout.write(data.hex()+'\\n')\n"
+    )
     p = world.popen(k, sys.executable, "-c", code)
     assert p.stdout.readline().strip() == "ready", p.stderr.read()
 
@@ -119,14 +130,17 @@ def udp_listen(world, k, port, wait=2.0):
             out, err = p.communicate(timeout=wait + 20)
             assert p.returncode == 0, err
             return bytes.fromhex(out.strip())
+
     return Handle()
 
 
 def udp_send(world, k, addr, port, data: bytes):
-    code = ("import socket,sys\n"
-            f"s=socket.socket(socket.AF_INET6 if ':' in {addr!r} else socket.AF_INET,"
-            "socket.SOCK_DGRAM)\n"
-            f"s.sendto(bytes.fromhex({data.hex()!r}),({addr!r},{port}))\n")
+    code = (
+        "import socket,sys\n"
+        f"s=socket.socket(socket.AF_INET6 if ':' in {addr!r} else socket.AF_INET,"
+        "socket.SOCK_DGRAM)\n"
+        f"s.sendto(bytes.fromhex({data.hex()!r}),({addr!r},{port}))\n"
+    )
     world.run(k, sys.executable, "-c", code)
 
 
@@ -141,13 +155,11 @@ def iperf(world, server_ns, client_ns, addr, size, udp=False, timeout=180):
     port = "5201"
     srv = world.popen(server_ns, "iperf3", "-s", "-1", "-B", addr, "-p", port)
     deadline = time.monotonic() + 10
-    while f":{port}" not in world._run(
-            ["ss", "-N", world.n(server_ns), "-tlnH", f"sport = {port}"]).stdout:
+    while f":{port}" not in world._run(["ss", "-N", world.n(server_ns), "-tlnH", f"sport = {port}"]).stdout:
         assert srv.poll() is None, f"iperf3 server exited: {srv.stderr.read()}"
         assert time.monotonic() < deadline, "iperf3 server did not listen"
         time.sleep(0.05)
-    args = ["iperf3", "-Z", "-J", "--connect-timeout", "5000", "-n", str(size), "-c", addr,
-            "-p", port]
+    args = ["iperf3", "-Z", "-J", "--connect-timeout", "5000", "-n", str(size), "-c", addr, "-p", port]
     if udp:
         args += ["-u", "-b", "0"]
     # the client, watched: a daemon that dies mid-stream fails the scenario
@@ -160,13 +172,17 @@ def iperf(world, server_ns, client_ns, addr, size, udp=False, timeout=180):
             cli.kill()
             srv.kill()
             cli.wait(10)
-            raise AssertionError(f"iperf3 to {addr}: " + (f"{dead} exited mid-stream"
-                                 if dead else f"not done within {timeout} s") + world.logs())
+            raise AssertionError(
+                f"iperf3 to {addr}: "
+                + (f"{dead} exited mid-stream" if dead else f"not done within {timeout} s")
+                + world.logs()
+            )
         time.sleep(0.1)
     out, err = cli.communicate()
     if cli.returncode != 0:
         srv.kill()
     srv.wait(30)
-    assert cli.returncode == 0, (f"iperf3 {'UDP' if udp else 'TCP'} to {addr}: {out[-2000:]}{err}\n"
-                                 f"{world.logs()}")
+    assert cli.returncode == 0, (
+        f"iperf3 {'UDP' if udp else 'TCP'} to {addr}: {out[-2000:]}{err}\n{world.logs()}"
+    )
     return json.loads(out)["end"]

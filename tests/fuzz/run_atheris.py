@@ -6,12 +6,13 @@ TARGET is a key of targets.TARGETS.  vpncrypt and the harness are imported
 with atheris' coverage instrumentation.  Any exception escaping the target is
 a crash: atheris prints it and writes the input to -artifact_prefix.
 """
+
 import sys
 
 import atheris
 
 with atheris.instrument_imports(include=["vpncrypt", "tests.fuzz.targets"]):
-    import vpncrypt.daemon.adapter  # noqa: F401  (DeviceControl, used by the uapi target)
+    import vpncrypt.daemon.device_control  # noqa: F401  (DeviceControl, used by the uapi target)
     from tests.fuzz import targets
 
 

@@ -16,6 +16,7 @@ Targets
 Everything is deterministic for a given input (fixed keys, seeded rngs, a
 fake clock), so a saved input reproduces its finding.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,15 +25,15 @@ import dataclasses
 import ipaddress
 import logging
 import random
-import struct
 from collections import Counter
 
+from tests.packets import ipv4, ipv6
 from vpncrypt.config.model import ConfigError
 from vpncrypt.config.parser import parse_config
 from vpncrypt.daemon import uapi
 from vpncrypt.protocol import Device, Output, keys
 from vpncrypt.protocol import messages as M
-from vpncrypt.protocol.timers import TimerConfig
+from vpncrypt.protocol.timers import ProtocolConfig
 
 # ----------------------------------------------------------------------------
 # the datagram world
@@ -49,21 +50,19 @@ B_PRIV = keys.clamp(random.Random(2).randbytes(32))
 C_PRIV = keys.clamp(random.Random(3).randbytes(32))
 # Short timers keep the interesting deadlines within the clock ops' reach; a
 # handshake queue of 32 puts a device under load from 4 waiting messages on.
-TIMERS = TimerConfig(rekey_after_time=12.0, reject_after_time=18.0, rekey_attempt_time=9.0,
-                     rekey_timeout=1.0, keepalive_timeout=2.0, cookie_secret_max_age=12.0,
-                     cookie_secret_latency=0.5, max_staged_packets=16, handshake_queue_size=32)
+TIMERS = ProtocolConfig(
+    rekey_after_time=12.0,
+    reject_after_time=18.0,
+    rekey_attempt_time=9.0,
+    rekey_timeout=1.0,
+    keepalive_timeout=2.0,
+    cookie_secret_max_age=12.0,
+    cookie_secret_latency=0.5,
+    max_staged_packets=16,
+    handshake_queue_size=32,
+)
 MAX_RELAY_HOPS = 64
 MAX_OPS = 64
-
-
-def ipv4(src: str, dst: str, payload: bytes = b"x" * 12) -> bytes:
-    hdr = struct.pack(">BBHHHBBH", 0x45, 0, 20 + len(payload), 0, 0, 64, 17, 0)
-    return hdr + ipaddress.IPv4Address(src).packed + ipaddress.IPv4Address(dst).packed + payload
-
-
-def ipv6(src: str, dst: str, payload: bytes = b"y" * 8) -> bytes:
-    return (struct.pack(">IHBB", 6 << 28, len(payload), 17, 64) + ipaddress.IPv6Address(src).packed
-            + ipaddress.IPv6Address(dst).packed + payload)
 
 
 # Packets the seed generator (make_corpus.py) has each side seal once: a saved
@@ -116,14 +115,20 @@ class World:
 
     def __init__(self, backend: str = "native"):
         self.clock = Clock()
-        kw = dict(wallclock=self.clock.wall, backend=backend, timer_config=TIMERS,
-                  ratelimit_rate=5, ratelimit_burst=2)
+        kw = dict(
+            wallclock=self.clock.wall,
+            backend=backend,
+            protocol_config=TIMERS,
+            ratelimit_rate=5,
+            ratelimit_burst=2,
+        )
         self.a = Device(A_PRIV, rng=random.Random(11).randbytes, **kw)
         self.b = Device(B_PRIV, rng=random.Random(12).randbytes, **kw)
         self.a.add_peer(self.b.public_key, preshared_key=PSK, allowed_ips=B_NETS[:2], endpoint=B_ADDR)
         self.b.add_peer(self.a.public_key, preshared_key=PSK, allowed_ips=A_NETS, endpoint=None)
-        self.b.add_peer(keys.public_from_private(C_PRIV), allowed_ips=["10.3.0.0/24"],
-                        endpoint=("203.0.113.3", 4000))
+        self.b.add_peer(
+            keys.public_from_private(C_PRIV), allowed_ips=["10.3.0.0/24"], endpoint=("203.0.113.3", 4000)
+        )
         self.dev = {"A": self.a, "B": self.b}
         self.addr = {"A": A_ADDR, "B": B_ADDR}
         self.sent = {"A": Counter(), "B": Counter()}
@@ -163,25 +168,34 @@ class World:
         for data, _addr in out.datagrams:
             check(isinstance(data, bytes), f"{side}: emitted a non-bytes datagram")
             t = M.message_type(data)
-            want = {M.MSG_INITIATION: M.INITIATION_LEN, M.MSG_RESPONSE: M.RESPONSE_LEN,
-                    M.MSG_COOKIE_REPLY: M.COOKIE_REPLY_LEN}.get(t)
+            want = {
+                M.MSG_INITIATION: M.INITIATION_LEN,
+                M.MSG_RESPONSE: M.RESPONSE_LEN,
+                M.MSG_COOKIE_REPLY: M.COOKIE_REPLY_LEN,
+            }.get(t)
             check(t != 0, f"{side}: emitted a datagram of unknown type {data[:4].hex()}")
             if want is not None:
                 check(len(data) == want, f"{side}: emitted type {t} of length {len(data)}")
             else:
-                check(len(data) >= M.TRANSPORT_MIN_LEN and len(data) % 16 == 0,
-                      f"{side}: emitted a transport message of length {len(data)}")
+                check(
+                    len(data) >= M.TRANSPORT_MIN_LEN and len(data) % 16 == 0,
+                    f"{side}: emitted a transport message of length {len(data)}",
+                )
         for pkt in out.packets:
             check(isinstance(pkt, bytes) and len(pkt) >= 20, f"{side}: delivered a short packet")
             v = pkt[0] >> 4
-            src = (ipaddress.IPv4Address(pkt[12:16]) if v == 4 else ipaddress.IPv6Address(pkt[8:24]))
-            check(any(src in n for n in peer_nets),
-                  f"{side}: delivered a packet from {src}, outside the peer's AllowedIPs")
+            src = ipaddress.IPv4Address(pkt[12:16]) if v == 4 else ipaddress.IPv6Address(pkt[8:24])
+            check(
+                any(src in n for n in peer_nets),
+                f"{side}: delivered a packet from {src}, outside the peer's AllowedIPs",
+            )
             self.delivered[side][pkt] += 1
             allowed = self.sent[other][pkt] + SEED_PACKETS[other].count(pkt)
-            check(self.delivered[side][pkt] <= allowed,
-                  f"{side}: delivered a packet {self.delivered[side][pkt]} times that "
-                  f"{other} sent {allowed} times: {pkt[:40].hex()}")
+            check(
+                self.delivered[side][pkt] <= allowed,
+                f"{side}: delivered a packet {self.delivered[side][pkt]} times that "
+                f"{other} sent {allowed} times: {pkt[:40].hex()}",
+            )
 
     def receive(self, side: str, items) -> Output:
         dev = self.dev[side]
@@ -232,19 +246,25 @@ def check_parsers(data: bytes) -> None:
         except M.MalformedMessage:
             continue
         if name == "initiation":
-            again = M.pack_initiation_body(msg.sender, msg.ephemeral, msg.static, msg.timestamp) \
-                + msg.mac1 + msg.mac2
+            again = (
+                M.pack_initiation_body(msg.sender, msg.ephemeral, msg.static, msg.timestamp)
+                + msg.mac1
+                + msg.mac2
+            )
         elif name == "response":
-            again = M.pack_response_body(msg.sender, msg.receiver, msg.ephemeral, msg.empty) \
-                + msg.mac1 + msg.mac2
+            again = (
+                M.pack_response_body(msg.sender, msg.receiver, msg.ephemeral, msg.empty) + msg.mac1 + msg.mac2
+            )
         elif name == "cookie_reply":
             again = M.pack_cookie_reply(msg.receiver, msg.nonce, msg.cookie)
         else:
             receiver, counter, sealed = msg
             again = M.pack_transport_header(receiver, counter) + sealed
         check(again == data, f"parse_{name} does not round-trip")
-        check(t == {"initiation": 1, "response": 2, "cookie_reply": 3, "transport": 4}[name],
-              f"parse_{name} accepted a message of type {t}")
+        check(
+            t == {"initiation": 1, "response": 2, "cookie_reply": 3, "transport": 4}[name],
+            f"parse_{name} accepted a message of type {t}",
+        )
 
 
 class Reader:
@@ -268,7 +288,7 @@ class Reader:
 
     def blob(self) -> bytes:
         n = self.u16()
-        b = self.data[self.pos:self.pos + n]
+        b = self.data[self.pos : self.pos + n]
         self.pos += len(b)
         return b
 
@@ -348,6 +368,7 @@ def datagram_target(data: bytes) -> None:
 # ----------------------------------------------------------------------------
 # UAPI
 
+
 class _StubDaemon:
     """What DeviceControl needs of the daemon, without sockets or a TUN."""
 
@@ -394,11 +415,16 @@ _loop = None
 
 
 def _control():
-    from vpncrypt.daemon.adapter import DeviceControl
-    dev = Device(B_PRIV, rng=random.Random(5).randbytes, wallclock=lambda: 1_700_000_000.0,
-                 backend="native", timer_config=TIMERS)
-    dev.add_peer(keys.public_from_private(A_PRIV), preshared_key=PSK, allowed_ips=A_NETS,
-                 endpoint=A_ADDR)
+    from vpncrypt.daemon.device_control import DeviceControl
+
+    dev = Device(
+        B_PRIV,
+        rng=random.Random(5).randbytes,
+        wallclock=lambda: 1_700_000_000.0,
+        backend="native",
+        protocol_config=TIMERS,
+    )
+    dev.add_peer(keys.public_from_private(A_PRIV), preshared_key=PSK, allowed_ips=A_NETS, endpoint=A_ADDR)
     return DeviceControl(_StubDaemon(dev))
 
 
@@ -416,8 +442,10 @@ def _check_reply(op_line: str, reply: bytes) -> None:
     if _recorder.records:
         rec = _recorder.records[0]
         _recorder.records.clear()
-        raise Finding(f"UAPI {op_line[:30]!r}: unexpected exception answered as EIO: "
-                      f"{rec.exc_info[0].__name__}: {rec.exc_info[1]}") from rec.exc_info[1]
+        raise Finding(
+            f"UAPI {op_line[:30]!r}: unexpected exception answered as EIO: "
+            f"{rec.exc_info[0].__name__}: {rec.exc_info[1]}"
+        ) from rec.exc_info[1]
     check(code != -5, f"UAPI {op_line[:30]!r} answered EIO")
 
 
@@ -493,6 +521,7 @@ def config_target(data: bytes) -> None:
     error about a PrivateKey/PresharedKey line must not echo its value, and a
     Config's repr never shows a secret."""
     import re
+
     global _LINE_RE
     if _LINE_RE is None:
         _LINE_RE = re.compile(r"^fuzz\.conf:(\d+): ")
@@ -505,8 +534,10 @@ def config_target(data: bytes) -> None:
         check(m is not None, f"ConfigError without file:line: {msg!r}")
         # lines end at "\n" only, as the parser (and wg) count them
         n_lines = text.count("\n") + 1
-        check(e.line == int(m.group(1)) and 1 <= e.line <= n_lines,
-              f"ConfigError line {e.line} / {m.group(1)} outside 1..{n_lines}")
+        check(
+            e.line == int(m.group(1)) and 1 <= e.line <= n_lines,
+            f"ConfigError line {e.line} / {m.group(1)} outside 1..{n_lines}",
+        )
         check(e.path == "fuzz.conf", f"ConfigError path {e.path!r}")
         # An error about a PrivateKey/PresharedKey line never shows its value:
         # the same text with a marker in place of the value must not echo it.
@@ -524,12 +555,17 @@ def config_target(data: bytes) -> None:
     for p in cfg.peers:
         check(len(bytes(p.public_key)) == 32, "a peer key is not 32 bytes")
         if p.preshared_key is not None:
-            check("preshared" not in repr(p) or bytes(p.preshared_key).hex() not in repr(p),
-                  "PeerConfig repr shows the preshared key")
+            check(
+                "preshared" not in repr(p) or bytes(p.preshared_key).hex() not in repr(p),
+                "PeerConfig repr shows the preshared key",
+            )
     if cfg.interface.private_key is not None:
         r = repr(cfg)
-        check(bytes(cfg.interface.private_key).hex() not in r
-              and cfg.interface.private_key.to_base64() not in r, "Config repr shows the private key")
+        check(
+            bytes(cfg.interface.private_key).hex() not in r
+            and cfg.interface.private_key.to_base64() not in r,
+            "Config repr shows the private key",
+        )
 
 
 TARGETS = {

@@ -1,6 +1,7 @@
 """Every saved input in tests/fuzz/corpus/<target>/ (seeds and any crash-*
 found by a fuzzer) is run through its Python target in-process, every run.
 (The C targets' corpora are replayed by test_fuzz_native.py.)"""
+
 import os
 
 import pytest
@@ -36,6 +37,7 @@ def test_seeds_reach_deep_paths():
     answered, the saved response completes a handshake, the saved cookie reply
     is accepted and the saved data messages are delivered."""
     from tests.fuzz import targets as T
+
     made = []
     orig = T.World.__init__
 
@@ -53,7 +55,9 @@ def test_seeds_reach_deep_paths():
     try:
         w = run("init")
         pb = w.b.peers[w.a.public_key]
-        assert w.b.counters.handshakes_completed == 1 and pb.stats(w.b.table.clock(w.clock.now)).next is not None
+        assert (
+            w.b.counters.handshakes_completed == 1 and pb.stats(w.b.table.clock(w.clock.now)).next is not None
+        )
         w = run("resp")
         assert w.a.counters.handshakes_completed == 2
         w = run("cookie")

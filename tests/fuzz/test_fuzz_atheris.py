@@ -6,16 +6,14 @@ runs it on every run from then on.
 
 New coverage found during a run goes to a temporary directory, not to the
 repository (libFuzzer writes to the first corpus directory only)."""
+
 import importlib.util
-import os
 import re
-import subprocess
 import sys
-import tempfile
 
 import pytest
 
-from tests.fuzz.conftest import CORPUS, REPO, artifacts, fuzz_seconds, tail
+from tests.fuzz.conftest import artifacts, fuzz_seconds, run_fuzzer, tail
 
 # seconds, and libFuzzer -max_len, per target (CI: the whole suite ~90 s on 2 cores)
 FUZZERS = {
@@ -28,26 +26,24 @@ FUZZERS = {
 @pytest.mark.parametrize("target", sorted(FUZZERS))
 def test_atheris(target):
     if importlib.util.find_spec("atheris") is None:
-        pytest.fail("atheris is not installed: `pip install atheris` (it is in pyproject's "
-                    "[test] extra, which tests/run.sh installs)", pytrace=False)
+        pytest.fail(
+            "atheris is not installed: `pip install atheris` (it is in pyproject's "
+            "[test] extra, which tests/run.sh installs)",
+            pytrace=False,
+        )
     seconds, max_len = FUZZERS[target]
     seconds = fuzz_seconds(seconds)
-    seed_dir = os.path.join(CORPUS, target)
-    before = artifacts(target)
-    with tempfile.TemporaryDirectory(prefix=f"vc-fuzz-{target}-") as work:
-        cmd = [sys.executable, "-m", "tests.fuzz.run_atheris", target, work, seed_dir,
-               f"-max_total_time={seconds}", f"-max_len={max_len}", "-timeout=20",
-               "-rss_limit_mb=4096", "-report_slow_units=100000", "-print_final_stats=1",
-               f"-artifact_prefix={seed_dir}{os.sep}"]
-        p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           timeout=seconds + 120)
-    out = p.stdout.decode(errors="replace")
+    rc, out, before = run_fuzzer(
+        [sys.executable, "-m", "tests.fuzz.run_atheris", target], target, seconds, max_len
+    )
     new = sorted(artifacts(target) - before)
-    if p.returncode != 0 or new:
+    if rc != 0 or new:
         saved = ", ".join(f"tests/fuzz/corpus/{target}/{f}" for f in new) or "none written"
-        pytest.fail(f"atheris found a failure in target {target!r} (exit {p.returncode}); "
-                    f"input saved: {saved} (commit it: it is replayed on every run)\n{tail(out)}",
-                    pytrace=False)
+        pytest.fail(
+            f"atheris found a failure in target {target!r} (exit {rc}); "
+            f"input saved: {saved} (commit it: it is replayed on every run)\n{tail(out)}",
+            pytrace=False,
+        )
     m = re.search(r"Done (\d+) runs in", out)
     assert m, f"atheris did not finish normally:\n{tail(out)}"
     runs = int(m.group(1))

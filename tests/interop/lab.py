@@ -4,29 +4,29 @@ Two namespaces A and B joined by a veth pair (192.168.241.1/24 in A,
 192.168.241.2/24 in B); a tunnel between them (10.200.0.1 in A, 10.200.0.2 in
 B).  Everything is created with random names and removed by Lab.close(), even
 when a test fails."""
+
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-from tests.installed import script
+from tests.installed import vpncrypt_command
+from vpncrypt.bench import lab as benchlab
+from vpncrypt.bench.lab import SOCKET_DIR, Proc
 from vpncrypt.daemon import uapiclient
 from vpncrypt.protocol import keys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOCKET_DIR = "/var/run/wireguard"
 OUTER = {"A": "192.168.241.1", "B": "192.168.241.2"}
 INNER = {"A": "10.200.0.1", "B": "10.200.0.2"}
 PORT = 51820
 
 
-_CURRENT_WGGO = []
+_CURRENT_WGGO: list[str] = []
 
 
 def current_wireguard_go() -> str:
@@ -35,8 +35,12 @@ def current_wireguard_go() -> str:
     if not _CURRENT_WGGO:
         path = os.environ.get("VPNCRYPT_WIREGUARD_GO_CURRENT")
         if not path:
-            r = subprocess.run(["bash", os.path.join(REPO, "tests", "tools", "fetch-wireguard-go.sh")],
-                               capture_output=True, text=True, timeout=600)
+            r = subprocess.run(
+                ["bash", os.path.join(REPO, "tests", "tools", "fetch-wireguard-go.sh")],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert r.returncode == 0, f"fetching the current wireguard-go failed:\n{r.stderr}"
             path = r.stdout.strip().splitlines()[-1]
         assert os.access(path, os.X_OK), f"{path}: not an executable wireguard-go"
@@ -48,20 +52,6 @@ def need(tool):
     path = shutil.which(tool)
     assert path, f"required tool {tool!r} is not installed (tests never skip)"
     return path
-
-
-class Proc:
-    def __init__(self, name, popen, log_path):
-        self.name = name
-        self.popen = popen
-        self.log_path = log_path
-
-    def log(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
 
 
 class Node:
@@ -118,9 +108,15 @@ class Node:
         peers = {}
         for line in lines[1:]:
             f = line.split("\t")
-            peers[f[0]] = {"psk": f[1], "endpoint": f[2], "allowed_ips": f[3],
-                           "handshake": int(f[4]), "rx": int(f[5]), "tx": int(f[6]),
-                           "keepalive": f[7]}
+            peers[f[0]] = {
+                "psk": f[1],
+                "endpoint": f[2],
+                "allowed_ips": f[3],
+                "handshake": int(f[4]),
+                "rx": int(f[5]),
+                "tx": int(f[6]),
+                "keepalive": f[7],
+            }
         return peers
 
     def conf(self, peers, *, listen=True, mtu=None, address=True, extra_iface=""):
@@ -169,10 +165,12 @@ class Node:
         need(self.binary)
         log = os.path.join(self.lab.tmp, f"{self.iface}.log")
         with open(log, "wb") as f:
-            p = subprocess.Popen(["ip", "netns", "exec", self.ns, self.binary, "-f", self.iface],
-                                 stdout=f, stderr=subprocess.STDOUT,
-                                 env={**os.environ, "LOG_LEVEL": "debug",
-                                      "WG_PROCESS_FOREGROUND": "1"})
+            p = subprocess.Popen(
+                ["ip", "netns", "exec", self.ns, self.binary, "-f", self.iface],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "LOG_LEVEL": "debug", "WG_PROCESS_FOREGROUND": "1"},
+            )
         self.proc = Proc(self.iface, p, log)
         self.lab.procs.append(self.proc)
         deadline = time.monotonic() + 10
@@ -198,52 +196,38 @@ class Node:
     def ping(self, other, count=3, check=True):
         r = self.run("ping", "-c", str(count), "-W", "2", "-i", "0.2", other.inner, check=False)
         if check:
-            assert r.returncode == 0, (f"ping {self.side}->{other.side} failed:\n{r.stdout}\n"
-                                       f"{self.lab.logs()}")
+            assert r.returncode == 0, f"ping {self.side}->{other.side} failed:\n{r.stdout}\n{self.lab.logs()}"
         return r.returncode == 0
 
 
-class Lab:
+class Lab(benchlab.Lab):
+    """vpncrypt.bench.lab's Lab, set up at once, with what the tests add:
+    their nodes, notify sockets, the test tools and `vpncrypt up` with
+    READY=1 awaited."""
+
     def __init__(self, veth_mtu=1500):
         need("ip")
         need("wg")
-        self.id = secrets.token_hex(3)
-        self.ns = {"A": f"vcA-{self.id}", "B": f"vcB-{self.id}"}
-        self.tmp = tempfile.mkdtemp(prefix="vpncrypt-interop-")
-        self.procs = []
+        super().__init__(
+            prefix="vc", outer=OUTER, veth_mtu=veth_mtu, cwd=REPO, tmp_prefix="vpncrypt-interop-"
+        )
         self.nodes = []
         self.notify_socks = []
         try:
-            for ns in self.ns.values():
-                self._ip("netns", "add", ns)
-                self._ip("-n", ns, "link", "set", "lo", "up")
-            va, vb = f"va{self.id}", f"vb{self.id}"
-            self._ip("link", "add", va, "netns", self.ns["A"], "mtu", str(veth_mtu),
-                     "type", "veth", "peer", "name", vb, "netns", self.ns["B"], "mtu", str(veth_mtu))
-            self.veth = {"A": va, "B": vb}
-            for side, dev in self.veth.items():
-                self._ip("-n", self.ns[side], "address", "add", f"{OUTER[side]}/24", "dev", dev)
-                self._ip("-n", self.ns[side], "link", "set", dev, "up")
+            self.setup()
         except BaseException:
             self.close()
             raise
 
-    def _ip(self, *args):
-        r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
-        assert r.returncode == 0, f"ip {' '.join(args)}: {r.stderr}"
-
-    def run_in(self, side, *cmd, check=True, timeout=60, **kw):
-        kw.setdefault("capture_output", True)
-        kw.setdefault("text", True)
-        r = subprocess.run(["ip", "netns", "exec", self.ns[side], *cmd], timeout=timeout,
-                           cwd=REPO, **kw)
-        if check:
-            assert r.returncode == 0, f"{' '.join(cmd)} in {side}: rc={r.returncode}\n{r.stdout}\n{r.stderr}"
-        return r
-
     def popen_in(self, side, *cmd, **kw):
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns[side], *cmd], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+        p = subprocess.Popen(
+            self.ns_cmd(side, *cmd),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **kw,
+        )
         self.procs.append(Proc(cmd[0], p, None))
         return p
 
@@ -253,13 +237,14 @@ class Lab:
 
     def tool_bg(self, side, *args):
         p = self.popen_in(side, sys.executable, "-m", "tests.interop.tools", *args)
-        line = p.stdout.readline()   # {"listening": true}
+        line = p.stdout.readline()  # {"listening": true}
         assert "listening" in line, f"tool {args} did not start: {p.stderr.read()}"
         return p
 
     def node(self, side, kind):
         n = Node(self, side, kind)
         self.nodes.append(n)
+        self.ifaces.append(n.iface)
         return n
 
     def notify_socket(self):
@@ -269,21 +254,43 @@ class Lab:
         self.notify_socks.append(s)
         return s, path
 
-    def spawn_vpncrypt(self, side, iface, conf_path, *, env=None, wait_ready=True,
-                       extra_args=(), prefix=(), log_level="debug", command=None):
+    def spawn_vpncrypt(
+        self,
+        side,
+        iface,
+        conf_path,
+        *,
+        env=None,
+        wait_ready=True,
+        extra_args=(),
+        prefix=(),
+        log_level="debug",
+        command=None,
+    ):
         """Start `vpncrypt up` in a namespace with a NOTIFY_SOCKET; wait for
         READY=1.  `prefix`: a command to run it under (e.g. prlimit);
         `command`: the vpncrypt to run (default: the venv's)."""
         ns_sock, ns_path = self.notify_socket()
         log = os.path.join(self.tmp, f"{iface}.log")
-        args = [*prefix, command or script("vpncrypt"), "up", iface, "--log-level", log_level,
-                *extra_args]
+        args = [
+            *prefix,
+            *([command] if command else vpncrypt_command(env)),
+            "up",
+            iface,
+            "--log-level",
+            log_level,
+            *extra_args,
+        ]
         if conf_path:
             args += ["-c", conf_path]
         with open(log, "wb") as f:
-            p = subprocess.Popen(["ip", "netns", "exec", self.ns[side], *args], cwd=REPO,
-                                 stdout=f, stderr=subprocess.STDOUT,
-                                 env={**os.environ, **(env or {}), "NOTIFY_SOCKET": ns_path})
+            p = subprocess.Popen(
+                self.ns_cmd(side, *args),
+                cwd=REPO,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {}), "NOTIFY_SOCKET": ns_path},
+            )
         proc = Proc(iface, p, log)
         proc.notify = ns_sock
         self.procs.append(proc)
@@ -304,8 +311,9 @@ class Lab:
                     return seen
             except socket.timeout:
                 if proc.popen.poll() is not None:
-                    raise AssertionError(f"{proc.name} exited with {proc.popen.returncode} "
-                                         f"before {what}:\n{proc.log()}")
+                    raise AssertionError(
+                        f"{proc.name} exited with {proc.popen.returncode} before {what}:\n{proc.log()}"
+                    )
         raise AssertionError(f"{proc.name}: no {what} within {timeout}s; got {seen}:\n{proc.log()}")
 
     def logs(self):
@@ -316,43 +324,20 @@ class Lab:
         return "\n".join(out)
 
     def link_exists(self, side, iface):
-        r = subprocess.run(["ip", "-n", self.ns[side], "link", "show", iface],
-                           capture_output=True, timeout=10)
+        r = subprocess.run(
+            ["ip", "-n", self.ns[side], "link", "show", iface], capture_output=True, timeout=10
+        )
         return r.returncode == 0
 
     def close(self):
-        for p in self.procs:
-            if p.popen.poll() is None:
-                try:
-                    p.popen.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs:
-            try:
-                p.popen.wait(5)
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait(5)
-            for stream in (p.popen.stdout, p.popen.stderr):
-                if stream is not None:
-                    stream.close()
-        for ns in self.ns.values():
-            # kills nothing of ours that is still alive: every process we
-            # started has exited above; this only removes the namespace
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
-        for n in self.nodes:
-            if os.path.exists(n.sock):
-                try:
-                    os.unlink(n.sock)
-                except OSError:
-                    pass
-        for s in self.notify_socks:
-            s.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            super().close()
+        finally:
+            for s in self.notify_socks:
+                s.close()
 
 
-def pair(lab, kind_a, kind_b, *, initiator="A", psk=False, mtu=None, env_a=None, env_b=None,
-         keepalive=0):
+def pair(lab, kind_a, kind_b, *, initiator="A", psk=False, mtu=None, env_a=None, env_b=None, keepalive=0):
     """Start a tunnel: A is `kind_a`, B is `kind_b`; only the initiator has
     the other's Endpoint (so it must be the one to start the handshake)."""
     a, b = lab.node("A", kind_a), lab.node("B", kind_b)

@@ -2,6 +2,7 @@
 Key: reason` for config errors, without a logger prefix or an errno number;
 exits 1; leaves nothing behind; and logs no "down" for what never came up
 (issue 10 f)."""
+
 import os
 import re
 import subprocess
@@ -36,8 +37,15 @@ def _line_of(text, start):
 
 def test_unresolvable_endpoint_names_the_endpoint_line(lab):
     a = lab.node("A", "vpncrypt")
-    text = a.conf([{"public": keys.pubkey(keys.genkey()), "allowed": "10.9.0.0/24",
-                    "endpoint": "no-such-host.invalid:51820"}])
+    text = a.conf(
+        [
+            {
+                "public": keys.pubkey(keys.genkey()),
+                "allowed": "10.9.0.0/24",
+                "endpoint": "no-such-host.invalid:51820",
+            }
+        ]
+    )
     path, line = _fails(lab, a, text)
     n = _line_of(text, "Endpoint")
     assert line.startswith(f"{path}:{n}: [Peer] Endpoint: cannot resolve no-such-host.invalid"), line
@@ -48,8 +56,10 @@ def test_bad_preshared_key_points_at_genpsk(lab):
     text = a.conf([{"public": keys.pubkey(keys.genkey()), "psk": "tooshort="}])
     path, line = _fails(lab, a, text)
     n = _line_of(text, "PresharedKey")
-    assert line == (f"{path}:{n}: [Peer] PresharedKey: Key is not the correct length or format "
-                    "(44 characters of base64, as printed by `wg genpsk`)"), line
+    assert line == (
+        f"{path}:{n}: [Peer] PresharedKey: Key is not the correct length or format "
+        "(44 characters of base64, as printed by `wg genpsk`)"
+    ), line
 
 
 def test_unknown_key(lab):
@@ -60,36 +70,44 @@ def test_unknown_key(lab):
 
 def test_port_in_use_names_the_listen_port_line(lab):
     a = lab.node("A", "vpncrypt")
-    holder = lab.popen_in("A", "python3", "-c",
-                          "import socket, sys, time; s = socket.socket(socket.AF_INET6, "
-                          "socket.SOCK_DGRAM); s.bind(('::', 51820)); print('bound', flush=True); "
-                          "time.sleep(60)")
+    holder = lab.popen_in(
+        "A",
+        "python3",
+        "-c",
+        "import socket, sys, time; s = socket.socket(socket.AF_INET6, "
+        "socket.SOCK_DGRAM); s.bind(('::', 51820)); print('bound', flush=True); "
+        "time.sleep(60)",
+    )
     assert holder.stdout.readline().strip() == "bound"
     text = a.conf([])
     path, line = _fails(lab, a, text)
     n = _line_of(text, "ListenPort")
-    assert line == (f"{path}:{n}: [Interface] ListenPort: UDP port 51820: "
-                    "Address already in use"), line
+    assert line == (f"{path}:{n}: [Interface] ListenPort: UDP port 51820: Address already in use"), line
 
 
 def test_interface_held_by_another_daemon(lab):
     """wireguard-go holds the interface: EBUSY, said in words."""
     need("wireguard-go")
     a = lab.node("A", "vpncrypt")
-    go = subprocess.Popen(["ip", "netns", "exec", lab.ns["A"], "wireguard-go", "-f", a.iface],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          env={**os.environ, "WG_PROCESS_FOREGROUND": "1"})
+    go = subprocess.Popen(
+        ["ip", "netns", "exec", lab.ns["A"], "wireguard-go", "-f", a.iface],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "WG_PROCESS_FOREGROUND": "1"},
+    )
     try:
         for _ in range(100):
             if lab.link_exists("A", a.iface):
                 break
             time.sleep(0.05)
-        proc = lab.spawn_vpncrypt("A", a.iface, a.write_conf(a.conf([], listen=False)),
-                                  wait_ready=False, log_level="info")
+        proc = lab.spawn_vpncrypt(
+            "A", a.iface, a.write_conf(a.conf([], listen=False)), wait_ready=False, log_level="info"
+        )
         assert proc.popen.wait(30) == 1
         out = proc.log()
-        assert out.splitlines() == [f"cannot start {a.iface}: cannot use interface {a.iface}: "
-                                    "another process is using it"], out
+        assert out.splitlines() == [
+            f"cannot start {a.iface}: cannot use interface {a.iface}: another process is using it"
+        ], out
         assert lab.link_exists("A", a.iface), "the other daemon's interface must stay"
     finally:
         go.terminate()

@@ -2,6 +2,7 @@
 received, handshakes completed and new keypairs, keepalives, endpoint
 changes (roaming), UAPI changes and reloads; rate-limited, and never any
 key material (issue 10 h)."""
+
 import re
 import signal
 import time
@@ -14,11 +15,19 @@ def _trace(log):
     return [line for line in log.splitlines() if "vpncrypt.trace:" in line]
 
 
+def _send_from_b(lab, a, lines):
+    """Raw datagrams from namespace B to A's listen port: `lines` of Python
+    with a socket `s` and `to`, A's address."""
+    script = ["import os, socket", "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"]
+    script.append(f"to = ({a.outer!r}, {PORT})")
+    lab.run_in("B", "python3", "-c", "\n".join(script + lines) + "\n")
+
+
 def test_debug_log_traces_a_session(lab):
     env = {"VPNCRYPT_TEST_TIMERS": "rekey_after_time=2,rekey_timeout=1"}
     a, b = pair(lab, "vpncrypt", "wggo", initiator="A", psk=True, keepalive=1, env_a=env)
     a.ping(b)
-    time.sleep(3)                                     # a rekey and some keepalives
+    time.sleep(3)  # a rekey and some keepalives
     # roaming: B's packets now come from another port
     b.wg("set", b.iface, "listen-port", str(PORT + 1))
     b.ping(a)
@@ -32,9 +41,8 @@ def test_debug_log_traces_a_session(lab):
     outer_b = f"{b.outer}:{PORT}"
     assert f"sent handshake initiation to {outer_b}" in trace, trace
     assert f"received handshake response from {outer_b}" in trace, trace
-    assert re.search(r"peer \S+: handshake completed as initiator \(\d+ so far\); new keypair",
-                     trace), trace
-    assert len(re.findall(r"handshake completed", trace)) >= 2, trace      # the rekey
+    assert re.search(r"peer \S+: handshake completed as initiator \(\d+ so far\); new keypair", trace), trace
+    assert len(re.findall(r"handshake completed", trace)) >= 2, trace  # the rekey
     assert f"sent keepalive to {b.outer}:" in trace, trace
     assert f"endpoint changed from {outer_b} to {b.outer}:{PORT + 1}" in trace, trace
     assert "UAPI: set=1 request from uid 0" in trace, trace
@@ -51,19 +59,15 @@ def test_debug_trace_is_rate_limited(lab):
     a, b = pair(lab, "vpncrypt", "wggo", initiator="A")
     a.ping(b)
     n = 5000
-    lab.run_in("B", "python3", "-c",
-               "import os, socket\n"
-               "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-               f"for _ in range({n}):\n"
-               f"    s.sendto(b'\\x01\\0\\0\\0' + os.urandom(144), ('{a.outer}', {PORT}))\n")
+    _send_from_b(lab, a, [f"for _ in range({n}):", "    s.sendto(b'\\x01\\0\\0\\0' + os.urandom(144), to)"])
     time.sleep(1)
     trace = _trace(a.proc.log())
     floods = [line for line in trace if "received handshake initiation from" in line]
     assert floods, trace[-20:]
-    assert len(trace) < 400, len(trace)              # not one line per datagram
-    time.sleep(1)                                    # the bucket refills
-    a.wg("show", a.iface)                            # a traced UAPI request after the flood
-    time.sleep(0.5)                                  # says how many lines were dropped
+    assert len(trace) < 400, len(trace)  # not one line per datagram
+    time.sleep(1)  # the bucket refills
+    a.wg("show", a.iface)  # a traced UAPI request after the flood
+    time.sleep(0.5)  # says how many lines were dropped
     assert any("dropped by the rate limit" in line for line in _trace(a.proc.log()))
     assert a.counters().get("drop_bad_mac1", 0) >= n * 0.9
 
@@ -74,13 +78,16 @@ def test_debug_trace_names_only_well_formed_messages(lab):
     # initiation-sized datagram with reserved bytes set is no initiation.
     a, b = pair(lab, "vpncrypt", "wggo", initiator="A")
     a.ping(b)
-    lab.run_in("B", "python3", "-c",
-               "import os, socket\n"
-               "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-               "s.bind(('0.0.0.0', 40999))\n"
-               f"s.sendto(b'\\x02', ('{a.outer}', {PORT}))\n"
-               f"s.sendto(b'\\x01\\xff\\xff\\xff' + os.urandom(144), ('{a.outer}', {PORT}))\n"
-               f"s.sendto(b'\\x04\\0\\0\\0' + bytes(12), ('{a.outer}', {PORT}))\n")
+    _send_from_b(
+        lab,
+        a,
+        [
+            "s.bind(('0.0.0.0', 40999))",
+            "s.sendto(b'\\x02', to)",
+            "s.sendto(b'\\x01\\xff\\xff\\xff' + os.urandom(144), to)",
+            "s.sendto(b'\\x04\\0\\0\\0' + bytes(12), to)",
+        ],
+    )
     time.sleep(0.5)
     trace = "\n".join(_trace(a.proc.log()))
     sender = f"{b.outer}:40999"
@@ -95,8 +102,7 @@ def test_roaming_through_a_handshake_is_traced_from_the_configured_endpoint(lab)
     # A has B at PORT from its file; B's first initiation comes from PORT + 1:
     # the trace names the move from the configured endpoint, not "(none)"
     a, b = pair(lab, "vpncrypt", "wggo", initiator="A")
-    b.wg("set", b.iface, "listen-port", str(PORT + 1), "peer", a.public,
-         "endpoint", f"{a.outer}:{PORT}")
+    b.wg("set", b.iface, "listen-port", str(PORT + 1), "peer", a.public, "endpoint", f"{a.outer}:{PORT}")
     b.ping(a)
     time.sleep(0.3)
     trace = "\n".join(_trace(a.proc.log()))

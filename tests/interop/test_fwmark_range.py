@@ -1,13 +1,14 @@
 """FwMark is a 32-bit unsigned mark (wg(8): "a 32-bit fwmark"): every value
 0..4294967295 is taken, over the UAPI, from a config file and on the socket
 itself, as wireguard-go takes it."""
+
 import socket
 import struct
 
 from tests.interop.lab import PORT
 from vpncrypt.daemon.udpsocket import set_fwmark
 
-SO_MARK = 36        # <asm-generic/socket.h>
+SO_MARK = 36  # <asm-generic/socket.h>
 
 
 def _mark(sock):
@@ -23,8 +24,12 @@ def test_set_fwmark_takes_every_32_bit_value():
 
 def test_top_fwmarks_over_the_uapi_and_in_the_file_as_wireguard_go(lab):
     a, b = lab.node("A", "vpncrypt"), lab.node("B", "wggo")
-    a.start(a.conf([{"public": b.public, "inner": b.inner, "endpoint": f"{b.outer}:{PORT}"}],
-                   extra_iface="FwMark = 0xffffffff\n"))
+    a.start(
+        a.conf(
+            [{"public": b.public, "inner": b.inner, "endpoint": f"{b.outer}:{PORT}"}],
+            extra_iface="FwMark = 0xffffffff\n",
+        )
+    )
     b.start(b.conf([{"public": a.public, "inner": a.inner}], extra_iface="FwMark = 0xffffffff\n"))
     assert a.wg("show", a.iface, "fwmark").stdout.strip() == "0xffffffff"
     for node in (a, b):

@@ -2,6 +2,7 @@
 a handshake with one of them (wireguard-go, the 7,778th) works.  The start-up
 time, resident memory and `wg show` time are written to the report
 (VPNCRYPT_RELIABILITY_REPORT / --basetemp) and quoted in BENCHMARKS.md."""
+
 import json
 import os
 import time
@@ -23,8 +24,13 @@ def _rss_kb(pid):
 
 def test_ten_thousand_peers(lab, tmp_path):
     a, b = lab.node("A", "vpncrypt"), lab.node("B", "wggo")
-    lines = ["[Interface]", f"PrivateKey = {a.private}", f"ListenPort = {PORT}",
-             f"Address = {a.inner}/24", ""]
+    lines = [
+        "[Interface]",
+        f"PrivateKey = {a.private}",
+        f"ListenPort = {PORT}",
+        f"Address = {a.inner}/24",
+        "",
+    ]
     publics = []
     for i in range(N):
         if i == K:
@@ -54,13 +60,13 @@ def test_ten_thousand_peers(lab, tmp_path):
     dump_s = time.monotonic() - t0
     assert len(dump) == N + 1
 
-    a.ping(b)                          # a handshake with the 7,778th peer, and traffic
+    a.ping(b)  # a handshake with the 7,778th peer, and traffic
     b.ping(a)
     peer = a.dump()[b.public]
     assert peer["handshake"] > 0 and peer["endpoint"] == f"{b.outer}:{PORT}"
     # routes for the AllowedIPs outside the Address prefix: one each
     routes = lab.run_in("A", "ip", "-4", "route", "show", "dev", a.iface).stdout.splitlines()
-    assert len(routes) == N - 1 + 1, len(routes)      # N - 1 peers' /32s and the Address /24
+    assert len(routes) == N - 1 + 1, len(routes)  # N - 1 peers' /32s and the Address /24
 
     # a second, empty daemon for the per-peer memory: the difference over N
     e = lab.node("A", "vpncrypt")
@@ -68,9 +74,15 @@ def test_ten_thousand_peers(lab, tmp_path):
     empty = e.write_conf(f"[Interface]\nPrivateKey = {e.private}\n", name="empty.conf")
     proc = lab.spawn_vpncrypt("A", e.iface, empty, log_level="warning")
     rss0 = _rss_kb(proc.popen.pid)
-    report = {"peers": N, "startup_s": round(startup, 2), "rss_kb": rss, "rss_empty_kb": rss0,
-              "rss_per_peer_bytes": round((rss - rss0) * 1024 / N),
-              "wg_show_peers_s": round(show_s, 2), "wg_show_dump_s": round(dump_s, 2)}
+    report = {
+        "peers": N,
+        "startup_s": round(startup, 2),
+        "rss_kb": rss,
+        "rss_empty_kb": rss0,
+        "rss_per_peer_bytes": round((rss - rss0) * 1024 / N),
+        "wg_show_peers_s": round(show_s, 2),
+        "wg_show_dump_s": round(dump_s, 2),
+    }
     out = os.environ.get("VPNCRYPT_RELIABILITY_REPORT") or str(tmp_path)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "many_peers.json"), "w") as f:

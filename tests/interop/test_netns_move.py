@@ -13,6 +13,7 @@ daemon pads to (the padded size is read off the peer's byte counter); the
 interface moved back and used from ns0; deleted in ns1, the daemon exits; a
 clean stop while moved deletes a created interface there and leaves a
 persistent one there."""
+
 import os
 import secrets
 import signal
@@ -26,8 +27,8 @@ from tests.interop.lab import current_wireguard_go, need
 from vpncrypt.protocol import keys
 
 SOCKET_DIR = "/var/run/wireguard"
-OUTER = ("192.168.79.1", "192.168.79.2")     # ns0, ns2
-INNER = ("10.79.0.1", "10.79.0.2")           # the moved interface, the peer
+OUTER = ("192.168.79.1", "192.168.79.2")  # ns0, ns2
+INNER = ("10.79.0.1", "10.79.0.2")  # the moved interface, the peer
 PORT = 51820
 # WireGuard pads a data packet to a multiple of 16 bytes, but never past the
 # interface MTU (the paper, 5.4.6); a transport message adds 16 bytes of
@@ -35,7 +36,7 @@ PORT = 51820
 # 1300 + 32 = 1332 bytes; padded to 1312 (as at MTU 1420) it would be 1344.
 PROBE_PACKET = 1299
 PADDED_AT_1300 = 1300 + 32
-KEEPALIVE = 32                    # a keepalive message that may fall in the window
+KEEPALIVE = 32  # a keepalive message that may fall in the window
 
 
 def _ip(*args, check=True):
@@ -60,9 +61,12 @@ class Daemon:
         self.binary = script("vpncrypt-go") if kind == "vpncrypt" else current_wireguard_go()
         self.log_path = os.path.join(net.tmp, f"{iface}-{secrets.token_hex(2)}.log")
         with open(self.log_path, "wb") as f:
-            self.popen = subprocess.Popen(["ip", "netns", "exec", ns, self.binary, "-f", iface],
-                                          stdout=f, stderr=subprocess.STDOUT,
-                                          env={**os.environ, "LOG_LEVEL": "debug"})
+            self.popen = subprocess.Popen(
+                ["ip", "netns", "exec", ns, self.binary, "-f", iface],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "LOG_LEVEL": "debug"},
+            )
         net.daemons.append(self)
         deadline = time.monotonic() + 20
         while not os.path.exists(self.sock):
@@ -107,10 +111,24 @@ class Net:
             for ns in self.ns:
                 _ip("netns", "add", ns)
                 _ip("-n", ns, "link", "set", "lo", "up")
-            _ip("link", "add", f"vm0{self.id}", "netns", self.ns[0], "type", "veth",
-                "peer", "name", f"vm2{self.id}", "netns", self.ns[2])
-            for ns, dev, addr in ((self.ns[0], f"vm0{self.id}", OUTER[0]),
-                                  (self.ns[2], f"vm2{self.id}", OUTER[1])):
+            _ip(
+                "link",
+                "add",
+                f"vm0{self.id}",
+                "netns",
+                self.ns[0],
+                "type",
+                "veth",
+                "peer",
+                "name",
+                f"vm2{self.id}",
+                "netns",
+                self.ns[2],
+            )
+            for ns, dev, addr in (
+                (self.ns[0], f"vm0{self.id}", OUTER[0]),
+                (self.ns[2], f"vm2{self.id}", OUTER[1]),
+            ):
                 _ip("-n", ns, "address", "add", f"{addr}/24", "dev", dev)
                 _ip("-n", ns, "link", "set", dev, "up")
         except BaseException:
@@ -118,8 +136,7 @@ class Net:
             raise
 
     def run(self, ns, *cmd, check=True, timeout=30):
-        r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True,
-                           timeout=timeout)
+        r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout)
         if check:
             assert r.returncode == 0, f"{' '.join(cmd)} in {ns}: {r.stdout}{r.stderr}\n{self.logs()}"
         return r
@@ -160,8 +177,15 @@ def net():
 
 
 def _conf(path, private, port, peer_public, allowed, endpoint=None):
-    lines = ["[Interface]", f"PrivateKey = {private}", f"ListenPort = {port}", "",
-             "[Peer]", f"PublicKey = {peer_public}", f"AllowedIPs = {allowed}"]
+    lines = [
+        "[Interface]",
+        f"PrivateKey = {private}",
+        f"ListenPort = {port}",
+        "",
+        "[Peer]",
+        f"PublicKey = {peer_public}",
+        f"AllowedIPs = {allowed}",
+    ]
     if endpoint:
         lines.append(f"Endpoint = {endpoint}")
     with open(path, "w") as f:
@@ -185,10 +209,25 @@ def _configure(net, d, peer, ns):
     and its peer; bring the interface up in `ns`."""
     d.private = keys.genkey()
     d.public = keys.pubkey(d.private)
-    _wg("setconf", d.iface, _conf(os.path.join(net.tmp, f"{d.iface}.conf"), d.private, PORT,
-                                  peer.public, f"{INNER[1]}/32", f"{OUTER[1]}:{PORT + 1}"))
-    _wg("setconf", peer.iface, _conf(os.path.join(net.tmp, f"{peer.iface}.conf"), peer.private,
-                                     PORT + 1, d.public, f"{INNER[0]}/32"))
+    _wg(
+        "setconf",
+        d.iface,
+        _conf(
+            os.path.join(net.tmp, f"{d.iface}.conf"),
+            d.private,
+            PORT,
+            peer.public,
+            f"{INNER[1]}/32",
+            f"{OUTER[1]}:{PORT + 1}",
+        ),
+    )
+    _wg(
+        "setconf",
+        peer.iface,
+        _conf(
+            os.path.join(net.tmp, f"{peer.iface}.conf"), peer.private, PORT + 1, d.public, f"{INNER[0]}/32"
+        ),
+    )
     net.run(ns, "ip", "address", "add", f"{INNER[0]}/24", "dev", d.iface)
     net.run(ns, "ip", "link", "set", d.iface, "up")
 
@@ -199,8 +238,7 @@ def _peer_up(net, peer):
 
 
 def _ping(net, ns, size=56, count=3):
-    r = net.run(ns, "ping", "-c", str(count), "-W", "5", "-i", "0.2", "-s", str(size), INNER[1],
-                check=False)
+    r = net.run(ns, "ping", "-c", str(count), "-W", "5", "-i", "0.2", "-s", str(size), INNER[1], check=False)
     assert r.returncode == 0, f"ping from {ns} failed:\n{r.stdout}\n{net.logs()}"
 
 
@@ -268,7 +306,7 @@ def _scenario_created(net, kind, peer):
     # a clean stop while moved deletes the interface it created, there
     d = Daemon(net, kind, ns0, f"vmd{net.id}")
     _move(net, d.iface, ns0, ns1)
-    time.sleep(1.5)                # a housekeeping round or more while moved
+    time.sleep(1.5)  # a housekeeping round or more while moved
     assert d.alive(), f"{kind} stopped after the move:\n{d.log()}"
     assert d.stop() == 0, d.log()
     assert not net.has_link(ns1, d.iface), f"{kind} left its interface in ns1:\n{d.log()}"
@@ -297,12 +335,14 @@ def _scenario_persistent(net, kind, peer):
 
 def test_interface_moved_to_another_namespace(net):
     results = {}
-    for kind in ("wggo", "vpncrypt"):      # the reference first: it proves the scenario
+    for kind in ("wggo", "vpncrypt"):  # the reference first: it proves the scenario
         peer = _peer(net, kind)
         _peer_up(net, peer)
         results[kind] = _scenario_created(net, kind, peer)
         _scenario_persistent(net, kind, peer)
         assert peer.stop() == 0, peer.log()
     mtu_followed, seen, _ = results["vpncrypt"]
-    assert mtu_followed, (f"vpncrypt did not pad to the MTU set in ns1: data messages of {seen} "
-                          f"bytes, want {PADDED_AT_1300}\n{net.logs()}")
+    assert mtu_followed, (
+        f"vpncrypt did not pad to the MTU set in ns1: data messages of {seen} "
+        f"bytes, want {PADDED_AT_1300}\n{net.logs()}"
+    )

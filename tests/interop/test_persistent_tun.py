@@ -2,6 +2,7 @@
 one that the administrator made, and leaves it and its addresses in place
 on exit; what vpncrypt created it deletes by ifindex, never by name
 (issue 10 b)."""
+
 import json
 import os
 import signal
@@ -16,9 +17,13 @@ def _link(lab, side, name):
     if r.returncode != 0:
         return None
     info = json.loads(r.stdout)[0]
-    return {"ifindex": info["ifindex"], "flags": info["flags"],
-            "addrs": {f"{a['local']}/{a['prefixlen']}" for a in info.get("addr_info", [])
-                      if a.get("scope") != "link"}}
+    return {
+        "ifindex": info["ifindex"],
+        "flags": info["flags"],
+        "addrs": {
+            f"{a['local']}/{a['prefixlen']}" for a in info.get("addr_info", []) if a.get("scope") != "link"
+        },
+    }
 
 
 def _peers(lab):
@@ -33,7 +38,7 @@ def test_attaches_to_a_persistent_device_and_leaves_it(lab):
     lab.run_in("A", "ip", "tuntap", "add", "dev", a.iface, "mode", "tun")
     lab.run_in("A", "ip", "address", "add", "10.77.0.1/24", "dev", a.iface)
     before = _link(lab, "A", a.iface)
-    for round_ in range(2):          # and again: attaching twice works the same
+    for round_ in range(2):  # and again: attaching twice works the same
         a.start(conf)
         a.ping(b)
         log = a.proc.log()
@@ -74,8 +79,7 @@ def _host(lab):
     for v in ("-4", "-6"):
         out[f"rules{v}"] = lab.run_in("A", "ip", v, "rule", "show").stdout
         routes = lab.run_in("A", "ip", v, "route", "show", "table", "all").stdout.splitlines()
-        out[f"routes{v}"] = sorted(r for r in routes
-                                   if not ("proto kernel" in r or "table local" in r))
+        out[f"routes{v}"] = sorted(r for r in routes if not ("proto kernel" in r or "table local" in r))
     out["nft"] = lab.run_in("A", "nft", "list", "ruleset").stdout
     return out
 
@@ -87,8 +91,7 @@ def _host_with_default_routes(lab):
     lab.run_in("B", "ip", "address", "add", "198.18.7.2/32", "dev", lab.veth["B"])
     lab.run_in("A", "ip", "route", "add", "default", "via", "192.168.241.2")
     for side, addr in (("A", "fd00:241::1"), ("B", "fd00:241::2")):
-        lab.run_in(side, "ip", "-6", "address", "add", f"{addr}/64", "dev", lab.veth[side],
-                   "nodad")
+        lab.run_in(side, "ip", "-6", "address", "add", f"{addr}/64", "dev", lab.veth[side], "nodad")
     lab.run_in("A", "ip", "-6", "route", "add", "default", "via", "fd00:241::2")
 
 
@@ -104,13 +107,12 @@ def test_full_tunnel_on_a_persistent_device_killed_then_restarted(lab):
     b.run("ip", "address", "add", f"{far}/32", "dev", b.iface)
     lab.run_in("A", "ip", "tuntap", "add", "dev", a.iface, "mode", "tun")
     before = _host(lab)
-    conf = a.conf([{"public": b.public, "allowed": "0.0.0.0/0, ::/0",
-                    "endpoint": f"198.18.7.2:{PORT}"}])
+    conf = a.conf([{"public": b.public, "allowed": "0.0.0.0/0, ::/0", "endpoint": f"198.18.7.2:{PORT}"}])
     a.start(conf)
     a.run("ping", "-c", "2", "-W", "2", far)
     assert a.stop(signal.SIGKILL) == -9
     left = _host(lab)
-    for v in ("-4", "-6"):         # what the killed run left: the host is offline
+    for v in ("-4", "-6"):  # what the killed run left: the host is offline
         assert f"default dev {a.iface} table 51820" in "\n".join(left[f"routes{v}"]), left
         assert "fwmark 0xca6c lookup 51820" in left[f"rules{v}"], left
 
@@ -167,6 +169,6 @@ def test_full_tunnel_killed_then_restarted_without_one(lab, persistent, restart)
         assert not any("table 51820" in r for r in now[f"routes{v}"]), (v, now)
     assert "vpncrypt-" not in now["nft"], now
     got = lab.run_in("A", "ip", "-4", "route", "get", "198.18.7.2").stdout
-    assert f"dev {lab.veth['A']}" in got, got            # the host is online
+    assert f"dev {lab.veth['A']}" in got, got  # the host is online
     assert a.stop(signal.SIGTERM) == 0, a.proc.log()
     assert _host(lab) == before

@@ -1,6 +1,7 @@
 """SIGHUP is `wg syncconf`: the file is applied against the running state,
 so what `wg set` changed goes back to what the file says, exactly as
 `wg syncconf` does it to wireguard-go (issue 10 c)."""
+
 import signal
 
 from tests.interop.lab import PORT, pair
@@ -22,8 +23,9 @@ def test_sighup_applies_the_file_like_wg_syncconf(lab):
     for node, other in ((a, b), (b, a)):
         # what an operator might do by hand with `wg set`
         node.wg("set", node.iface, "peer", other.public, "remove")
-        node.wg("set", node.iface, "peer", stranger, "allowed-ips", "10.203.0.0/24",
-                "persistent-keepalive", "9")
+        node.wg(
+            "set", node.iface, "peer", stranger, "allowed-ips", "10.203.0.0/24", "persistent-keepalive", "9"
+        )
         node.wg("set", node.iface, "listen-port", "51999")
         assert _state(node) != want[node.side]
     # wireguard-go: `wg syncconf` with its file; vpncrypt: SIGHUP with its file

@@ -3,6 +3,7 @@ outside review of issue 17): the file's peers are applied and the reload
 succeeds; its Address lines, which belong to the namespace the interface
 now lives in, are left alone with a warning (the whole reload used to be
 reported failed after its peers had been applied)."""
+
 import signal
 
 from vpncrypt.protocol import keys
@@ -15,8 +16,7 @@ def test_reload_while_moved_applies_the_peers_and_leaves_the_addresses(lab):
     a.start(conf)
     lab.run_in("A", "ip", "link", "set", a.iface, "netns", lab.ns["B"])
     second = keys.pubkey(keys.genkey())
-    moved = a.conf([{"public": first, "inner": "10.66.0.2"},
-                    {"public": second, "inner": "10.66.0.3"}])
+    moved = a.conf([{"public": first, "inner": "10.66.0.2"}, {"public": second, "inner": "10.66.0.3"}])
     moved = moved.replace("Address = ", "Address = 10.55.0.1/24, ", 1)
     assert moved != conf
     a.write_conf(moved)

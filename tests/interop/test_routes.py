@@ -3,13 +3,14 @@ default route with a fwmark and policy rules so that the tunnel's own UDP
 does not loop; Table = off and Table = N (issue 10 g).  The full tunnel's nft
 table: the fwmark restored on the peer's replies (strict rp_filter), the
 tunnel address closed to the outer link; rules left by a killed daemon."""
+
 import os
 import shutil
 import signal
 
 from tests.interop.lab import INNER, PORT
 
-FAR = "10.210.0.7"        # an address behind B, outside A's Address prefix
+FAR = "10.210.0.7"  # an address behind B, outside A's Address prefix
 
 
 def _nodes(lab, allowed, endpoint=None, table=None):
@@ -17,8 +18,12 @@ def _nodes(lab, allowed, endpoint=None, table=None):
     b.start(b.conf([{"public": a.public, "inner": a.inner}]))
     b.run("ip", "address", "add", f"{FAR}/32", "dev", b.iface)
     extra = f"Table = {table}" if table is not None else ""
-    a.start(a.conf([{"public": b.public, "allowed": allowed,
-                     "endpoint": endpoint or f"{b.outer}:{PORT}"}], extra_iface=extra))
+    a.start(
+        a.conf(
+            [{"public": b.public, "allowed": allowed, "endpoint": endpoint or f"{b.outer}:{PORT}"}],
+            extra_iface=extra,
+        )
+    )
     return a, b
 
 
@@ -40,7 +45,7 @@ def test_routes_for_allowed_ips_outside_the_address(lab):
     assert f"dev {a.iface}" in got, got
     before = _rx(a, b)
     a.run("ping", "-c", "2", "-W", "2", FAR)
-    assert _rx(a, b) > before                   # the reply came through the tunnel
+    assert _rx(a, b) > before  # the reply came through the tunnel
     main = _routes(lab)
     assert f"10.210.0.0/24 dev {a.iface}" in main, main
     # 10.200.0.2/32 lies in the Address prefix (10.200.0.0/24): no extra route
@@ -70,7 +75,7 @@ def test_default_route_uses_a_fwmark_and_policy_rules(lab):
     _full_tunnel_lab(lab)
     rules_before = _rules(lab)
     a, b = _full_tunnel(lab)
-    assert a.wg("show", a.iface, "fwmark").stdout.strip() == "0xca6c"     # 51820
+    assert a.wg("show", a.iface, "fwmark").stdout.strip() == "0xca6c"  # 51820
     rules = _rules(lab)
     assert "not from all fwmark 0xca6c lookup 51820" in rules, rules
     assert "from all lookup main suppress_prefixlength 0" in rules, rules
@@ -91,8 +96,18 @@ def test_table_off_and_table_n(lab):
     a, b = _nodes(lab, "10.210.0.0/24, 10.211.0.0/16", table="off")
     assert "10.210.0.0/24" not in _routes(lab) and "10.211.0.0/16" not in _routes(lab)
     assert a.stop(signal.SIGTERM) == 0
-    a.start(a.conf([{"public": b.public, "allowed": "10.210.0.0/24, 10.211.0.0/16",
-                     "endpoint": f"{b.outer}:{PORT}"}], extra_iface="Table = 1234"))
+    a.start(
+        a.conf(
+            [
+                {
+                    "public": b.public,
+                    "allowed": "10.210.0.0/24, 10.211.0.0/16",
+                    "endpoint": f"{b.outer}:{PORT}",
+                }
+            ],
+            extra_iface="Table = 1234",
+        )
+    )
     in_table = _routes(lab, "table", "1234")
     assert f"10.210.0.0/24 dev {a.iface}" in in_table and f"10.211.0.0/16 dev {a.iface}" in in_table
     assert "10.210.0.0/24" not in _routes(lab)
@@ -122,14 +137,14 @@ def test_full_tunnel_address_unreachable_from_outside_the_tunnel(lab):
     a, b = _full_tunnel(lab)
     # B, a neighbour on A's outer link, routes A's tunnel address over that link
     lab.run_in("B", "ip", "route", "add", f"{INNER['A']}/32", "via", "192.168.241.1")
-    assert lab.run_in("B", "ping", "-c", "1", "-W", "2", "192.168.241.1",
-                      check=False).returncode == 0       # the link itself works
+    assert (
+        lab.run_in("B", "ping", "-c", "1", "-W", "2", "192.168.241.1", check=False).returncode == 0
+    )  # the link itself works
     r = lab.run_in("B", "ping", "-c", "2", "-W", "1", "-i", "0.3", INNER["A"], check=False)
     assert r.returncode != 0, f"{INNER['A']} answered from outside the tunnel:\n{r.stdout}"
     # a reload without the /0 takes the nft table and the rules away with it
     assert "table ip vpncrypt-" + a.iface in _nft_tables(lab)
-    a.write_conf(a.conf([{"public": b.public, "allowed": "10.210.0.0/24",
-                          "endpoint": f"198.18.7.2:{PORT}"}]))
+    a.write_conf(a.conf([{"public": b.public, "allowed": "10.210.0.0/24", "endpoint": f"198.18.7.2:{PORT}"}]))
     a.proc.popen.send_signal(signal.SIGHUP)
     lab.wait_notify(a.proc, "READY=1")
     assert "vpncrypt-" not in _nft_tables(lab)
@@ -144,8 +159,7 @@ def test_rules_left_by_a_killed_daemon_are_removed(lab):
     assert a.stop(signal.SIGKILL) == -9
     rules = _rules(lab)
     assert "not from all fwmark 0xca6c lookup 51820" in rules, rules
-    a.start(a.conf([{"public": b.public, "allowed": "0.0.0.0/0",
-                     "endpoint": f"198.18.7.2:{PORT}"}]))
+    a.start(a.conf([{"public": b.public, "allowed": "0.0.0.0/0", "endpoint": f"198.18.7.2:{PORT}"}]))
     rules = _rules(lab)
     assert rules.count("not from all fwmark 0xca6c lookup 51820") == 1, rules
     assert rules.count("from all lookup main suppress_prefixlength 0") == 1, rules
@@ -166,8 +180,10 @@ def test_full_tunnel_without_nft_warns(lab):
     _full_tunnel_lab(lab)
     a, b = lab.node("A", "vpncrypt"), lab.node("B", "wggo")
     b.start(b.conf([{"public": a.public, "inner": a.inner}]))
-    a.start(a.conf([{"public": b.public, "allowed": "0.0.0.0/0",
-                     "endpoint": f"198.18.7.2:{PORT}"}]), env={"PATH": bin_dir})
+    a.start(
+        a.conf([{"public": b.public, "allowed": "0.0.0.0/0", "endpoint": f"198.18.7.2:{PORT}"}]),
+        env={"PATH": bin_dir},
+    )
     assert a.stop(signal.SIGTERM) == 0
     log = a.proc.log()
     assert "nft not found" in log and "rp_filter=1" in log, log

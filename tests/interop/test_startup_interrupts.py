@@ -7,6 +7,7 @@ changed anything on the host (the outside review of issue 17):
 * SIGTERM while the start-up resolves an Endpoint's host name through a
   resolver that never answers: the daemon stops at once with exit 0, not
   after the resolver's timeouts (`systemctl stop` would hang meanwhile)."""
+
 import os
 import signal
 import subprocess
@@ -30,16 +31,17 @@ def test_the_commands_take_sighup_first_thing():
     """`vpncrypt up` and `vpncrypt-go` ignore SIGHUP before they parse their
     arguments, load the data plane or read the config (the daemon's own
     handler replaces that at start-up)."""
-    probe = ("import signal, sys\n"
-             "import vpncrypt.cli as c, vpncrypt.daemon.commands as d\n"
-             "def stop(*a, **k):\n"
-             "    print(signal.getsignal(signal.SIGHUP) == signal.SIG_IGN); sys.exit(0)\n"
-             "c.build_parser = stop\nd.argparse.ArgumentParser.parse_args = stop\n"
-             "(c.main if sys.argv[1] == 'up' else c.go_main)(sys.argv[1:] if sys.argv[1] == 'up' "
-             "else ['x'])\n")
+    probe = (
+        "import signal, sys\n"
+        "import vpncrypt.cli as c, vpncrypt.cli.go as d\n"
+        "def stop(*a, **k):\n"
+        "    print(signal.getsignal(signal.SIGHUP) == signal.SIG_IGN); sys.exit(0)\n"
+        "c.build_parser = stop\nd.argparse.ArgumentParser.parse_args = stop\n"
+        "(c.main if sys.argv[1] == 'up' else c.go_main)(sys.argv[1:] if sys.argv[1] == 'up' "
+        "else ['x'])\n"
+    )
     for how in ("up", "go"):
-        r = subprocess.run([sys.executable, "-c", probe, how], capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run([sys.executable, "-c", probe, how], capture_output=True, text=True, timeout=60)
         assert r.stdout.strip() == "True", (how, r.stdout, r.stderr)
 
 
@@ -81,17 +83,29 @@ def test_sigterm_while_start_up_resolves_a_name_stops_at_once(lab):
             f.write("nameserver 127.0.0.1\noptions timeout:5 attempts:2\n")
         lab.run_in("A", "ip", "link", "set", "lo", "up")
         # a name server that takes every query and answers none
-        silent = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c",
-                                   "import socket, time\n"
-                                   "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                                   "s.bind(('127.0.0.1', 53))\nprint('bound', flush=True)\n"
-                                   "time.sleep(120)\n"], stdout=subprocess.PIPE, text=True)
+        silent = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-c",
+                "import socket, time\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "s.bind(('127.0.0.1', 53))\nprint('bound', flush=True)\n"
+                "time.sleep(120)\n",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert silent.stdout.readline().strip() == "bound"
         a, b = lab.node("A", "vpncrypt"), lab.node("B", "wggo")
-        path = a.write_conf(a.conf([{"public": b.public, "inner": b.inner,
-                                     "endpoint": f"never.vpncrypt.test:{PORT}"}]))
+        path = a.write_conf(
+            a.conf([{"public": b.public, "inner": b.inner, "endpoint": f"never.vpncrypt.test:{PORT}"}])
+        )
         proc = lab.spawn_vpncrypt("A", a.iface, path, wait_ready=False, log_level="info")
-        time.sleep(2.5)                 # well inside the resolver's 10 s
+        time.sleep(2.5)  # well inside the resolver's 10 s
         assert proc.popen.poll() is None, proc.log()
         proc.popen.send_signal(signal.SIGTERM)
         # waiting out the resolver (10 s) would end in "cannot resolve" and exit 1

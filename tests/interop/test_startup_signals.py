@@ -6,6 +6,7 @@ during the clean-up after a stop.
 Each run sends SIGTERM right after one more step (tests/interop/
 startup_child.py): every `ip`/`nft` command and the TUN creation, from the
 first to the last of start-up and of the clean-up that follows a stop."""
+
 import os
 import signal
 import socket
@@ -17,17 +18,23 @@ from tests.interop.lab import PORT
 
 
 def _host(lab, iface):
-    out = {"links": sorted(l.split(":")[1].strip().split("@")[0] for l in
-                           lab.run_in("A", "ip", "-o", "link", "show").stdout.splitlines()),
-           "nft": lab.run_in("A", "nft", "list", "ruleset").stdout}
+    out = {
+        "links": sorted(
+            line.split(":")[1].strip().split("@")[0]
+            for line in lab.run_in("A", "ip", "-o", "link", "show").stdout.splitlines()
+        ),
+        "nft": lab.run_in("A", "nft", "list", "ruleset").stdout,
+    }
     for v in ("-4", "-6"):
         out[f"rules{v}"] = lab.run_in("A", "ip", v, "rule", "show").stdout
         # (the kernel's own routes for the veth's link-local address come
         # when its duplicate address detection ends; ours went with the TUN,
         # which "links" shows is gone)
-        out[f"routes{v}"] = sorted(r for r in lab.run_in("A", "ip", v, "route", "show", "table",
-                                                         "all").stdout.splitlines()
-                                   if "proto kernel" not in r)
+        out[f"routes{v}"] = sorted(
+            r
+            for r in lab.run_in("A", "ip", v, "route", "show", "table", "all").stdout.splitlines()
+            if "proto kernel" not in r
+        )
     out["socket"] = os.path.exists(f"/var/run/wireguard/{iface}.sock")
     return out
 
@@ -48,9 +55,14 @@ def _ready_or_exit(proc, timeout=30):
 
 def _run(lab, a, n, conf_path):
     count = os.path.join(lab.tmp, f"steps-{n}")
-    proc = lab.spawn_vpncrypt("A", a.iface, conf_path, wait_ready=False,
-                              prefix=(sys.executable, "-m", "tests.interop.startup_child",
-                                      str(n), count), command=script("vpncrypt"))
+    proc = lab.spawn_vpncrypt(
+        "A",
+        a.iface,
+        conf_path,
+        wait_ready=False,
+        prefix=(sys.executable, "-m", "tests.interop.startup_child", str(n), count),
+        command=script("vpncrypt"),
+    )
     ready = _ready_or_exit(proc)
     if ready:
         proc.popen.send_signal(signal.SIGTERM)
@@ -63,8 +75,9 @@ def test_sigterm_at_every_step_of_startup_leaves_the_host_as_before(lab):
     lab.run_in("A", "ip", "route", "add", "default", "via", "192.168.241.2")
     a = lab.node("A", "vpncrypt")
     peer = lab.node("B", "vpncrypt")
-    conf = a.write_conf(a.conf([{"public": peer.public, "allowed": "0.0.0.0/0, ::/0",
-                                 "endpoint": f"198.18.7.2:{PORT}"}]))
+    conf = a.write_conf(
+        a.conf([{"public": peer.public, "allowed": "0.0.0.0/0, ::/0", "endpoint": f"198.18.7.2:{PORT}"}])
+    )
     before = _host(lab, a.iface)
     ready, code, total, proc = _run(lab, a, 0, conf)
     assert ready and code == 0 and total, proc.log()

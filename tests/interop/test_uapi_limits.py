@@ -1,6 +1,7 @@
 """The UAPI socket cannot take the daemon down: under a small file limit,
 many idle clients are refused or timed out, accept() failures only pause
 accepting, and the interface is never taken for deleted (issue 10 a)."""
+
 import os
 import socket
 import time
@@ -24,16 +25,19 @@ def test_idle_clients_under_a_small_file_limit(lab):
     a = lab.node("A", "vpncrypt")
     b = lab.node("B", "wggo")
     b.start(b.conf([{"public": a.public, "inner": a.inner}]))
-    a.start(a.conf([{"public": b.public, "inner": b.inner, "endpoint": f"{b.outer}:51820"}]),
-            prefix=("prlimit", "--nofile=64:64", "--"), log_level="info")
+    a.start(
+        a.conf([{"public": b.public, "inner": b.inner, "endpoint": f"{b.outer}:51820"}]),
+        prefix=("prlimit", "--nofile=64:64", "--"),
+        log_level="info",
+    )
     a.ping(b)
     clients = []
     try:
-        for _ in range(80):                 # more than the daemon has descriptors for
+        for _ in range(80):  # more than the daemon has descriptors for
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(a.sock)               # the backlog takes them even when accept() cannot
+            s.connect(a.sock)  # the backlog takes them even when accept() cannot
             clients.append(s)
-        time.sleep(2.5)                     # two housekeeping rounds (interface checks)
+        time.sleep(2.5)  # two housekeeping rounds (interface checks)
         assert a.proc.popen.poll() is None, a.proc.log()
         assert lab.link_exists("A", a.iface)
         log = a.proc.log()
@@ -77,14 +81,22 @@ def test_accept_failures_pause_but_never_stop():
                 fails["n"] += 1
                 raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
             return real_accept()
-        server._sock = type("S", (), {"accept": staticmethod(failing_accept),
-                                      "fileno": server._sock.fileno,
-                                      "close": server._sock.close})()
+
+        server._sock = type(
+            "S",
+            (),
+            {
+                "accept": staticmethod(failing_accept),
+                "fileno": server._sock.fileno,
+                "close": server._sock.close,
+            },
+        )()
         loop = asyncio.get_running_loop()
         answers = []
         for _ in range(3):
-            answers.append(await loop.run_in_executor(
-                None, lambda: uapiclient.request(path, "get=1", timeout=10)))
+            answers.append(
+                await loop.run_in_executor(None, lambda: uapiclient.request(path, "get=1", timeout=10))
+            )
         server.close()
         await server.wait_closed()
         return answers, fails["n"]
@@ -102,13 +114,13 @@ def test_too_few_files_is_one_clear_line(lab):
     need("prlimit")
     a = lab.node("A", "vpncrypt")
     for limit in (10, 20, 63):
-        r = lab.run_in("A", "prlimit", f"--nofile={limit}:{limit}", "--", script("vpncrypt"),
-                       "up", a.iface, check=False)
+        r = lab.run_in(
+            "A", "prlimit", f"--nofile={limit}:{limit}", "--", script("vpncrypt"), "up", a.iface, check=False
+        )
         assert r.returncode == 1, r
         lines = (r.stdout + r.stderr).strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-        assert f"the open files limit (ulimit -n) is {limit}; vpncrypt needs at least 64" \
-            in lines[0], lines
+        assert f"the open files limit (ulimit -n) is {limit}; vpncrypt needs at least 64" in lines[0], lines
         assert not lab.link_exists("A", a.iface)
         assert not os.path.exists(a.sock)
 

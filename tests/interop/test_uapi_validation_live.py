@@ -1,6 +1,7 @@
 """A request is checked whole before any of it is applied, on a running
 daemon (issue 17, F5): at SIGHUP and over the UAPI socket, next to
 wireguard-go's answers."""
+
 import signal
 
 from tests.interop.lab import PORT, pair
@@ -20,8 +21,9 @@ def test_reload_with_an_oversized_zone_keeps_the_running_peers(lab):
     lab.wait_notify(a.proc, "READY=1")
     assert set(a.dump()) == {b.public, c}
     d = keys.pubkey(keys.genkey())
-    a.write_conf(base + f"\n[Peer]\nPublicKey = {d}\nAllowedIPs = 10.98.0.0/16\n"
-                 "Endpoint = [fe80::1%4294967296]:1\n")
+    a.write_conf(
+        base + f"\n[Peer]\nPublicKey = {d}\nAllowedIPs = 10.98.0.0/16\nEndpoint = [fe80::1%4294967296]:1\n"
+    )
     a.proc.popen.send_signal(signal.SIGHUP)
     lab.wait_notify(a.proc, "READY=1")
     log = a.proc.log()
@@ -39,7 +41,7 @@ def _set(node, body):
 def _listen_port(node):
     for line in node.uapi("get=1\n\n").splitlines():
         if line.startswith("listen_port="):
-            return int(line[len("listen_port="):])
+            return int(line[len("listen_port=") :])
     return 0
 
 

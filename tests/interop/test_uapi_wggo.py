@@ -1,13 +1,14 @@
 """The UAPI edge cases side by side with wireguard-go, and `vpncrypt show`
 on a wireguard-go interface (issue 10 d, i)."""
+
 import os
 import socket
 import tempfile
-import threading
 import time
 
 
 from tests.installed import script
+from tests.unix_server import UnixServer
 from tests.interop.lab import pair
 from vpncrypt.protocol import keys
 
@@ -44,13 +45,14 @@ def test_uapi_edge_cases_like_wireguard_go(lab):
         assert got in (b"", b"errno=-22\n\n"), (node.kind, got)
         # set=1 ending at EOF without the blank line: applied, answered errno=0
         peer = keys.pubkey(keys.genkey())
-        body = (f"set=1\npublic_key={keys.decode(peer).hex()}\n"
-                "allowed_ip=10.250.0.0/24\npersistent_keepalive_interval=17")
+        body = (
+            f"set=1\npublic_key={keys.decode(peer).hex()}\n"
+            "allowed_ip=10.250.0.0/24\npersistent_keepalive_interval=17"
+        )
         got, took, closed = _exchange(node.sock, body.encode(), half_close=True)
         assert got == b"errno=0\n\n" and closed, (node.kind, got)
         d = node.dump()
-        assert d[peer]["allowed_ips"] == "10.250.0.0/24" and d[peer]["keepalive"] == "17", \
-            (node.kind, d)
+        assert d[peer]["allowed_ips"] == "10.250.0.0/24" and d[peer]["keepalive"] == "17", (node.kind, d)
     a.ping(b)
 
 
@@ -75,30 +77,19 @@ def test_show_fails_clearly_when_nothing_answers():
     """A socket whose server hangs up on every request: an error, exit 1,
     never an empty device."""
     with tempfile.TemporaryDirectory() as d:
-        srv = socket.socket(socket.AF_UNIX)
-        srv.bind(os.path.join(d, "mute0.sock"))
-        srv.listen(8)
-        stop = threading.Event()
 
-        def serve():
-            srv.settimeout(0.2)
-            while not stop.is_set():
-                try:
-                    c, _ = srv.accept()
-                except socket.timeout:
-                    continue
-                c.recv(100)
-                c.close()
-        t = threading.Thread(target=serve, daemon=True)
-        t.start()
-        try:
+        def hang_up(c: socket.socket) -> None:
+            c.recv(100)
+
+        with UnixServer(os.path.join(d, "mute0.sock"), hang_up):
             import subprocess
-            r = subprocess.run([script("vpncrypt"), "show", "--socket-dir", d, "mute0"],
-                               capture_output=True, text=True, timeout=30)
-        finally:
-            stop.set()
-            t.join(5)
-            srv.close()
+
+            r = subprocess.run(
+                [script("vpncrypt"), "show", "--socket-dir", d, "mute0"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
     assert r.returncode == 1
     assert r.stdout == ""
     assert "mute0" in r.stderr and "without an answer" in r.stderr, r.stderr

@@ -8,6 +8,7 @@
 
 Each prints one JSON line with its result.
 """
+
 import asyncio
 import hashlib
 import json
@@ -49,8 +50,8 @@ def tcp_source(host, port, nbytes, seed, seconds="0"):
     t0 = time.monotonic()
     chunk = 64 * 1024
     for off in range(0, len(data), chunk):
-        s.sendall(data[off:off + chunk])
-        if seconds:   # pace: off bytes should take off/len * seconds
+        s.sendall(data[off : off + chunk])
+        if seconds:  # pace: off bytes should take off/len * seconds
             ahead = (off + chunk) / len(data) * seconds - (time.monotonic() - t0)
             if ahead > 0:
                 time.sleep(ahead)
@@ -61,12 +62,22 @@ def tcp_source(host, port, nbytes, seed, seconds="0"):
         if not b:
             break
         echo += b
-    print(json.dumps({"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                      "peer_sha256": echo.decode(), "seconds": time.monotonic() - t0}), flush=True)
+    print(
+        json.dumps(
+            {
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "peer_sha256": echo.decode(),
+                "seconds": time.monotonic() - t0,
+            }
+        ),
+        flush=True,
+    )
 
 
 async def _udp_echo(host, port):
     import asyncio_dgram
+
     stream = await asyncio_dgram.bind((host, int(port)))
     print(json.dumps({"listening": True}), flush=True)
     while True:
@@ -76,6 +87,7 @@ async def _udp_echo(host, port):
 
 async def _udp_rtt(host, port, size, count):
     import asyncio_dgram
+
     size, count = int(size), int(count)
     rng = random.Random(1234)
     want = {}
@@ -87,7 +99,7 @@ async def _udp_rtt(host, port, size, count):
     for attempt in range(5):
         window = 32
         for start in range(0, len(pending), window):
-            batch = pending[start:start + window]
+            batch = pending[start : start + window]
             for i in batch:
                 await stream.send(want[i])
                 sends += 1
@@ -98,7 +110,7 @@ async def _udp_rtt(host, port, size, count):
                 except asyncio.TimeoutError:
                     break
                 (i,) = struct.unpack_from("!I", data)
-                if want.get(i) == data:   # every byte compared
+                if want.get(i) == data:  # every byte compared
                     got[i] = True
                 else:
                     bad += 1
@@ -115,7 +127,7 @@ def spray(iface, target_ip, target_port, tunnel_dst):
     tunnel_dst), then send bad datagrams at the target: random bytes,
     truncated and mutated copies of the real ones, and exact replays."""
     target_port = int(target_port)
-    ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800   # outgoing packets reach ETH_P_ALL taps only
+    ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800  # outgoing packets reach ETH_P_ALL taps only
     cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
     cap.bind((iface, ETH_P_ALL))
     cap.settimeout(0.2)
@@ -138,7 +150,7 @@ def spray(iface, target_ip, target_port, tunnel_dst):
                     continue
                 (dport,) = struct.unpack_from("!H", pkt, ihl + 2)
                 if dport == target_port:
-                    captured.append(pkt[ihl + 8:])
+                    captured.append(pkt[ihl + 8 :])
         except socket.timeout:
             pass
     cap.close()
@@ -148,18 +160,18 @@ def spray(iface, target_ip, target_port, tunnel_dst):
     for _ in range(200):
         bad.append(("random", rng.randbytes(rng.randrange(0, 300))))
     for d in data:
-        bad.append(("truncated", d[:rng.randrange(0, len(d))]))
+        bad.append(("truncated", d[: rng.randrange(0, len(d))]))
         m = bytearray(d)
-        k = rng.randrange(16, len(m))      # in the ciphertext or tag
+        k = rng.randrange(16, len(m))  # in the ciphertext or tag
         m[k] ^= 1 << rng.randrange(8)
         bad.append(("mutated", bytes(m)))
         h = bytearray(d)
-        h[rng.randrange(4, 8)] ^= 0xFF     # the receiver index
+        h[rng.randrange(4, 8)] ^= 0xFF  # the receiver index
         bad.append(("bad_index", bytes(h)))
         bad.append(("replay", d))
         bad.append(("replay", d))
     top = max((struct.unpack_from("<Q", d, 8)[0] for d in data), default=0)
-    for i, d in enumerate(data):   # unused counters, so the tag check is what fails
+    for i, d in enumerate(data):  # unused counters, so the tag check is what fails
         f = bytearray(d)
         struct.pack_into("<Q", f, 8, top + 100 + i)
         bad.append(("forged_counter", bytes(f)))
@@ -170,8 +182,10 @@ def spray(iface, target_ip, target_port, tunnel_dst):
     kinds = {}
     for kind, _ in bad:
         kinds[kind] = kinds.get(kind, 0) + 1
-    print(json.dumps({"captured": len(captured), "data": len(data), "sent": len(bad),
-                      "kinds": kinds}), flush=True)
+    print(
+        json.dumps({"captured": len(captured), "data": len(data), "sent": len(bad), "kinds": kinds}),
+        flush=True,
+    )
 
 
 def main(argv):

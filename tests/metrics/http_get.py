@@ -1,6 +1,7 @@
 """GET a URL and write the body to stdout (run inside a test's network
 namespace, where the test process cannot connect): python -m
 tests.metrics.http_get URL [ACCEPT].  Exit 1 with the error on stderr."""
+
 import sys
 import urllib.request
 

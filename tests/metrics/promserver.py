@@ -2,6 +2,7 @@
 tests: started in one of a Lab's namespaces with a generated config, its
 data in the lab's temporary folder, listening on that namespace's loopback;
 queried over its HTTP API.  Never a system service."""
+
 import json
 import os
 import shutil
@@ -17,15 +18,15 @@ PROM_PORT = 9090
 
 def need_prometheus():
     for tool in ("prometheus", "promtool"):
-        assert shutil.which(tool), (f"{tool} not found: install Debian's `prometheus` package "
-                                    "(tests/run.sh does)")
+        assert shutil.which(tool), (
+            f"{tool} not found: install Debian's `prometheus` package (tests/run.sh does)"
+        )
 
 
 def http_get(lab, side, url, accept=None, check=True):
     """(content type, body) of a GET made inside the namespace."""
     cmd = [sys.executable, "-m", "tests.metrics.http_get", url] + ([accept] if accept else [])
-    r = subprocess.run(["ip", "netns", "exec", lab.ns[side], *cmd], capture_output=True,
-                       timeout=30, cwd=REPO)
+    r = subprocess.run(["ip", "netns", "exec", lab.ns[side], *cmd], capture_output=True, timeout=30, cwd=REPO)
     if not check and r.returncode:
         return None, r.stderr.decode(errors="replace")
     assert r.returncode == 0, r.stderr.decode(errors="replace")
@@ -41,22 +42,33 @@ class Prometheus:
         os.makedirs(os.path.join(self.dir, "data"))
         conf = os.path.join(self.dir, "prometheus.yml")
         with open(conf, "w") as f:
-            f.write("global:\n"
-                    f"  scrape_interval: {interval}\n"
-                    f"  scrape_timeout: {interval}\n"
-                    "scrape_configs:\n"
-                    "  - job_name: vpncrypt\n"
-                    "    static_configs:\n"
-                    f"      - targets: ['{target}']\n")
+            f.write(
+                "global:\n"
+                f"  scrape_interval: {interval}\n"
+                f"  scrape_timeout: {interval}\n"
+                "scrape_configs:\n"
+                "  - job_name: vpncrypt\n"
+                "    static_configs:\n"
+                f"      - targets: ['{target}']\n"
+            )
         log = os.path.join(self.dir, "prometheus.log")
         with open(log, "wb") as out:
-            p = subprocess.Popen(["ip", "netns", "exec", lab.ns[side], "prometheus",
-                                  f"--config.file={conf}",
-                                  f"--storage.tsdb.path={os.path.join(self.dir, 'data')}",
-                                  f"--web.listen-address=127.0.0.1:{PROM_PORT}"],
-                                 stdout=out, stderr=subprocess.STDOUT)
+            p = subprocess.Popen(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    lab.ns[side],
+                    "prometheus",
+                    f"--config.file={conf}",
+                    f"--storage.tsdb.path={os.path.join(self.dir, 'data')}",
+                    f"--web.listen-address=127.0.0.1:{PROM_PORT}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         self.proc = Proc("prometheus", p, log)
-        lab.procs.append(self.proc)          # stopped by lab.close()
+        lab.procs.append(self.proc)  # stopped by lab.close()
         self.url = f"http://127.0.0.1:{PROM_PORT}"
         deadline = time.monotonic() + 30
         while True:
@@ -69,8 +81,9 @@ class Prometheus:
 
     def query(self, expr):
         """The result list of an instant query."""
-        _, body = http_get(self.lab, self.side,
-                           self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        _, body = http_get(
+            self.lab, self.side, self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        )
         answer = json.loads(body)
         assert answer["status"] == "success", answer
         return answer["data"]["result"]

@@ -1,4 +1,5 @@
 """Fixtures for the protocol tests: both crypto backends and a fake clock."""
+
 import pytest
 
 from vpncrypt.crypto import get_backend

@@ -1,6 +1,7 @@
 """Helpers for the protocol tests: a fake clock, a deterministic rng, IP
 packet builders and an in-memory network of sans-I/O devices.  Every device
 of a test runs on one backend: the crypto fixture's ("native" or "pynacl")."""
+
 import random
 import struct
 from collections import defaultdict
@@ -34,8 +35,13 @@ def ipv4(src, dst, payload=b"x" * 20):
 
 def ipv6(src, dst, payload=b"y" * 8):
     import ipaddress
-    return (struct.pack(">IHBB", 6 << 28, len(payload), 17, 64) + ipaddress.IPv6Address(src).packed
-            + ipaddress.IPv6Address(dst).packed + payload)
+
+    return (
+        struct.pack(">IHBB", 6 << 28, len(payload), 17, 64)
+        + ipaddress.IPv6Address(src).packed
+        + ipaddress.IPv6Address(dst).packed
+        + payload
+    )
 
 
 class Net:
@@ -45,8 +51,8 @@ class Net:
         self.clock = clock
         self.devs = {}
         self.delivered = defaultdict(list)
-        self.drop = None          # drop(src, dst, data) -> bool
-        self.log = []             # (src, dst, data) of every datagram put on the wire
+        self.drop = None  # drop(src, dst, data) -> bool
+        self.log = []  # (src, dst, data) of every datagram put on the wire
 
     def add(self, addr, dev):
         self.devs[addr] = dev
@@ -75,8 +81,9 @@ class Net:
     def advance(self, to):
         """Move the clock to `to`, firing every device's timers on the way."""
         while True:
-            due = [(d, a) for a, dev in self.devs.items()
-                   if (d := dev.next_deadline()) is not None and d <= to]
+            due = [
+                (d, a) for a, dev in self.devs.items() if (d := dev.next_deadline()) is not None and d <= to
+            ]
             if not due:
                 break
             d, _ = min(due)
@@ -91,22 +98,50 @@ class Net:
         return [d[0] for s, _, d in self.log if src is None or s == src]
 
 
-def make_device(crypto, clock, seed, timer_config=None, **kw):
+def make_device(crypto, clock, seed, protocol_config=None, **kw):
     """A Device on the backend of `crypto` (a vpncrypt.crypto backend)."""
-    return Device(keys.clamp(make_rng(seed)(32)), rng=make_rng(seed + 10), wallclock=clock.wall,
-                  backend=crypto.name, timer_config=timer_config, **kw)
+    return Device(
+        keys.clamp(make_rng(seed)(32)),
+        rng=make_rng(seed + 10),
+        wallclock=clock.wall,
+        backend=crypto.name,
+        protocol_config=protocol_config,
+        **kw,
+    )
 
 
-def make_pair(crypto, clock, psk=None, timer_config=None, a_endpoint_for_b=None, **kw):
-    a = make_device(crypto, clock, 1, timer_config, **kw)
-    b = make_device(crypto, clock, 2, timer_config, **kw)
+def make_pair(crypto, clock, psk=None, protocol_config=None, a_endpoint_for_b=None, **kw):
+    a = make_device(crypto, clock, 1, protocol_config, **kw)
+    b = make_device(crypto, clock, 2, protocol_config, **kw)
     a.add_peer(b.public_key, preshared_key=psk, allowed_ips=[B_IP + "/32", "fd00::2/128"], endpoint=B_ADDR)
-    b.add_peer(a.public_key, preshared_key=psk, allowed_ips=[A_IP + "/32", "fd00::1/128"],
-               endpoint=a_endpoint_for_b)
+    b.add_peer(
+        a.public_key, preshared_key=psk, allowed_ips=[A_IP + "/32", "fd00::1/128"], endpoint=a_endpoint_for_b
+    )
     net = Net(clock)
     net.add(A_ADDR, a)
     net.add(B_ADDR, b)
     return a, b, net
+
+
+def a2b(i=0, n=20):
+    """An IPv4 packet from A's tunnel address to B's, of n payload bytes i."""
+    return ipv4(A_IP, B_IP, bytes([i % 256]) * n)
+
+
+def b2a(i=0, n=20):
+    return ipv4(B_IP, A_IP, bytes([i % 256]) * n)
+
+
+def established(crypto, clock, **kw):
+    """make_pair() with a session: A's first packet delivered to B."""
+    a, b, net = make_pair(crypto, clock, **kw)
+    net.send(A_ADDR, [a2b(0)])
+    assert net.delivered[B_ADDR] == [a2b(0)]
+    return a, b, net
+
+
+def drops(dev, reason):
+    return dev.drops().get(reason, 0)
 
 
 def session(dev, peer_dev, clock):

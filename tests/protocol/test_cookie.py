@@ -1,6 +1,7 @@
 """The sending side of the cookie defence (CookieState: mac1, mac2, the
 cookie a peer sent) against the receiving side, which is the session
 table's (tests/transport/test_admission.py tests that one's rules)."""
+
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.cookie import CookieState
 from vpncrypt.transport import new_table, status as S
@@ -14,6 +15,7 @@ SRC = ("192.0.2.1", 5)
 def _receiver(crypto, depth=1):
     """A table that is under load from `depth` waiting messages."""
     from vpncrypt.transport import TableConfig
+
     pub = keys.public_from_private(keys.clamp(make_rng(5)(32)))
     t = new_table(crypto.name, TableConfig(under_load_depth=depth))
     t.set_public_key(pub)
@@ -25,7 +27,7 @@ def test_mac1_mac2_and_the_senders_cookie_lifetime(crypto):
     t, pub = _receiver(crypto)
     st = CookieState(pub)
     msg = st.add_macs(BODY, 0.0)
-    assert msg[132:] == bytes(16)               # no cookie yet: mac2 is zeros
+    assert msg[132:] == bytes(16)  # no cookie yet: mac2 is zeros
     res = t.open([(msg, SRC)], 0.0)
     assert res.status == [S.COOKIE_SENT]
     reply = res.replies[0][0]

@@ -1,32 +1,28 @@
 """Two in-memory devices with a fake clock, on each backend."""
+
 import pytest
 
-from vpncrypt.protocol import Output, TimerConfig
+from vpncrypt.protocol import Output, ProtocolConfig
 from vpncrypt.protocol.messages import MSG_COOKIE_REPLY, MSG_INITIATION, MSG_RESPONSE, MSG_TRANSPORT
 
+from tests.transport.helpers import PADDING_CASES
 from tests.protocol.helpers import (
-    A_ADDR, A_IP, B_ADDR, B_IP, ipv4, ipv6, make_device, make_pair, no_internal_errors, session,
+    A_ADDR,
+    A_IP,
+    B_ADDR,
+    B_IP,
+    a2b,
+    b2a,
+    drops,
+    established,
+    ipv4,
+    ipv6,
+    make_device,
+    make_pair,
+    no_internal_errors,
+    session,
     sessions,
 )
-
-
-def a2b(i=0, n=20):
-    return ipv4(A_IP, B_IP, bytes([i % 256]) * n)
-
-
-def b2a(i=0, n=20):
-    return ipv4(B_IP, A_IP, bytes([i % 256]) * n)
-
-
-def drops(dev, reason):
-    return dev.drops().get(reason, 0)
-
-
-def established(crypto, clock, **kw):
-    a, b, net = make_pair(crypto, clock, **kw)
-    net.send(A_ADDR, [a2b(0)])
-    assert net.delivered[B_ADDR] == [a2b(0)]
-    return a, b, net
 
 
 @pytest.mark.parametrize("psk", [None, bytes(range(32))])
@@ -165,7 +161,7 @@ def test_reject_after_time(crypto, clock):
     net.advance(t0 + 181)
     out = b.receive_datagrams([(d, A_ADDR) for d, _ in old.datagrams], clock.now)
     assert out.packets == []
-    assert drops(b, "expired") == 1
+    assert drops(b, "stale_keypair") == 1
     n = len(net.log)
     net.send(A_ADDR, [a2b(10)])
     assert MSG_TRANSPORT not in [d[0] for _, _, d in net.log[n:]]  # no data on the dead keypair
@@ -234,7 +230,7 @@ def test_forged_data_does_not_roam(crypto, clock):
 def test_cookie_reply_does_not_roam(crypto, clock):
     # a handshake queue of 8 puts B under load from one waiting message on
     a, b, net = make_pair(crypto, clock)
-    b2 = make_device(crypto, clock, 2, TimerConfig(handshake_queue_size=8))
+    b2 = make_device(crypto, clock, 2, ProtocolConfig(handshake_queue_size=8))
     b2.add_peer(a.public_key, allowed_ips=[A_IP + "/32"])
     init = a.send_packets([a2b(1)], clock.now).datagrams[0][0]
     reply = b2.receive_datagram(init, A_ADDR, clock.now).datagrams[0][0]
@@ -290,22 +286,19 @@ def test_padding_is_trimmed_and_lengths(crypto, clock):
     a, b, net = established(crypto, clock)
     for n in range(0, 40):
         out = a.send_packets([a2b(n, n)], clock.now)
-        (d, dst), = out.datagrams
+        ((d, dst),) = out.datagrams
         assert dst == B_ADDR
         assert len(d) == 16 + ((20 + n + 15) // 16) * 16 + 16
         assert b.receive_datagram(d, A_ADDR, clock.now).packets == [a2b(n, n)]
 
 
-@pytest.mark.parametrize("mtu, size, wire", [
-    # WireGuard pads to 16 but never past the MTU: 1420 -> 1420 + 32 = 1452
-    (1420, 1420, 1452), (1420, 1419, 1452), (1420, 1409, 1452), (1420, 1408, 1440),
-    (1420, 1405, 1440), (1420, 1400, 1440), (1280, 1280, 1312), (1500, 1500, 1532),
-])
-def test_padding_never_passes_the_mtu(crypto, clock, mtu, size, wire):
+@pytest.mark.parametrize("mtu, size, plain", PADDING_CASES)
+def test_padding_never_passes_the_mtu(crypto, clock, mtu, size, plain):
+    wire = 16 + plain + 16  # header, padded plaintext, tag
     a, b, net = established(crypto, clock, mtu=mtu)
     pkt = ipv4(A_IP, B_IP, bytes(size - 20))
     # straight from the table, and staged during a handshake (the path that once padded past)
-    (d, _), = a.send_packets([pkt], clock.now).datagrams
+    ((d, _),) = a.send_packets([pkt], clock.now).datagrams
     assert len(d) == wire
     assert b.receive_datagram(d, A_ADDR, clock.now).packets == [pkt]
     c, d2, net2 = make_pair(crypto, clock, mtu=mtu)
@@ -316,9 +309,10 @@ def test_padding_never_passes_the_mtu(crypto, clock, mtu, size, wire):
 
 def test_cookie_flow_under_load(crypto, clock):
     a, _, _ = make_pair(crypto, clock)
-    b = make_device(crypto, clock, 2, TimerConfig(handshake_queue_size=8))   # under load at once
+    b = make_device(crypto, clock, 2, ProtocolConfig(handshake_queue_size=8))  # under load at once
     b.add_peer(a.public_key, allowed_ips=[A_IP + "/32"])
     from tests.protocol.helpers import Net
+
     net = Net(clock)
     net.add(A_ADDR, a)
     net.add(B_ADDR, b)
@@ -392,7 +386,7 @@ def test_newest_initiation_is_answered_and_the_replaced_one_is_not(crypto, clock
     out = b.receive_datagrams([(old, A_ADDR), (new, A_ADDR)], clock.now)
     responses = [d for d, _ in out.datagrams if d[0] == MSG_RESPONSE]
     assert len(responses) == 1
-    assert responses[0][8:12] == new[4:8]          # the response names the newer one
+    assert responses[0][8:12] == new[4:8]  # the response names the newer one
     assert drops(b, "replay") == 1
     assert no_internal_errors(a, b)
 
@@ -414,12 +408,12 @@ def test_handshake_slice_is_bounded(crypto, clock):
 
 def test_rate_limit_under_load(crypto, clock):
     a, _, _ = make_pair(crypto, clock)
-    b = make_device(crypto, clock, 2, TimerConfig(handshake_queue_size=8))
+    b = make_device(crypto, clock, 2, ProtocolConfig(handshake_queue_size=8))
     b.add_peer(a.public_key, allowed_ips=[A_IP + "/32"])
     pa = a.peers[b.public_key]
     first = a.send_packets([a2b(1)], clock.now).datagrams[0][0]
     reply = b.receive_datagram(first, A_ADDR, clock.now).datagrams[0][0]
-    a.receive_datagram(reply, B_ADDR, clock.now)          # A has a cookie now
+    a.receive_datagram(reply, B_ADDR, clock.now)  # A has a cookie now
     inits = []
     for i in range(8):
         pa.last_sent_handshake = float("-inf")
@@ -443,6 +437,7 @@ def test_remove_peer_and_set_private_key(crypto, clock):
     # new private key on B: A (re-added) must handshake against the new public key
     from vpncrypt.protocol import keys
     from tests.protocol.helpers import make_rng
+
     new_priv = keys.clamp(make_rng(77)(32))
     b.set_private_key(new_priv)
     assert b.public_key == keys.public_from_private(new_priv)
@@ -460,8 +455,9 @@ def test_own_private_key_change_handshakes_at_once(crypto, clock):
     (WireGuard's netns.sh changes a key and pings with a 1 s deadline)."""
     from vpncrypt.protocol import keys
     from tests.protocol.helpers import make_rng
+
     a, b, net = established(crypto, clock)
-    clock.now += 1                               # well inside REKEY_TIMEOUT of A's initiation
+    clock.now += 1  # well inside REKEY_TIMEOUT of A's initiation
     new_priv = keys.clamp(make_rng(78)(32))
     old_pub = a.public_key
     a.set_private_key(new_priv)
@@ -469,20 +465,20 @@ def test_own_private_key_change_handshakes_at_once(crypto, clock):
     b.add_peer(a.public_key, allowed_ips=[A_IP + "/32"])
     sent = len(net.log)
     net.send(A_ADDR, [a2b(5)])
-    assert [d[0] for _, _, d in net.log[sent:]][:1] == [1]   # an initiation, now
+    assert [d[0] for _, _, d in net.log[sent:]][:1] == [1]  # an initiation, now
     assert net.delivered[B_ADDR][-1] == a2b(5)
 
 
 def test_reprs_hide_keys(crypto, clock):
     a, b, net = established(crypto, clock)
     pa = a.peers[b.public_key]
-    texts = [repr(a), repr(pa), repr(pa.stats(clock.now)), repr(pa.cookie),
-             repr(a.counters), repr(a.table)]
+    texts = [repr(a), repr(pa), repr(pa.stats(clock.now)), repr(pa.cookie), repr(a.counters), repr(a.table)]
     secrets = [a.private_key]
     for t in texts:
         for s in secrets:
             assert s.hex() not in t and repr(s) not in t
             import base64
+
             assert base64.b64encode(s).decode() not in t
 
 
@@ -497,8 +493,8 @@ def test_next_deadline_and_idle(crypto, clock):
 
 
 def test_rekey_after_messages_and_reject_after_messages(crypto, clock):
-    cfg = TimerConfig(rekey_after_messages=50, reject_after_messages=80)
-    a, b, net = make_pair(crypto, clock, timer_config=cfg)
+    cfg = ProtocolConfig(rekey_after_messages=50, reject_after_messages=80)
+    a, b, net = make_pair(crypto, clock, protocol_config=cfg)
     net.drop = lambda s, d, data: data[0] in (MSG_INITIATION, MSG_RESPONSE) and len(net.log) > 3
     net.send(A_ADDR, [a2b(0)])
     pa = a.peers[b.public_key]
@@ -573,24 +569,24 @@ def test_roaming_through_a_handshake_is_an_event(crypto, clock):
     # there and says the endpoint moved.  The response, arriving at A from a
     # new address of B's, moves A's endpoint for B the same way.
     from vpncrypt.protocol.events import EndpointChanged
+
     a, b, net = make_pair(crypto, clock, a_endpoint_for_b=A_ADDR)
     init = a.send_packets([a2b(1)], clock.now).datagrams[0][0]
     a_new, b_new = ("203.0.113.9", 4000), ("203.0.113.10", 5000)
     out = b.receive_datagram(init, a_new, clock.now)
     moved = [e for e in out.events if isinstance(e, EndpointChanged)]
-    assert [(e.peer.public_key, e.endpoint, e.previous) for e in moved] == \
-        [(a.public_key, a_new, A_ADDR)]
+    assert [(e.peer.public_key, e.endpoint, e.previous) for e in moved] == [(a.public_key, a_new, A_ADDR)]
     assert b.peers[a.public_key].endpoint == a_new
     resp = out.datagrams[0][0]
     assert resp[0] == MSG_RESPONSE
     out = a.receive_datagram(resp, b_new, clock.now)
     moved = [e for e in out.events if isinstance(e, EndpointChanged)]
-    assert [(e.peer.public_key, e.endpoint, e.previous) for e in moved] == \
-        [(b.public_key, b_new, B_ADDR)]
+    assert [(e.peer.public_key, e.endpoint, e.previous) for e in moved] == [(b.public_key, b_new, B_ADDR)]
 
 
 def test_a_handshake_from_the_known_endpoint_is_no_move(crypto, clock):
     from vpncrypt.protocol.events import EndpointChanged
+
     a, b, net = make_pair(crypto, clock, a_endpoint_for_b=A_ADDR)
     init = a.send_packets([a2b(1)], clock.now).datagrams[0][0]
     out = b.receive_datagram(init, A_ADDR, clock.now)

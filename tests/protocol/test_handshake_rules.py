@@ -1,24 +1,21 @@
 """Handshake rules a peer relies on: forged responses change nothing,
 replayed initiations are refused, timestamps are whitened, state is wiped."""
+
 import struct
 
 from vpncrypt.protocol import noise
 from vpncrypt.protocol.messages import MSG_INITIATION, MSG_RESPONSE, RESP_MAC1
 from vpncrypt.protocol.noise import HASH, LABEL_MAC1, MAC
 
-from tests.protocol.helpers import A_ADDR, A_IP, B_ADDR, B_IP, ipv4, make_pair, session
-
-
-def a2b(i=0):
-    return ipv4(A_IP, B_IP, bytes([i % 256]) * 20)
+from tests.protocol.helpers import A_ADDR, A_IP, B_ADDR, B_IP, a2b, ipv4, make_pair, session
 
 
 def forged_response(real: bytes, to_public: bytes) -> bytes:
     """The real response's indices with a garbage ephemeral and tag, and a
     valid mac1 (anyone who knows the initiator's public key can compute it)."""
-    body = bytearray(real[:RESP_MAC1[0]])
-    body[12:44] = bytes(range(7, 39))         # ephemeral
-    body[44:60] = bytes(16)                   # encrypted nothing: a wrong tag
+    body = bytearray(real[: RESP_MAC1[0]])
+    body[12:44] = bytes(range(7, 39))  # ephemeral
+    body[44:60] = bytes(16)  # encrypted nothing: a wrong tag
     mac1 = MAC(HASH(LABEL_MAC1, to_public), bytes(body))
     return bytes(body) + mac1 + bytes(16)
 
@@ -35,7 +32,7 @@ def test_forged_response_does_not_block_the_handshake(crypto, clock):
     # the real response still completes the handshake, and the staged packet flows
     out = a.receive_datagram(resp, B_ADDR, clock.now)
     assert session(a, b, clock) is not None
-    (data, dst), = out.datagrams
+    ((data, dst),) = out.datagrams
     assert dst == B_ADDR and b.receive_datagram(data, A_ADDR, clock.now).packets == [a2b(1)]
 
 
@@ -44,20 +41,20 @@ def test_captured_initiation_replayed_later_gets_no_response(crypto, clock):
     net.send(A_ADDR, [a2b(1)])
     init = next(d for s, _, d in net.log if d[0] == MSG_INITIATION)
     before = b.drops()
-    clock.now += 5                            # long past the 20 ms initiation limit
+    clock.now += 5  # long past the 20 ms initiation limit
     out = b.receive_datagram(init, ("198.18.0.1", 4444), clock.now)
     assert out.datagrams == []
     after = b.drops()
     assert after.get("replay", 0) == before.get("replay", 0) + 1
     assert after.get("rate_limited", 0) == before.get("rate_limited", 0)
-    assert b.peers[a.public_key].endpoint == A_ADDR          # no roaming from a replay
+    assert b.peers[a.public_key].endpoint == A_ADDR  # no roaming from a replay
 
 
 def test_initiation_timestamp_is_whitened(crypto, clock):
     """TAI64N nanoseconds are rounded down to a multiple of 2^24 (WireGuard's
     whitening against timing leaks)."""
     for nanos in (0, 1, 16_777_215, 16_777_216, 16_777_217, 999_999_999, 123_456_789):
-        stamp = noise.tai64n(1000 + nanos / 1e9)     # (a small base: exact to the nanosecond)
+        stamp = noise.tai64n(1000 + nanos / 1e9)  # (a small base: exact to the nanosecond)
         secs, ns = struct.unpack(">QI", stamp)
         assert secs == 0x400000000000000A + 1000
         assert ns == nanos - nanos % 16_777_216
@@ -83,8 +80,8 @@ def test_answering_replaces_our_own_initiation(crypto, clock):
     init_a = a.send_packets([a2b(1)], clock.now).datagrams[0][0]
     clock.now += 0.1
     init_b = b.send_packets([ipv4(B_IP, A_IP)], clock.now).datagrams[0][0]
-    resp_to_b = a.receive_datagram(init_b, B_ADDR, clock.now).datagrams[0][0]   # A answers B
-    resp_to_a = b.receive_datagram(init_a, A_ADDR, clock.now).datagrams[0][0]   # B answers A
+    resp_to_b = a.receive_datagram(init_b, B_ADDR, clock.now).datagrams[0][0]  # A answers B
+    resp_to_a = b.receive_datagram(init_a, A_ADDR, clock.now).datagrams[0][0]  # B answers A
     assert a.peers[b.public_key].pending is None
     before = a.drops().get("unknown_index", 0)
     a.receive_datagram(resp_to_a, B_ADDR, clock.now)

@@ -3,6 +3,7 @@ item's compute() anywhere, then Device.finish_handshake_work): the same
 answers as serving them at once, whatever order the computes ran in; work
 computed for a configuration that changed meanwhile is never answered; and
 a peer's newest initiation is the one answered."""
+
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from vpncrypt.protocol import Output
 from vpncrypt.protocol.messages import MSG_INITIATION, MSG_RESPONSE
 
-from tests.protocol.helpers import A_ADDR, A_IP, B_ADDR, B_IP, ipv4, make_device, make_pair, no_internal_errors, session
+from tests.protocol.helpers import A_ADDR, A_IP, B_ADDR, B_IP, ipv4, make_device, make_pair
+from tests.protocol.helpers import no_internal_errors, session
 
 
 def drops(dev, reason):
@@ -23,7 +25,7 @@ def initiation(dev, peer_dev, now):
     p.last_sent_handshake = float("-inf")
     out = Output()
     dev.handshakes.initiate(p, now, out)
-    (data, _), = out.datagrams
+    ((data, _),) = out.datagrams
     assert data[0] == MSG_INITIATION
     return data
 
@@ -48,10 +50,10 @@ def test_two_phases_complete_the_handshake(crypto, clock):
     out, left = two_phase(b, clock.now)
     assert left == 0
     (resp,) = responses(out)
-    assert resp[8:12] == data[4:8]         # the response names the initiation's sender index
+    assert resp[8:12] == data[4:8]  # the response names the initiation's sender index
     back = a.receive_datagram(resp, B_ADDR, clock.now)
     assert session(a, b, clock) is not None
-    net.run(A_ADDR, back)                   # A's keepalive confirms the keys to B
+    net.run(A_ADDR, back)  # A's keepalive confirms the keys to B
     net.send(B_ADDR, [ipv4(B_IP, A_IP, b"reply")])
     assert net.delivered[A_ADDR] == [ipv4(B_IP, A_IP, b"reply")]
     assert no_internal_errors(a, b)
@@ -65,7 +67,7 @@ def test_newest_initiation_answered_whatever_the_compute_order(crypto, clock):
     msgs = []
     for _ in range(3):
         msgs.append(initiation(a, b, clock.now))
-        clock.now += 0.05                   # past the 16.8 ms timestamp whitening
+        clock.now += 0.05  # past the 16.8 ms timestamp whitening
     b.table.open([(m, A_ADDR) for m in msgs], b.table.clock(clock.now))
     out, left = two_phase(b, clock.now, order=reversed)
     (resp,) = responses(out)
@@ -90,7 +92,7 @@ def test_a_replay_gets_no_response_work(crypto, clock):
     assert w.outcome == "replay" and w.response is None
     out, _ = b.finish_handshake_work(work, clock.now)
     assert responses(out) == [] and drops(b, "replay") == 1
-    assert b.peers[a.public_key].endpoint == A_ADDR     # a replay does not move the endpoint
+    assert b.peers[a.public_key].endpoint == A_ADDR  # a replay does not move the endpoint
 
 
 def _queued_and_computed(a, b, clock):
@@ -193,3 +195,30 @@ def test_storm_computed_on_real_threads(crypto, clock, psk):
         a.receive_datagram(resp, B_ADDR, clock.now)
         assert session(a, b, clock) is not None
     assert no_internal_errors(b, *peers)
+
+
+def test_an_initiation_whose_timestamp_fails_authentication(crypto, clock):
+    """An initiation from a known static key whose encrypted timestamp was
+    tampered with (mac1 made again, so it passes the cheap checks) is dropped
+    as bad_tag and answered by nothing, in two phases and at once; the device
+    goes on (the apply phase compared the missing timestamp before)."""
+    from vpncrypt.protocol.cookie import CookieState
+
+    a, b, net = make_pair(crypto, clock)
+    for serve in ("two_phase", "at_once"):
+        data = bytearray(initiation(a, b, clock.now))
+        data[100] ^= 1  # inside the encrypted timestamp (bytes 88..116 of 148)
+        forged = CookieState(b.public_key).add_macs(bytes(data[:116]), clock.now)
+        assert len(forged) == 148
+        before = drops(b, "bad_tag")
+        if serve == "two_phase":
+            b.table.open([(forged, A_ADDR)], b.table.clock(clock.now))
+            out, left = two_phase(b, clock.now)
+        else:
+            out = b.receive_datagrams([(forged, A_ADDR)], clock.now)
+        assert responses(out) == []
+        assert drops(b, "bad_tag") == before + 1
+        no_internal_errors(b)
+    clock.now += 1.0  # past the initiation rate limit (50 per second from one peer)
+    genuine = initiation(a, b, clock.now)
+    assert len(responses(b.receive_datagrams([(genuine, A_ADDR)], clock.now))) == 1  # it goes on

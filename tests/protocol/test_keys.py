@@ -1,4 +1,5 @@
 """X25519 Wycheproof vectors and wg-compatible key generation."""
+
 import base64
 import json
 import pathlib
@@ -50,8 +51,12 @@ def test_genkey_is_clamped_and_pubkey_matches():
 
 def test_compatible_with_wg():
     assert shutil.which("wg"), "wg (wireguard-tools) is not installed (tests/run.sh installs it)"
+
     def wg(*args, inp=None):
-        return subprocess.run(["wg", *args], input=inp, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["wg", *args], input=inp, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
     for _ in range(3):
         ours = genkey()
         assert wg("pubkey", inp=ours + "\n") == pubkey(ours)

@@ -1,9 +1,10 @@
 """Malformed input of every type and length is dropped and counted; nothing escapes."""
+
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from vpncrypt.crypto import get_backend
-from vpncrypt.protocol import TimerConfig
+from vpncrypt.protocol import ProtocolConfig
 from vpncrypt.protocol.messages import MSG_INITIATION, MSG_RESPONSE, MSG_TRANSPORT
 
 from tests.protocol.helpers import A_ADDR, A_IP, B_ADDR, B_IP, Clock, ipv4, make_device, make_pair
@@ -22,10 +23,11 @@ def captured(crypto):
     resp = net.log[1][2]
     data = a.send_packets([ipv4(A_IP, B_IP)], clock.now).datagrams[0][0]
     # a cookie reply from B's twin that is always under load (queue of 8: depth 1)
-    loaded = make_device(crypto, clock, 2, TimerConfig(handshake_queue_size=8))
+    loaded = make_device(crypto, clock, 2, ProtocolConfig(handshake_queue_size=8))
     loaded.add_peer(a.public_key, allowed_ips=[A_IP + "/32"])
     clock.now += 1
     from vpncrypt.protocol import Output
+
     out = Output()
     a.peers[b.public_key].last_sent_handshake = float("-inf")
     a.handshakes.initiate(a.peers[b.public_key], clock.now, out)
@@ -73,6 +75,7 @@ def test_unknown_index_bad_mac1_bad_tag(crypto):
     assert a.drops()["bad_mac1"] == 1  # receiver index is covered by mac1
     # a low-order ephemeral: rejected without an exception
     from vpncrypt.protocol.noise import HASH, LABEL_MAC1, MAC
+
     body = bytearray(msgs["init"][:116])
     body[8:40] = bytes(32)
     forged = bytes(body) + MAC(HASH(LABEL_MAC1, b.public_key), bytes(body)) + bytes(16)
@@ -106,12 +109,16 @@ def _mutate(draw_bytes, msg, flips):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(
-    st.binary(max_size=300),
-    st.tuples(st.sampled_from(["init", "resp", "data", "cookie"]),
-              st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=4),
-              st.integers(-5, 300)),
-))
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        st.tuples(
+            st.sampled_from(["init", "resp", "data", "cookie"]),
+            st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=4),
+            st.integers(-5, 300),
+        ),
+    )
+)
 def test_fuzz_receive_datagram(case):
     clock, a, b, msgs = _STATE
     if isinstance(case, bytes):

@@ -1,15 +1,16 @@
 """WireGuard-specific message layout: sizes, offsets, type bytes, reserved zeros."""
+
 import hashlib
 
 from vpncrypt.protocol import messages as m
 from vpncrypt.protocol.noise import HASH, LABEL_COOKIE, LABEL_MAC1, MAC
-from vpncrypt.protocol.handshake import ik_responder_read_static, init_state
+from vpncrypt.protocol.noise_ik import ik_responder_read_static, init_state
 from vpncrypt.protocol import noise
 
-from vpncrypt.protocol import Output, TimerConfig
+from vpncrypt.protocol import Output, ProtocolConfig
 
-from tests.protocol.helpers import (A_ADDR, A_IP, B_ADDR, B_IP, ipv4, make_device, make_pair, make_rng,
-                                    sessions)
+from tests.protocol.helpers import A_ADDR, A_IP, B_ADDR, B_IP, ipv4, make_device, make_pair, make_rng
+from tests.protocol.helpers import sessions
 
 
 def test_layout_of_every_message(crypto, clock):
@@ -43,7 +44,7 @@ def test_layout_of_every_message(crypto, clock):
     # (the sealed bytes themselves: tests/transport/test_table.py, with known keys)
 
     # cookie reply, from B's twin that is always under load (a queue of 8: depth 1)
-    loaded = make_device(crypto, clock, 2, TimerConfig(handshake_queue_size=8))
+    loaded = make_device(crypto, clock, 2, ProtocolConfig(handshake_queue_size=8))
     seed = make_rng(12)(32)
     loaded.table.seed(seed)
     loaded.add_peer(a.public_key, allowed_ips=[A_IP + "/32"])
@@ -77,3 +78,30 @@ def test_type_word_requires_reserved_zero():
     assert m.message_type(b"\x01\x00\x00\x01") == 0
     assert m.message_type(b"\x05\x00\x00\x00") == 0
     assert m.message_type(b"") == 0
+
+
+def test_an_initiation_from_a_static_key_alone():
+    """wg_initiation_from derives the public key and the static-static DH
+    itself: the same bytes as wg_create_initiation given them, and the
+    responder learns that static key from it."""
+    from vpncrypt.crypto import get_backend
+    from vpncrypt.protocol import keys
+    from vpncrypt.protocol.messages import parse_initiation
+    from vpncrypt.protocol.noise_ik import (
+        wg_begin_consume_initiation,
+        wg_create_initiation,
+        wg_initiation_from,
+    )
+
+    crypto = get_backend("pynacl")
+    rng = make_rng(31)
+    s_priv, r_priv, e_priv = (keys.clamp(rng(32)) for _ in range(3))
+    r_pub = keys.public_from_private(r_priv)
+    body, _ = wg_initiation_from(crypto, s_priv, r_pub, 77, e_priv, 1_700_000_000.0)
+    s_pub = keys.public_from_private(s_priv)
+    same, _ = wg_create_initiation(
+        crypto, s_priv, s_pub, r_pub, keys.dh(s_priv, r_pub), 77, e_priv, 1_700_000_000.0, 0.0
+    )
+    assert len(body) == 116 and body == same
+    _, static = wg_begin_consume_initiation(crypto, r_priv, r_pub, parse_initiation(body + bytes(32)))
+    assert static == s_pub

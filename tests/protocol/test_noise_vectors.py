@@ -1,5 +1,6 @@
 """The Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s known-answer vector through our
 Noise code, and the Noise/BLAKE2s building blocks."""
+
 import hashlib
 import hmac
 import json
@@ -7,7 +8,7 @@ import pathlib
 
 import pytest
 
-from vpncrypt.protocol import handshake as hs
+from vpncrypt.protocol import noise_ik as hs
 from vpncrypt.protocol import keys, noise
 
 VECTORS = pathlib.Path(__file__).parents[1] / "vectors" / "noise_25519_chachapoly_blake2s_vectors.json"
@@ -31,7 +32,9 @@ def test_ikpsk2_known_answer(crypto):
 
     # message 1: initiator -> responder (e, es, s, ss)
     ini = hs.init_state(name, h(v["init_prologue"]), r_pub, crypto)
-    e_pub, enc_s, enc_p = hs.ik_initiator_write(ini, i_pub, r_pub, i_e, keys.dh(i_s, r_pub), h(msgs[0]["payload"]))
+    e_pub, enc_s, enc_p = hs.ik_initiator_write(
+        ini, i_pub, r_pub, i_e, keys.dh(i_s, r_pub), h(msgs[0]["payload"])
+    )
     assert e_pub + enc_s + enc_p == h(msgs[0]["ciphertext"])
     res = hs.init_state(name, h(v["resp_prologue"]), r_pub, crypto)
     static = hs.ik_responder_read_static(res, r_s, e_pub, enc_s)
@@ -58,6 +61,7 @@ def test_ikpsk2_known_answer(crypto):
 
 def test_ikpsk2_bad_tag_detected(crypto):
     from vpncrypt.crypto import AuthenticationError
+
     v = _vector("Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s")
     h = bytes.fromhex
     r_s = h(v["resp_static"])
@@ -97,5 +101,5 @@ def test_tai64n():
     ts = noise.tai64n(1_700_000_000.25)
     assert len(ts) == 12
     assert int.from_bytes(ts[:8], "big") == 0x400000000000000A + 1_700_000_000
-    assert int.from_bytes(ts[8:], "big") == 234_881_024      # 0.25 s whitened: 14 x 2^24 ns
+    assert int.from_bytes(ts[8:], "big") == 234_881_024  # 0.25 s whitened: 14 x 2^24 ns
     assert noise.tai64n(1.0) < noise.tai64n(1.5) < noise.tai64n(2.0)

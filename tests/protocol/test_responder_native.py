@@ -1,15 +1,21 @@
 """The responder's Noise work in C (native/wg_handshake.c through
 vpncrypt.protocol.responder_native) against the Python reference
-(vpncrypt.protocol.handshake) on the same inputs: the same static key,
+(vpncrypt.protocol.noise_ik) on the same inputs: the same static key,
 timestamp, response and session keys, and the same failures."""
+
 import random
 
 import pytest
 
 from vpncrypt.crypto import AuthenticationError, get_backend
 from vpncrypt.protocol import keys
-from vpncrypt.protocol.handshake import (wg_begin_consume_initiation, wg_create_initiation,
-                                         wg_consume_response, wg_finish_consume_initiation, wg_respond)
+from vpncrypt.protocol.noise_ik import (
+    wg_begin_consume_initiation,
+    wg_create_initiation,
+    wg_consume_response,
+    wg_finish_consume_initiation,
+    wg_respond,
+)
 from vpncrypt.protocol.messages import pack_response_body, parse_initiation, parse_response
 from vpncrypt.protocol.responder_native import ResponderState
 
@@ -21,9 +27,18 @@ def setup(seed, psk):
     r_priv, i_priv = keys.clamp(rng.randbytes(32)), keys.clamp(rng.randbytes(32))
     r_pub, i_pub = keys.public_from_private(r_priv), keys.public_from_private(i_priv)
     ss = keys.dh(i_priv, r_pub)
-    body, pending = wg_create_initiation(PY, i_priv, i_pub, r_pub, ss, rng.getrandbits(32),
-                                         keys.clamp(rng.randbytes(32)), 1_700_000_000.0 + seed, 0.0)
-    data = body + bytes(32)                 # mac1 and mac2 are not part of the Noise work
+    body, pending = wg_create_initiation(
+        PY,
+        i_priv,
+        i_pub,
+        r_pub,
+        ss,
+        rng.getrandbits(32),
+        keys.clamp(rng.randbytes(32)),
+        1_700_000_000.0 + seed,
+        0.0,
+    )
+    data = body + bytes(32)  # mac1 and mac2 are not part of the Noise work
     return rng, r_priv, r_pub, i_priv, i_pub, ss, data, pending
 
 
@@ -47,7 +62,7 @@ def test_c_responder_matches_the_reference(seed, with_psk):
     got = (static, ts, st.respond(e_priv, data, static, psk))
     assert got == want
     assert static == i_pub and len(ts) == 12
-    assert bytes(st._st) == bytes(96)       # the state is wiped once the response is made
+    assert bytes(st._st) == bytes(96)  # the state is wiped once the response is made
     # and the initiator accepts the response the C side made
     e_pub, empty, (send, recv) = got[2]
     resp = pack_response_body(7, parse_initiation(data).sender, e_pub, empty) + bytes(32)
@@ -58,7 +73,7 @@ def test_c_responder_matches_the_reference(seed, with_psk):
 def test_a_flipped_static_ciphertext_fails_like_the_reference():
     rng, r_priv, r_pub, i_priv, i_pub, ss, data, _ = setup(20, False)
     bad = bytearray(data)
-    bad[60] ^= 1                             # inside the sealed static key
+    bad[60] ^= 1  # inside the sealed static key
     bad = bytes(bad)
     with pytest.raises(AuthenticationError):
         wg_begin_consume_initiation(PY, r_priv, r_pub, parse_initiation(bad))
@@ -71,7 +86,7 @@ def test_a_flipped_static_ciphertext_fails_like_the_reference():
 def test_a_flipped_timestamp_or_a_wrong_static_static_fails():
     rng, r_priv, r_pub, i_priv, i_pub, ss, data, _ = setup(21, False)
     bad = bytearray(data)
-    bad[100] ^= 1                            # inside the sealed timestamp
+    bad[100] ^= 1  # inside the sealed timestamp
     for message, dh_ss in ((bytes(bad), ss), (data, bytes(31) + b"\x01")):
         st = ResponderState()
         st.begin(r_priv, r_pub, message)
@@ -82,7 +97,7 @@ def test_a_flipped_timestamp_or_a_wrong_static_static_fails():
 
 def test_a_low_order_ephemeral_is_a_dh_error_like_the_reference():
     rng, r_priv, r_pub, i_priv, i_pub, ss, data, _ = setup(22, False)
-    bad = data[:8] + bytes(32) + data[40:]    # the identity point: X25519 gives all zeros
+    bad = data[:8] + bytes(32) + data[40:]  # the identity point: X25519 gives all zeros
     with pytest.raises(keys.DHError):
         wg_begin_consume_initiation(PY, r_priv, r_pub, parse_initiation(bad))
     st = ResponderState()
@@ -96,7 +111,7 @@ def test_a_low_order_initiator_static_is_a_dh_error():
     peer configured with a low-order public key cannot complete)."""
     rng, r_priv, r_pub, i_priv, i_pub, ss, data, _ = setup(23, False)
     st = ResponderState()
-    static = st.begin(r_priv, r_pub, data)
+    st.begin(r_priv, r_pub, data)
     st.finish(ss, data)
     with pytest.raises(keys.DHError):
         st.respond(keys.clamp(rng.randbytes(32)), data, bytes(32), None)

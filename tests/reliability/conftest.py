@@ -1,6 +1,7 @@
 """Fixtures for the reliability tests: the protocol suite's (both crypto
 backends, a fake clock) for the tests that drive the sans-I/O core directly,
 and `lab` for those that run real daemons in network namespaces."""
+
 import os
 
 import pytest

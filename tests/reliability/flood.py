@@ -18,6 +18,7 @@ sockets (as many source ports) at up to `rate` per second:
 It counts what comes back per kind: cookie replies (type 3), responses (type
 2).  Prints one JSON line with the figures.
 """
+
 import json
 import os
 import select
@@ -25,30 +26,22 @@ import socket
 import sys
 import time
 
-KINDS = ("cookie", "valid", "nomac", "nomac")   # socket i has kind KINDS[i % 4]
+KINDS = ("cookie", "valid", "nomac", "nomac")  # socket i has kind KINDS[i % 4]
 
 
 def build_bodies(victim_pub: bytes, n: int):
     """n initiation bodies (the 116 bytes before mac1) from unknown static keys."""
+    from vpncrypt.bench.handshakeload import unknown_initiation_bodies
     from vpncrypt.crypto import get_backend
-    from vpncrypt.protocol import keys
-    from vpncrypt.protocol.handshake import wg_create_initiation
+
     crypto = get_backend("native")
-    bodies = []
-    for i in range(n):
-        priv = keys.generate_private()
-        pub = keys.public_from_private(priv)
-        ss = keys.dh(priv, victim_pub)
-        body, _pending = wg_create_initiation(crypto, priv, pub, victim_pub, ss,
-                                              int.from_bytes(os.urandom(4), "little"),
-                                              keys.generate_private(), time.time() + i, 0.0)
-        bodies.append(body)
-    return bodies, crypto
+    return unknown_initiation_bodies(victim_pub, n, crypto), crypto
 
 
 def main(cfg):
     from vpncrypt.protocol import keys
     from vpncrypt.protocol.cookie import CookieState
+
     victim_pub = keys.decode(cfg["public_key"])
     target = (cfg["target"][0], int(cfg["target"][1]))
     nsocks, rate, seconds = int(cfg["sockets"]), float(cfg["rate"]), float(cfg["seconds"])
@@ -75,9 +68,14 @@ def main(cfg):
     for s in socks:
         ep.register(s.fileno(), select.EPOLLIN)
     sent = dict.fromkeys(("cookie", "valid", "nomac", "mac2"), 0)
-    got = {"cookie_replies_by_kind": dict.fromkeys(("cookie", "valid", "nomac"), 0), "responses": 0,
-           "other": 0, "cookies_taken": 0, "bad_cookie_replies": 0}
-    timeline = []                  # cookie replies received in each second
+    got = {
+        "cookie_replies_by_kind": dict.fromkeys(("cookie", "valid", "nomac"), 0),
+        "responses": 0,
+        "other": 0,
+        "cookies_taken": 0,
+        "bad_cookie_replies": 0,
+    }
+    timeline = []  # cookie replies received in each second
     send_errors = 0
     total = 0
     j = 0
@@ -139,11 +137,24 @@ def main(cfg):
     while time.monotonic() < stop:
         drain(0.05)
     replies = sum(got["cookie_replies_by_kind"].values())
-    print(json.dumps({
-        "sent": total, "seconds": elapsed, "rate": total / elapsed if elapsed else 0.0,
-        "wanted_rate": rate, "sockets": nsocks, "sent_by_kind": sent, "send_errors": send_errors,
-        "cookie_replies": replies, "cookie_replies_per_s": replies / elapsed if elapsed else 0.0,
-        "timeline": timeline, **got}), flush=True)
+    print(
+        json.dumps(
+            {
+                "sent": total,
+                "seconds": elapsed,
+                "rate": total / elapsed if elapsed else 0.0,
+                "wanted_rate": rate,
+                "sockets": nsocks,
+                "sent_by_kind": sent,
+                "send_errors": send_errors,
+                "cookie_replies": replies,
+                "cookie_replies_per_s": replies / elapsed if elapsed else 0.0,
+                "timeline": timeline,
+                **got,
+            }
+        ),
+        flush=True,
+    )
     for s in socks:
         s.close()
 

@@ -5,6 +5,7 @@ its two sockets listen on every address of the namespace instead of
 HOST:PORT2 instead when PORT is in the map.  So one end of the relay can be a
 daemon in another namespace (reached over the veth), the other a daemon in
 the relay's own namespace.  Everything else is relay.py unchanged."""
+
 import json
 import socket as _socket
 import sys

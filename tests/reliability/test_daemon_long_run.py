@@ -6,22 +6,21 @@ daemons' resident memory, open file descriptors, asyncio tasks and pending
 housekeeping timers are sampled: after warm-up none of them may grow (memory
 within 10%; open files equal before and after the run), and nothing delivered is
 corrupted or duplicated."""
+
 import json
-import sys
 import time
 
 from tests.interop.lab import PORT
 from tests.reliability.netutil import SOAK, UapiProbe, fd_count, rss_kb, save_report
+from tests.reliability.traffic import start_recv, start_send
 
 SECONDS = SOAK or 12.0
 TIMERS = "rekey_after_time=2,reject_after_time=5,keepalive_timeout=1,rekey_timeout=0.5"
-RATE = 2000            # datagrams/s of 1000 bytes: the Python sender's comfortable pace
-
-
+RATE = 2000  # datagrams/s of 1000 bytes: the Python sender's comfortable pace
 
 
 def _flat(samples, key):
-    warm = samples[len(samples) // 5:]          # the first fifth is warm-up
+    warm = samples[len(samples) // 5 :]  # the first fifth is warm-up
     return warm[0][key], max(s[key] for s in warm), warm[-1][key]
 
 
@@ -39,11 +38,8 @@ def test_daemons_stay_flat(lab, tmp_path):
     time.sleep(0.2)
     fds_before = {side: fd_count(n.proc.popen.pid) for side, n in nodes}
     tasks_before = {side: n.counters()["asyncio_tasks"] for side, n in nodes}
-    recv = lab.popen_in("B", sys.executable, "-m", "tests.reliability.traffic", "recv", "9000",
-                        str(SECONDS + 3))
-    assert "listening" in recv.stdout.readline()
-    send = lab.popen_in("A", sys.executable, "-m", "tests.reliability.traffic", "send", b.inner,
-                        "9000", str(RATE), str(SECONDS), "1000")
+    recv = start_recv(lab, "B", 9000, SECONDS + 3)
+    send = start_send(lab, "A", b.inner, 9000, RATE, SECONDS, 1000)
     probes = [UapiProbe(n, req, every=0.1) for n in (a, b) for req in ("get=1\n\n", "get=vpncrypt\n\n")]
     for p in probes:
         p.start()
@@ -53,9 +49,16 @@ def test_daemons_stay_flat(lab, tmp_path):
         for side, node in (("A", a), ("B", b)):
             pid = node.proc.popen.pid
             c = node.counters()
-            samples[side].append({"t": time.monotonic(), "rss_kb": rss_kb(pid), "fds": fd_count(pid),
-                                  "tasks": c.get("asyncio_tasks"), "timers": c.get("pending_timers"),
-                                  "handshakes": c["handshakes_completed"]})
+            samples[side].append(
+                {
+                    "t": time.monotonic(),
+                    "rss_kb": rss_kb(pid),
+                    "fds": fd_count(pid),
+                    "tasks": c.get("asyncio_tasks"),
+                    "timers": c.get("pending_timers"),
+                    "handshakes": c["handshakes_completed"],
+                }
+            )
         time.sleep(1.0)
     probe_report = [p.finish() for p in probes]
     out, _ = send.communicate(timeout=60)
@@ -65,9 +68,17 @@ def test_daemons_stay_flat(lab, tmp_path):
     time.sleep(0.2)
     fds_after = {side: fd_count(n.proc.popen.pid) for side, n in nodes}
     tasks_after = {side: n.counters()["asyncio_tasks"] for side, n in nodes}
-    report = {"seconds": SECONDS, "stream_sent": sent, "stream_received": got, "uapi": probe_report,
-              "fds_before": fds_before, "fds_after": fds_after, "tasks_before": tasks_before,
-              "tasks_after": tasks_after, "samples": samples}
+    report = {
+        "seconds": SECONDS,
+        "stream_sent": sent,
+        "stream_received": got,
+        "uapi": probe_report,
+        "fds_before": fds_before,
+        "fds_after": fds_after,
+        "tasks_before": tasks_before,
+        "tasks_after": tasks_after,
+        "samples": samples,
+    }
     save_report(tmp_path, "daemon_long_run.json", report)
 
     assert got["corrupted"] == 0 and got["duplicated"] == 0, report

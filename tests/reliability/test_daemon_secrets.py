@@ -14,6 +14,7 @@ is the whole `vpncrypt up` at --log-level debug):
   SO_PEERCRED when it can reach the socket (through a hard link to it, made
   reachable for the test).
 """
+
 import base64
 import os
 import shutil
@@ -31,8 +32,6 @@ from vpncrypt.protocol import keys
 TIMERS = "rekey_after_time=2,rekey_timeout=1"
 
 
-
-
 def _forms(b64):
     raw = keys.decode(b64)
     return {b64, raw.hex(), raw.hex().upper(), base64.b64encode(raw).decode().rstrip("=")}
@@ -41,8 +40,16 @@ def _forms(b64):
 def _as_nobody(script):
     """Run `script` as uid/gid 65534 (it drops root itself, first thing: this
     interpreter lives where uid 65534 may not exec it)."""
-    return subprocess.run([sys.executable, "-c", "import os, socket\nos.setgroups([])\nos.setgid(65534)\n"
-                           "os.setuid(65534)\n" + script], capture_output=True, text=True, timeout=20)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, socket\nos.setgroups([])\nos.setgid(65534)\nos.setuid(65534)\n" + script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
 
 
 def test_no_key_in_logs_or_show_and_uapi_refuses_others(lab, tmp_path):
@@ -51,7 +58,7 @@ def test_no_key_in_logs_or_show_and_uapi_refuses_others(lab, tmp_path):
     secrets = [a.private, b.private, a.peer_conf["psk"]]
     a.ping(b)
     b.ping(a)
-    time.sleep(2.5)                                    # a rekey
+    time.sleep(2.5)  # a rekey
     a.ping(b)
     assert a.counters()["handshakes_completed"] >= 2
     # UAPI sets with keys: the same private key, a new preshared key on both ends
@@ -69,23 +76,29 @@ def test_no_key_in_logs_or_show_and_uapi_refuses_others(lab, tmp_path):
     psk3 = keys.genpsk()
     secrets.append(psk3)
     third = keys.pubkey(keys.genkey())
-    hx = lambda k: keys.decode(k).hex()
-    assert a.uapi(f"set=1\npublic_key={hx(third)}\npreshared_key={hx(psk3)}\n"
-                  f"allowed_ip=10.77.0.0/16\n\n") == "errno=0\n\n"
+
+    def hx(k):
+        return keys.decode(k).hex()
+
+    assert (
+        a.uapi(f"set=1\npublic_key={hx(third)}\npreshared_key={hx(psk3)}\nallowed_ip=10.77.0.0/16\n\n")
+        == "errno=0\n\n"
+    )
     assert a.uapi(f"set=1\npublic_key={hx(third)}\nremove=true\n\n") == "errno=0\n\n"
     # malformed requests that carry keys: refused and logged
-    for bad in (f"set=1\nprivate_key={hx(a.private)}\nbogus=1\n\n",
-                f"set=1\n{hx(a.private)}={hx(psk2)}\n\n",
-                f"set=1\npublic_key={hx(b.public)}\npreshared_key={hx(psk2)[:-1]}\n\n",
-                f"set=1\nprivate_key={hx(a.private)}x\n\n"):
+    for bad in (
+        f"set=1\nprivate_key={hx(a.private)}\nbogus=1\n\n",
+        f"set=1\n{hx(a.private)}={hx(psk2)}\n\n",
+        f"set=1\npublic_key={hx(b.public)}\npreshared_key={hx(psk2)[:-1]}\n\n",
+        f"set=1\nprivate_key={hx(a.private)}x\n\n",
+    ):
         assert a.uapi(bad) == "errno=-22\n\n", bad
     a.ping(b)
     # SIGHUP: a new peer with a preshared key in the file, then a broken file with a key in its bad line
     psk4 = keys.genpsk()
     secrets.append(psk4)
     fourth = keys.pubkey(keys.genkey())
-    good = a.conf([dict(a.peer_conf, psk=psk2), {"public": fourth, "psk": psk4,
-                                                   "allowed": "10.78.0.0/16"}])
+    good = a.conf([dict(a.peer_conf, psk=psk2), {"public": fourth, "psk": psk4, "allowed": "10.78.0.0/16"}])
     a.write_conf(good)
     a.proc.popen.send_signal(signal.SIGHUP)
     lab.wait_notify(a.proc, "READY=1")
@@ -113,10 +126,12 @@ def test_no_key_in_logs_or_show_and_uapi_refuses_others(lab, tmp_path):
     st, dst = os.stat(a.sock), os.stat(os.path.dirname(a.sock))
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == 0
     assert dst.st_uid == 0 and stat.S_IMODE(dst.st_mode) & 0o022 == 0, oct(dst.st_mode)
-    probe = ("import socket\ns = socket.socket(socket.AF_UNIX)\n"
-             "try:\n    s.connect({path!r})\nexcept PermissionError:\n    print('EACCES'); raise SystemExit\n"
-             "buf = b''  # the refusal comes before any request\nwhile True:\n    c = s.recv(4096)\n"
-             "    if not c: break\n    buf += c\nprint(buf.decode().strip())\n")
+    probe = (
+        "import socket\ns = socket.socket(socket.AF_UNIX)\n"
+        "try:\n    s.connect({path!r})\nexcept PermissionError:\n    print('EACCES'); raise SystemExit\n"
+        "buf = b''  # the refusal comes before any request\nwhile True:\n    c = s.recv(4096)\n"
+        "    if not c: break\n    buf += c\nprint(buf.decode().strip())\n"
+    )
     r = _as_nobody(probe.format(path=a.sock))
     assert r.stdout.strip() == "EACCES", (r.stdout, r.stderr)
     # past the file permissions (a hard link in a reachable directory, the
@@ -134,5 +149,5 @@ def test_no_key_in_logs_or_show_and_uapi_refuses_others(lab, tmp_path):
         shutil.rmtree(tmpdir, ignore_errors=True)
     assert stat.S_IMODE(os.stat(a.sock).st_mode) == 0o600
     assert "refused a connection from uid 65534" in a.proc.log()
-    assert a.uapi("get=1\n\n").endswith("errno=0\n\n")       # root is still served
+    assert a.uapi("get=1\n\n").endswith("errno=0\n\n")  # root is still served
     assert not any(form in a.proc.log() for s in secrets for form in _forms(s))

@@ -20,23 +20,34 @@ sch_netem: see RELIABILITY.md.)
 
 CI: 8 s of streams; VPNCRYPT_SOAK_SECONDS=N: N seconds.
 """
+
 import json
-import subprocess
 import sys
 import time
 
 import pytest
 
 from tests.interop.lab import PORT, REPO
-from tests.reliability.netutil import SOAK, save_report
+from tests.reliability.netutil import SOAK, save_report, wait_received
 from tests.reliability.relay import HostileRelay, Impairments
+from tests.reliability.traffic import start_recv, start_send
 
 SECONDS = SOAK or 8.0
-RATE = 2500                     # inner datagrams per second, each way
-FAKE_B_PORT = 65000             # the relay's name for wireguard-go's port (mapped to B:51820)
-RX_DROPS = ("drop_bad_tag", "drop_replay", "drop_unknown_index", "drop_malformed",
-            "drop_source_not_allowed", "drop_bad_mac1", "drop_bad_mac2", "drop_unknown_peer",
-            "drop_rate_limited", "drop_cookie_sent", "drop_truncated")
+RATE = 2500  # inner datagrams per second, each way
+FAKE_B_PORT = 65000  # the relay's name for wireguard-go's port (mapped to B:51820)
+RX_DROPS = (
+    "drop_bad_tag",
+    "drop_replay",
+    "drop_unknown_index",
+    "drop_malformed",
+    "drop_source_not_allowed",
+    "drop_bad_mac1",
+    "drop_bad_mac2",
+    "drop_unknown_peer",
+    "drop_rate_limited",
+    "drop_cookie_sent",
+    "drop_truncated",
+)
 
 
 class NamespaceRelay(HostileRelay):
@@ -46,35 +57,22 @@ class NamespaceRelay(HostileRelay):
         super().__init__(imp, seed)
         self.ns, self.port_map = ns, port_map
 
-    def start(self, a_port, b_port):
-        from dataclasses import asdict
-        cfg = {"a": a_port, "b": b_port, "seed": self.seed, "imp": asdict(self.imp)}
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns, sys.executable, "-m", "tests.reliability.relay_ns",
-             json.dumps(self.port_map)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True)
-        self.proc.stdin.write(json.dumps(cfg) + "\n")
-        self.proc.stdin.flush()
-        ports = json.loads(self.proc.stdout.readline())
-        return ports["for_a"], ports["for_b"]
+    cwd = REPO
+
+    def argv(self):
+        return ["ip", "netns", "exec", self.ns, sys.executable, "-m", "tests.reliability.relay_ns"] + [
+            json.dumps(self.port_map)
+        ]
 
 
-
-
-def _recv(lab, side, port, seconds):
-    p = lab.popen_in(side, sys.executable, "-m", "tests.reliability.traffic", "recv", str(port),
-                     str(seconds))
-    assert "listening" in p.stdout.readline(), p.stderr.read()
-    return p
-
-
-@pytest.mark.parametrize("kind", ["wggo", "wggo-current"],
-                         ids=["wireguard-go-2022", "wireguard-go-current"])
+@pytest.mark.parametrize("kind", ["wggo", "wggo-current"], ids=["wireguard-go-2022", "wireguard-go-current"])
 def test_hostile_relay_vpncrypt_wireguard_go(lab, tmp_path, kind):
     """(Debian 12's wireguard-go has no TUN offloads; Debian 13's has them.)"""
     a, b = lab.node("A", "vpncrypt"), lab.node("B", kind)
-    a.start(a.conf([{"public": b.public, "inner": b.inner}]),
-            env={"VPNCRYPT_TEST_TIMERS": "rekey_after_time=3,rekey_timeout=1"})
+    a.start(
+        a.conf([{"public": b.public, "inner": b.inner}]),
+        env={"VPNCRYPT_TEST_TIMERS": "rekey_after_time=3,rekey_timeout=1"},
+    )
     b.start(b.conf([{"public": a.public, "inner": a.inner}]))
     relay = NamespaceRelay(Impairments(), 11, lab.ns["A"], {FAKE_B_PORT: [b.outer, PORT]})
     port_for_a, port_for_b = relay.start(PORT, FAKE_B_PORT)
@@ -83,16 +81,25 @@ def test_hostile_relay_vpncrypt_wireguard_go(lab, tmp_path, kind):
         a.wg("set", a.iface, "peer", b.public, "endpoint", f"127.0.0.1:{port_for_a}")
         b.wg("set", b.iface, "peer", a.public, "endpoint", f"{a.outer}:{port_for_b}")
         deadline = time.monotonic() + 30
-        while not a.ping(b, count=1, check=False):      # handshakes may be lost: retried
+        while not a.ping(b, count=1, check=False):  # handshakes may be lost: retried
             assert time.monotonic() < deadline, lab.logs()
-        c0 = a.counters()
+        # The relay and vpncrypt start counting at one moment: the relay holds
+        # nothing back, vpncrypt has read all it forwarded, and the relay saw no
+        # datagram while vpncrypt's counters were read (else again).
+        quiet_by = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < quiet_by, "the path never went quiet"
+            wait_received({PORT}, lab=lab, side="A")
+            s0 = relay.snapshot()
+            c0 = a.counters()
+            s1 = relay.snapshot()
+            if s0["pending"] == 0 and s0["to_a"]["received"] == s1["to_a"]["received"]:
+                break
         hs0 = c0["handshakes_completed"]
-        rb = _recv(lab, "B", 9000, SECONDS + 3)
-        ra = _recv(lab, "A", 9001, SECONDS + 3)
-        sa = lab.popen_in("A", sys.executable, "-m", "tests.reliability.traffic", "send", b.inner,
-                          "9000", str(RATE), str(SECONDS), "1000", "1")
-        sb = lab.popen_in("B", sys.executable, "-m", "tests.reliability.traffic", "send", a.inner,
-                          "9001", str(RATE), str(SECONDS), "1000", "1")
+        rb = start_recv(lab, "B", 9000, SECONDS + 3)
+        ra = start_recv(lab, "A", 9001, SECONDS + 3)
+        sa = start_send(lab, "A", b.inner, 9000, RATE, SECONDS, 1000, 1)
+        sb = start_send(lab, "B", a.inner, 9001, RATE, SECONDS, 1000, 1)
         # a TCP transfer checked by SHA-256, alongside
         sink = lab.tool_bg("B", "tcp-sink", b.inner, "5201")
         tcp = lab.tool("A", "tcp-source", b.inner, "5201", str(2 << 20), "5", timeout=120)
@@ -102,7 +109,9 @@ def test_hostile_relay_vpncrypt_wireguard_go(lab, tmp_path, kind):
             out, err = p.communicate(timeout=SECONDS + 60)
             assert p.returncode == 0, err
             res[name] = json.loads(out.strip().splitlines()[-1])
-        time.sleep(0.5)
+        # and stop counting at one moment: what the relay still held is "late"
+        relay.freeze()
+        wait_received({PORT}, lab=lab, side="A")
         c1 = a.counters()
     finally:
         stats = relay.stop()
@@ -110,17 +119,32 @@ def test_hostile_relay_vpncrypt_wireguard_go(lab, tmp_path, kind):
         res[r].pop("gaps", None)
     counted = sum(c1.get(k, 0) - c0.get(k, 0) for k in RX_DROPS)
     to_a, to_b = stats["to_a"], stats["to_b"]
+    before = s0["to_a"]  # what the relay had counted when vpncrypt's counting began
+    damaged = to_a["tampered"] + to_a["duplicated"] - before["tampered"] - before["duplicated"]
+    # never reached vpncrypt: held by the frozen relay, not sent, or lost at
+    # vpncrypt's own full socket (an original lost there lets its duplicate in)
+    unseen = to_a["late"] + to_a["send_errors"] - before["send_errors"]
+    unseen += c1.get("drop_socket_overflow", 0) - c0.get("drop_socket_overflow", 0)
     report = {
-        "streams": res, "tcp": {"bytes": tcp["bytes"], "seconds": tcp["seconds"],
-                                "sha256_ok": tcp["sha256"] == tcp_sink["sha256"] == tcp["peer_sha256"]},
-        "relay": stats, "vpncrypt_rx_drops_counted": counted,
+        "streams": res,
+        "tcp": {
+            "bytes": tcp["bytes"],
+            "seconds": tcp["seconds"],
+            "sha256_ok": tcp["sha256"] == tcp_sink["sha256"] == tcp["peer_sha256"],
+        },
+        "relay": stats,
+        "vpncrypt_rx_drops_counted": counted,
+        "damaged_while_counting": damaged,
+        "unseen": unseen,
         "vpncrypt_counters_delta": {k: c1.get(k, 0) - c0.get(k, 0) for k in c1},
         "handshakes_during": c1["handshakes_completed"] - hs0,
         "wireguard_go_alive": b.proc.popen.poll() is None,
     }
     save_report(tmp_path, "hostile_wggo.json", report)
-    for direction, sent, got in (("a->b", res["sent_a_to_b"], res["recv_b"]),
-                                 ("b->a", res["sent_b_to_a"], res["recv_a"])):
+    for direction, sent, got in (
+        ("a->b", res["sent_a_to_b"], res["recv_b"]),
+        ("b->a", res["sent_b_to_a"], res["recv_a"]),
+    ):
         assert got["corrupted"] == 0 and got["duplicated"] == 0, (direction, report)
         assert got["unique"] >= 0.85 * sent["offered"], (direction, report)
     assert report["tcp"]["sha256_ok"] and tcp_sink["bytes"] == 2 << 20, report
@@ -129,5 +153,6 @@ def test_hostile_relay_vpncrypt_wireguard_go(lab, tmp_path, kind):
         assert st["tampered"] > 0 and st["delayed"] > 0, report
     assert report["handshakes_during"] >= max(1, int(SECONDS / 6)), report
     assert report["wireguard_go_alive"] and a.proc.popen.poll() is None, report
-    # every datagram damaged or duplicated on its way to vpncrypt was dropped and counted
-    assert counted == to_a["tampered"] + to_a["duplicated"], report
+    # every datagram damaged or duplicated on its way to vpncrypt was dropped and
+    # counted (exactly, unless some never reached it)
+    assert damaged - unseen <= counted <= damaged, report

@@ -10,21 +10,16 @@ descriptors or asyncio tasks.
 
 CI: 18 s.  VPNCRYPT_SOAK_SECONDS=600: ten minutes.
 """
-import argparse
 
-from tests.reliability.netutil import SOAK, save_report
+from tests.reliability.netutil import SOAK, pair_args, save_report, short_timers
 from vpncrypt.bench.loopback import run_pair
 
 SECONDS = SOAK or 18.0
-TIMERS = dict(rekey_after_time=2.0, reject_after_time=6.0, rekey_timeout=0.5,
-              rekey_timeout_jitter=0.1, keepalive_timeout=1.0, rekey_attempt_time=5.0)
+TIMERS = short_timers(rekey_after_time=2.0, reject_after_time=6.0)
 
 
 def _args(**kw):
-    base = dict(size=1200, mix="random", bidirectional=True, peers=1, packets=None,
-                duration=2.0, rate=0.0, batch=32, timers=TIMERS)
-    base.update(kw)
-    return argparse.Namespace(**base)
+    return pair_args(TIMERS, **kw)
 
 
 def test_long_run_half_rate_with_rekeys(tmp_path):
@@ -33,12 +28,19 @@ def test_long_run_half_rate_with_rekeys(tmp_path):
     per_direction = top["pps"] / 2
     rate = 0.5 * per_direction
     row, ra, rb = run_pair(_args(duration=SECONDS, rate=rate), "wireguard", "native", drain=1.0)
-    report = {"max_pps_both_directions": top["pps"], "rate_per_direction": rate,
-              "seconds": SECONDS, "row": row,
-              "handshakes": {"A": ra["handshakes"], "B": rb["handshakes"]},
-              "rss_kb": {w: {"after_warmup": r["rss_after_warmup_kb"], "end": r["rss_kb"],
-                             "growth": r["rss_growth"]} for w, r in (("A", ra), ("B", rb))},
-              "fds": {"A": ra["fds"], "B": rb["fds"]}, "tasks": {"A": ra["tasks"], "B": rb["tasks"]}}
+    report = {
+        "max_pps_both_directions": top["pps"],
+        "rate_per_direction": rate,
+        "seconds": SECONDS,
+        "row": row,
+        "handshakes": {"A": ra["handshakes"], "B": rb["handshakes"]},
+        "rss_kb": {
+            w: {"after_warmup": r["rss_after_warmup_kb"], "end": r["rss_kb"], "growth": r["rss_growth"]}
+            for w, r in (("A", ra), ("B", rb))
+        },
+        "fds": {"A": ra["fds"], "B": rb["fds"]},
+        "tasks": {"A": ra["tasks"], "B": rb["tasks"]},
+    }
     save_report(tmp_path, "long_run.json", report)
     assert row["handshake"], report
     assert row["corrupted"] == 0 and row["duplicated"] == 0, report

@@ -19,6 +19,7 @@
 
 VPNCRYPT_SOAK_SECONDS=N: N kill/restart cycles instead of 2 (each checked).
 """
+
 import json
 import os
 import signal
@@ -28,17 +29,15 @@ import time
 
 from tests.interop.lab import PORT
 from tests.reliability.netutil import SOAK, save_report, steal_udp_socket, udp_socket_drops
+from tests.reliability.traffic import command, start_recv, start_send
 
 A_TIMERS = {"keepalive_timeout": 2.0, "rekey_timeout": 1.0}
-REKEY_TIMEOUT, JITTER = 5.0, 0.333          # B's (default) timers
-
-
+REKEY_TIMEOUT, JITTER = 5.0, 0.333  # B's (default) timers
 
 
 def _both_with_endpoints(lab, env_a=None):
     a, b = lab.node("A", "vpncrypt"), lab.node("B", "vpncrypt")
-    a.start(a.conf([{"public": b.public, "inner": b.inner, "endpoint": f"{b.outer}:{PORT}"}]),
-            env=env_a)
+    a.start(a.conf([{"public": b.public, "inner": b.inner, "endpoint": f"{b.outer}:{PORT}"}]), env=env_a)
     b.start(b.conf([{"public": a.public, "inner": a.inner, "endpoint": f"{a.outer}:{PORT}"}]))
     return a, b
 
@@ -59,15 +58,14 @@ def test_kill9_and_restart(lab, tmp_path):
     a.ping(b)
     cycles = max(2, int(SOAK / 15)) if SOAK else 2
     seconds = 4 + cycles * 8
-    recv = _bg(lab, "B", "recv", "9000", str(seconds + 2))
-    send = lab.popen_in("A", sys.executable, "-m", "tests.reliability.traffic", "send", b.inner,
-                        "9000", "500", str(seconds), "1000")
+    recv = start_recv(lab, "B", 9000, seconds + 2)
+    send = start_send(lab, "A", b.inner, 9000, 500, seconds, 1000)
     time.sleep(2.0)
     cycles_report = []
     for cycle in range(cycles):
         b_sends_first = cycle % 2 == 0
         t_kill = time.monotonic()
-        _kill9(b)                                   # in the middle of the stream
+        _kill9(b)  # in the middle of the stream
         assert not lab.link_exists("B", b.iface)
         time.sleep(0.5)
         _restart(lab, b)
@@ -89,8 +87,14 @@ def test_kill9_and_restart(lab, tmp_path):
                     hs = time.monotonic() - t_first
                     break
                 time.sleep(0.01)
-        cycles_report.append({"b_sends_first": b_sends_first, "kill_to_ready_s": t_ready - t_kill,
-                              "handshake_after_first_packet_s": hs, "t_ready": t_ready})
+        cycles_report.append(
+            {
+                "b_sends_first": b_sends_first,
+                "kill_to_ready_s": t_ready - t_kill,
+                "handshake_after_first_packet_s": hs,
+                "t_ready": t_ready,
+            }
+        )
         time.sleep(max(0.0, 7.5 - (time.monotonic() - t_kill)))
     out, err = send.communicate(timeout=seconds + 30)
     sent = json.loads(out.strip().splitlines()[-1])
@@ -100,9 +104,13 @@ def test_kill9_and_restart(lab, tmp_path):
     for c in cycles_report:
         gap = [g for g in got["gaps"] if g[0] <= c["t_ready"] <= g[1] + 0.2]
         c["stream_resumed_after_ready_s"] = (gap[0][1] - c["t_ready"]) if gap else 0.0
-    report = {"cycles": cycles_report, "stream_sent": sent, "stream_received": got,
-              "bound_b_first_s": REKEY_TIMEOUT + JITTER,
-              "bound_survivor_s": A_TIMERS["keepalive_timeout"] + A_TIMERS["rekey_timeout"] + JITTER}
+    report = {
+        "cycles": cycles_report,
+        "stream_sent": sent,
+        "stream_received": got,
+        "bound_b_first_s": REKEY_TIMEOUT + JITTER,
+        "bound_survivor_s": A_TIMERS["keepalive_timeout"] + A_TIMERS["rekey_timeout"] + JITTER,
+    }
     save_report(tmp_path, "restarts.json", report)
     assert got["corrupted"] == 0 and got["duplicated"] == 0, report
     assert got["unique"] > 0.5 * sent["offered"], report
@@ -115,20 +123,17 @@ def test_kill9_and_restart(lab, tmp_path):
     b.ping(a)
 
 
-def _bg(lab, side, *args):
-    p = lab.popen_in(side, sys.executable, "-m", "tests.reliability.traffic", *args)
-    line = p.stdout.readline()
-    assert "listening" in line, p.stderr.read()
-    return p
-
-
 def test_port_taken_is_a_clear_error(lab):
     a = lab.node("A", "vpncrypt")
-    holder = lab.popen_in("A", sys.executable, "-c",
-                          "import socket, sys, time\n"
-                          "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                          f"s.bind(('0.0.0.0', {PORT})); print('bound', flush=True)\n"
-                          "time.sleep(120)")
+    holder = lab.popen_in(
+        "A",
+        sys.executable,
+        "-c",
+        "import socket, sys, time\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        f"s.bind(('0.0.0.0', {PORT})); print('bound', flush=True)\n"
+        "time.sleep(120)",
+    )
     assert holder.stdout.readline().strip() == "bound"
     try:
         proc = lab.spawn_vpncrypt("A", a.iface, a.write_conf(a.conf([])), wait_ready=False)
@@ -147,22 +152,38 @@ def test_send_eagain_and_full_receive_buffer(lab, tmp_path):
     sa = steal_udp_socket(a.proc.popen.pid, PORT)
     sb = steal_udp_socket(b.proc.popen.pid, PORT)
     try:
-        lab.run_in("A", "tc", "qdisc", "add", "dev", lab.veth["A"], "root", "tbf",
-                   "rate", "50mbit", "burst", "20kb", "latency", "50ms")
-        sa.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1)      # the minimum: 4608 bytes
-        sb.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)      # the minimum: 2304 bytes
+        lab.run_in(
+            "A",
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            lab.veth["A"],
+            "root",
+            "tbf",
+            "rate",
+            "50mbit",
+            "burst",
+            "20kb",
+            "latency",
+            "50ms",
+        )
+        sa.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1)  # the minimum: 4608 bytes
+        sb.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # the minimum: 2304 bytes
         ca0, cb0 = a.counters(), b.counters()
-        recv = _bg(lab, "B", "recv", "9000", "4")
-        r = lab.run_in("A", sys.executable, "-m", "tests.reliability.traffic", "send", b.inner,
-                       "9000", "0", str(SOAK or 2), "1200", timeout=SOAK + 60)
+        recv = start_recv(lab, "B", 9000, 4)
+        r = lab.run_in("A", *command("send", b.inner, 9000, 0, SOAK or 2, 1200), timeout=SOAK + 60)
         sent = json.loads(r.stdout.strip().splitlines()[-1])
         got = json.loads(recv.communicate(timeout=SOAK + 30)[0].strip().splitlines()[-1])
         ca, cb = a.counters(), b.counters()
         kernel_b = udp_socket_drops(lab, "B", PORT)
-        report = {"stream_sent": sent, "stream_received": got,
-                  "a": {k: ca.get(k, 0) - ca0.get(k, 0) for k in ca},
-                  "b": {k: cb.get(k, 0) - cb0.get(k, 0) for k in cb},
-                  "b_kernel_socket_drops": kernel_b}
+        report = {
+            "stream_sent": sent,
+            "stream_received": got,
+            "a": {k: ca.get(k, 0) - ca0.get(k, 0) for k in ca},
+            "b": {k: cb.get(k, 0) - cb0.get(k, 0) for k in cb},
+            "b_kernel_socket_drops": kernel_b,
+        }
         save_report(tmp_path, "buffers.json", report)
         assert a.proc.popen.poll() is None and b.proc.popen.poll() is None, report
         assert report["a"]["engine_tx_dropped"] > 0 and report["a"]["engine_tx_send_errors"] > 0

@@ -1,10 +1,13 @@
 """Secrets: session keys are wiped when a session ends, in both session
 tables, and no key ever reaches an exception or a repr."""
+
 import pathlib
 import subprocess
 
-from tests.protocol.helpers import A_ADDR, A_IP, B_IP, ipv4, make_pair
+from tests.packets import ipv4
+from tests.protocol.helpers import A_ADDR, A_IP, B_IP, make_pair
 from vpncrypt.protocol import keys
+from vpncrypt.transport import Session
 from vpncrypt.transport.reference import ReferenceTable
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -14,8 +17,11 @@ NATIVE = HERE.parent.parent / "native"
 def test_native_table_wipes_keys(tmp_path):
     sources = [str(p) for p in sorted(NATIVE.glob("*.c")) if p.name != "wg_table.c"]
     exe = tmp_path / "wipe_check"
-    subprocess.run(["cc", "-O2", "-std=gnu11", f"-I{NATIVE}", str(HERE / "wipe_check.c"), *sources,
-                    "-o", str(exe)], check=True, capture_output=True)
+    subprocess.run(
+        ["cc", "-O2", "-std=gnu11", f"-I{NATIVE}", str(HERE / "wipe_check.c"), *sources, "-o", str(exe)],
+        check=True,
+        capture_output=True,
+    )
     out = subprocess.run([str(exe)], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stdout
 
@@ -26,10 +32,10 @@ def test_reference_table_wipes_keys():
     held = []
     for index in (1, 2, 3):
         assert t.reserve_index(index, pid)
-        t.install(pid, index, 9, bytes([index]) * 32, bytes([index + 10]) * 32, True, 0.0)
+        t.install(pid, Session(index, 9, bytes([index]) * 32, bytes([index + 10]) * 32, True), 0.0)
         entry = t._index[index][1]
-        held.append((entry.send_key, entry.recv_key))      # the bytearrays themselves
-    assert not any(held[0][0]) and not any(held[0][1])     # rotated out
+        held.append((entry.send_key, entry.recv_key))  # the bytearrays themselves
+    assert not any(held[0][0]) and not any(held[0][1])  # rotated out
     t.remove_peer(pid)
     assert all(not any(k) for pair in held for k in pair)
 

@@ -11,12 +11,30 @@ on CLOCK_MONOTONIC, which the test shares) in the stream.  RATE 0: as fast
 as it goes.  Each prints one JSON line at the end (recv prints
 {"listening": true} first).
 """
+
 import hashlib
 import json
 import socket
 import struct
 import sys
 import time
+
+
+def command(*args: object) -> list[str]:
+    """The argv that runs this module with `args` (for lab.popen_in / lab.run_in)."""
+    return [sys.executable, "-m", "tests.reliability.traffic", *map(str, args)]
+
+
+def start_recv(lab, side: str, port: int, seconds: float, *seed: object):
+    """A receiver in namespace `side`, returned once it listens."""
+    p = lab.popen_in(side, *command("recv", port, seconds, *seed))
+    assert "listening" in p.stdout.readline(), p.stderr.read()
+    return p
+
+
+def start_send(lab, side: str, host: str, port: int, rate: float, seconds: float, size: int, *seed: object):
+    """A sender in namespace `side` (its JSON line comes at the end)."""
+    return lab.popen_in(side, *command("send", host, port, rate, seconds, size, *seed))
 
 
 def body(seq: int, size: int, seed: int) -> bytes:
@@ -42,11 +60,21 @@ def send(host, port, rate, seconds, size, seed="1"):
         try:
             s.sendto(body(seq, size, seed), dst)
             sent += 1
-        except OSError:        # no route while a daemon restarts, ENOBUFS: not sent
+        except OSError:  # no route while a daemon restarts, ENOBUFS: not sent
             errors += 1
         seq += 1
-    print(json.dumps({"offered": seq, "sent": sent, "send_errors": errors,
-                      "seconds": time.monotonic() - t0, "first": t0}), flush=True)
+    print(
+        json.dumps(
+            {
+                "offered": seq,
+                "sent": sent,
+                "send_errors": errors,
+                "seconds": time.monotonic() - t0,
+                "first": t0,
+            }
+        ),
+        flush=True,
+    )
 
 
 def recv(port, seconds, seed="1"):
@@ -80,9 +108,20 @@ def recv(port, seconds, seed="1"):
         if last is not None and now - last > 0.2:
             gaps.append([last, now])
         last = now
-    print(json.dumps({"received": received, "unique": len(seen), "corrupted": corrupted,
-                      "duplicated": duplicated, "gaps": gaps, "first": first, "last": last}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                "received": received,
+                "unique": len(seen),
+                "corrupted": corrupted,
+                "duplicated": duplicated,
+                "gaps": gaps,
+                "first": first,
+                "last": last,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ others are left out.  The mirrors are read with
 tests/arm64/sysroot.py's `sources`, so no host name is written in the repo.
 Standard library only (it runs under the system python3).
 """
+
 import glob
 import importlib.util
 import os
@@ -49,7 +50,7 @@ def _suite(word: str, old: str, new: str):
     if word == old:
         return new
     if word.startswith(old + "-"):
-        return None if new in ROLLING else new + word[len(old):]
+        return None if new in ROLLING else new + word[len(old) :]
     return None
 
 
@@ -72,18 +73,18 @@ def rewrite_deb822(text: str, old: str, new: str) -> str:
     stanzas = re.split(r"\n\s*\n", text)
     out = []
     for stanza in stanzas:
-        lines = [l for l in stanza.splitlines() if not l.lstrip().startswith("#")]
-        if any(l.lower().startswith("enabled:") and l.split(":", 1)[1].strip().lower() == "no"
-               for l in lines):
+        lines = [ln for ln in stanza.splitlines() if not ln.lstrip().startswith("#")]
+        if any(
+            ln.lower().startswith("enabled:") and ln.split(":", 1)[1].strip().lower() == "no" for ln in lines
+        ):
             continue
         keep, moved = [], []
-        for l in lines:
-            if l.lower().startswith("suites:"):
-                moved = [s for s in (_suite(w, old, new) for w in l.split(":", 1)[1].split())
-                         if s]
+        for ln in lines:
+            if ln.lower().startswith("suites:"):
+                moved = [s for s in (_suite(w, old, new) for w in ln.split(":", 1)[1].split()) if s]
                 keep.append("Suites: " + " ".join(moved))
             else:
-                keep.append(l)
+                keep.append(ln)
         if moved:
             out.append("\n".join(keep))
     return "\n\n".join(out) + ("\n" if out else "")
@@ -108,7 +109,7 @@ def write_sources(out: str, suite: str) -> int:
         if text:
             with open(path, "w") as f:
                 f.write(text)
-            n += text.count("Suites:") + sum(1 for l in text.splitlines() if l.startswith("deb "))
+            n += text.count("Suites:") + sum(1 for ln in text.splitlines() if ln.startswith("deb "))
         else:
             os.unlink(path)
     return n
@@ -118,6 +119,9 @@ if __name__ == "__main__":
     if len(sys.argv) != 3:
         raise SystemExit("usage: debian_sources.py OUTDIR SUITE")
     if write_sources(sys.argv[1], sys.argv[2]) == 0:
-        print(f"debian_sources.py: no Debian {machine_codename()} entries in this machine's "
-              f"apt sources to move to {sys.argv[2]}", file=sys.stderr)
+        print(
+            f"debian_sources.py: no Debian {machine_codename()} entries in this machine's "
+            f"apt sources to move to {sys.argv[2]}",
+            file=sys.stderr,
+        )
         sys.exit(1)

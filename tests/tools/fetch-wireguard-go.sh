@@ -8,7 +8,7 @@
 #
 # Downloads SUITE's `wireguard-go` package for this machine's architecture
 # through a PRIVATE apt state (Dir::State, Dir::Cache, Dir::Etc in a temporary
-# directory; the mirrors are this machine's own Debian sources moved to SUITE,
+# directory: private_apt.sh, shared with tests/arm64/run.sh; the mirrors are this machine's own Debian sources moved to SUITE,
 # see debian_sources.py) and unpacks it with `dpkg -x` into a cache outside the
 # repo:
 #   ${VPNCRYPT_WGGO_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-wireguard-go}/<SUITE>-<ARCH>-<key>/
@@ -24,6 +24,7 @@
 #   vpncrypt bench tunnel --wireguard-go "$(tests/tools/fetch-wireguard-go.sh)"
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/private_apt.sh"
 suite=${1:-trixie}
 prog="tests/tools/fetch-wireguard-go.sh"
 # a suite name is part of the cache's directory names
@@ -32,8 +33,8 @@ for tool in apt-get dpkg dpkg-deb python3 sha256sum; do
     command -v "$tool" >/dev/null || { echo "$prog: $tool not found" >&2; exit 1; }
 done
 arch=$(dpkg --print-architecture)
-key=$( { echo "$suite $arch"; cat "$here/fetch-wireguard-go.sh" "$here/debian_sources.py" \
-         "$here/../arm64/sysroot.py"; } | sha256sum | cut -c1-16)
+key=$( { echo "$suite $arch"; cat "$here/fetch-wireguard-go.sh" "$here/private_apt.sh" \
+         "$here/debian_sources.py" "$here/../arm64/sysroot.py"; } | sha256sum | cut -c1-16)
 cache_root=${VPNCRYPT_WGGO_CACHE:-${XDG_CACHE_HOME:-/var/cache}/vpncrypt-wireguard-go}
 dest="$cache_root/$suite-$arch-$key"
 bin="$dest/usr/bin/wireguard-go"
@@ -42,21 +43,11 @@ if [ ! -x "$bin" ] || [ ! -f "$dest/.vpncrypt-package" ]; then
     mkdir -p "$cache_root"
     work=$(mktemp -d "$cache_root/build.XXXXXX")
     trap 'rm -rf "$work"' EXIT
-    mkdir -p "$work/apt/state/lists/partial" "$work/apt/cache/archives/partial" \
-             "$work/apt/etc/preferences.d" "$work/apt/etc/apt.conf.d" "$work/root" "$work/debs"
-    : > "$work/apt/status"
+    private_apt "$work" "$arch"
+    # no apt.conf.d of the system's either (its hooks are for the system's state)
+    mkdir -p "$work/apt/etc/apt.conf.d" "$work/root" "$work/debs"
+    apt_opts+=(-o Dir::Etc::Parts="$work/apt/etc/apt.conf.d")
     python3 "$here/debian_sources.py" "$work/apt/etc" "$suite"
-    apt_opts=(
-        -o Dir::State="$work/apt/state" -o Dir::State::status="$work/apt/status"
-        -o Dir::Cache="$work/apt/cache"
-        -o Dir::Etc::SourceList="$work/apt/etc/sources.list"
-        -o Dir::Etc::SourceParts="$work/apt/etc/sources.list.d"
-        -o Dir::Etc::Parts="$work/apt/etc/apt.conf.d"
-        -o Dir::Etc::PreferencesParts="$work/apt/etc/preferences.d"
-        -o Dir::Etc::Preferences="$work/apt/etc/preferences"
-        -o APT::Architecture="$arch" -o APT::Architectures::="$arch"
-        -o Debug::NoLocking=1 -o APT::Sandbox::User=root
-    )
     echo "$prog: fetching $suite's wireguard-go ($arch) into $dest" >&2
     apt-get "${apt_opts[@]}" -qq update
     # `download` fetches just this package (it is a static Go binary), verified

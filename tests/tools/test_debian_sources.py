@@ -1,5 +1,6 @@
 """tests/tools/debian_sources.py: this machine's Debian entries moved to another
 suite, third-party entries left out (pure text rewriting; no network)."""
+
 from tests.tools.debian_sources import rewrite_deb822, rewrite_one_line
 
 DEB822 = """Types: deb
@@ -39,16 +40,20 @@ def test_deb822_entries_move_to_the_new_suite():
 
 
 def test_one_line_entries_move_to_the_new_suite():
-    text = ("deb http://mirror.example/debian bookworm main contrib\n"
-            "deb [signed-by=/k.gpg arch=amd64] http://mirror.example/debian-security "
-            "bookworm-security main\n"
-            "deb-src http://mirror.example/debian bookworm main\n"
-            "deb https://thirdparty.example/apt cloud-sdk-bookworm main\n"
-            "# deb http://mirror.example/debian bookworm main\n")
+    text = (
+        "deb http://mirror.example/debian bookworm main contrib\n"
+        "deb [signed-by=/k.gpg arch=amd64] http://mirror.example/debian-security "
+        "bookworm-security main\n"
+        "deb-src http://mirror.example/debian bookworm main\n"
+        "deb https://thirdparty.example/apt cloud-sdk-bookworm main\n"
+        "# deb http://mirror.example/debian bookworm main\n"
+    )
     out = rewrite_one_line(text, "bookworm", "trixie")
-    assert out == ("deb http://mirror.example/debian trixie main contrib\n"
-                   "deb [signed-by=/k.gpg arch=amd64] http://mirror.example/debian-security "
-                   "trixie-security main\n")
+    assert out == (
+        "deb http://mirror.example/debian trixie main contrib\n"
+        "deb [signed-by=/k.gpg arch=amd64] http://mirror.example/debian-security "
+        "trixie-security main\n"
+    )
 
 
 def test_nothing_of_the_release_gives_nothing():
@@ -64,17 +69,21 @@ def test_sid_keeps_only_the_release_suite():
         "URIs: http://mirror.example/debian\n"
         "Suites: sid\n"
         "Components: main\n"
-        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    )
 
 
 def test_sid_one_line_entries_drop_the_companion_suites():
-    text = ("deb http://mirror.example/debian bookworm main\n"
-            "deb http://mirror.example/debian bookworm-updates main\n"
-            "deb http://mirror.example/debian bookworm-backports main\n"
-            "deb http://mirror.example/debian-security bookworm-security main\n")
+    text = (
+        "deb http://mirror.example/debian bookworm main\n"
+        "deb http://mirror.example/debian bookworm-updates main\n"
+        "deb http://mirror.example/debian bookworm-backports main\n"
+        "deb http://mirror.example/debian-security bookworm-security main\n"
+    )
     for rolling in ("sid", "unstable", "experimental"):
         assert rewrite_one_line(text, "bookworm", rolling) == (
-            f"deb http://mirror.example/debian {rolling} main\n")
+            f"deb http://mirror.example/debian {rolling} main\n"
+        )
 
 
 def test_a_security_only_source_gives_nothing_for_sid():
@@ -86,4 +95,5 @@ def test_a_security_only_source_gives_nothing_for_sid():
 def test_stable_releases_keep_their_companions():
     text = "deb http://mirror.example/debian bookworm-backports main\n"
     assert rewrite_one_line(text, "bookworm", "trixie") == (
-        "deb http://mirror.example/debian trixie-backports main\n")
+        "deb http://mirror.example/debian trixie-backports main\n"
+    )

@@ -1,28 +1,16 @@
 """Building blocks for the session table tests: tables with hand-installed
 sessions, and transport messages made independently of the table (libsodium
 through pynacl seals them)."""
-import ipaddress
-import struct
 
 from nacl import bindings as nb
 
-from vpncrypt.transport import TableConfig, new_table
+from tests.packets import ipv4, ipv6  # noqa: F401  (the tests' one builder, used through this module)
+from vpncrypt.transport import Session, TableConfig, new_table
 
-KEY_AB = bytes(range(1, 33))          # A -> B
-KEY_BA = bytes(range(101, 133))       # B -> A
+KEY_AB = bytes(range(1, 33))  # A -> B
+KEY_BA = bytes(range(101, 133))  # B -> A
 A_ADDR = ("192.0.2.1", 51820)
 B_ADDR = ("198.51.100.2", 51820)
-
-
-def ipv4(src, dst, payload=b"x" * 20, proto=17):
-    s = ipaddress.IPv4Address(src).packed
-    d = ipaddress.IPv4Address(dst).packed
-    return struct.pack(">BBHHHBBH", 0x45, 0, 20 + len(payload), 0, 0, 64, proto, 0) + s + d + payload
-
-
-def ipv6(src, dst, payload=b"y" * 8):
-    return (struct.pack(">IHBB", 6 << 28, len(payload), 17, 64) + ipaddress.IPv6Address(src).packed
-            + ipaddress.IPv6Address(dst).packed + payload)
 
 
 def message(key: bytes, receiver: int, counter: int, plain: bytes, pad_to: int = 16) -> bytes:
@@ -46,7 +34,7 @@ def table_with_peer(backend, *, routes=("10.0.0.1/32", "fd00::1/128"), endpoint=
 
 def install(t, pid, local, remote, send_key, recv_key, initiator, now=0.0):
     assert t.reserve_index(local, pid)
-    t.install(pid, local, remote, send_key, recv_key, initiator, now)
+    t.install(pid, Session(local, remote, send_key, recv_key, initiator), now)
 
 
 def b_side(backend, now=0.0, **cfg):
@@ -56,3 +44,23 @@ def b_side(backend, now=0.0, **cfg):
     t, pid = table_with_peer(backend, **cfg)
     install(t, pid, 7, 5, KEY_BA, KEY_AB, False, now)
     return t, pid
+
+
+# WireGuard pads the plaintext to a multiple of 16, never past the MTU (0: no
+# cap): (interface MTU, inner packet bytes, padded plaintext bytes); the
+# message on the wire is 16 + padded + 16.  Shared by the table's test and the
+# Device's (tests/protocol/test_device.py).
+PADDING_CASES = [
+    (1420, 1420, 1420),
+    (1420, 1419, 1420),
+    (1420, 1409, 1420),
+    (1420, 1408, 1408),
+    (1420, 1405, 1408),
+    (1420, 1401, 1408),
+    (1420, 1400, 1408),
+    (1420, 20, 32),
+    (0, 1419, 1424),
+    (1280, 1280, 1280),
+    (1280, 1279, 1280),
+    (1500, 1500, 1500),
+]

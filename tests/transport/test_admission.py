@@ -7,6 +7,7 @@ protocol core takes them from, newest first.  The numbers are WireGuard's
 cookie section): a queue of 1024, under load from 128 waiting and for 1 s
 after, 20 messages per second per source with bursts of 5, a cookie secret
 replaced every 120 s."""
+
 import hashlib
 
 import pytest
@@ -67,9 +68,9 @@ def cookie_for(t, crypto, b, addr, now):
     st = CookieState(PUB)
     res = t.open([(st.add_macs(b, now), addr)], now)
     assert res.status == [S.COOKIE_SENT]
-    (reply, to), = res.replies
+    ((reply, to),) = res.replies
     assert to == addr and len(reply) == 64 and reply[:4] == b"\x03\x00\x00\x00"
-    assert reply[4:8] == b[4:8]                     # the sender index of the message
+    assert reply[4:8] == b[4:8]  # the sender index of the message
     assert st.consume_reply(reply, now, crypto)
     return st
 
@@ -82,10 +83,22 @@ def crypto(backend):
 def test_wrong_sizes_and_types_are_dropped_as_malformed(backend):
     t, _ = gate(backend)
     good = signed(body(1))
-    bad = [good[:147], good + b"\x00", signed(body(2))[:91], signed(body(2)) + b"\x00",
-           b"\x03\x00\x00\x00" + bytes(59), b"\x03\x00\x00\x00" + bytes(61),
-           b"\x05" + good[1:], b"\x00" + good[1:], b"\x01\x00\x00\x01" + good[4:],   # type word
-           b"", b"\x01", b"\x01\x00\x00", bytes(148), b"\x02\x00\x00\x00" + bytes(144)]
+    bad = [
+        good[:147],
+        good + b"\x00",
+        signed(body(2))[:91],
+        signed(body(2)) + b"\x00",
+        b"\x03\x00\x00\x00" + bytes(59),
+        b"\x03\x00\x00\x00" + bytes(61),
+        b"\x05" + good[1:],
+        b"\x00" + good[1:],
+        b"\x01\x00\x00\x01" + good[4:],  # type word
+        b"",
+        b"\x01",
+        b"\x01\x00\x00",
+        bytes(148),
+        b"\x02\x00\x00\x00" + bytes(144),
+    ]
     res = t.open([(d, src(1)) for d in bad], T0)
     assert res.status == [S.MALFORMED] * len(bad)
     assert res.queued == 0 and t.handshakes_waiting(T0) == (0, False)
@@ -101,8 +114,9 @@ def test_bad_mac1_dropped_before_the_protocol_core(backend):
     other_key = body(1) + mac(hashlib.blake2s(b"mac1----" + bytes(32)).digest(), body(1)) + bytes(16)
     body_changed = bytearray(good)
     body_changed[20] ^= 1
-    res = t.open([(bytes(flipped), src(1)), (other_key, src(1)), (bytes(body_changed), src(1)),
-                  (good, src(1))], T0)
+    res = t.open(
+        [(bytes(flipped), src(1)), (other_key, src(1)), (bytes(body_changed), src(1)), (good, src(1))], T0
+    )
     assert res.status == [S.BAD_MAC1, S.BAD_MAC1, S.BAD_MAC1, S.HANDSHAKE]
     assert t.drops() == {"bad_mac1": 3} and res.queued == 1
     assert t.take_handshakes(10) == [(good, src(1))]
@@ -119,7 +133,7 @@ def test_under_load_from_128_waiting_and_for_1_second_after(backend):
     t, _ = gate(backend)
     fill(t, 127)
     assert t.handshakes_waiting(T0) == (127, False)
-    res = t.open([(signed(body(1, 1)), src(1))], T0)   # the 128th
+    res = t.open([(signed(body(1, 1)), src(1))], T0)  # the 128th
     assert res.status == [S.COOKIE_SENT] and len(res.replies) == 1
     assert t.handshakes_waiting(T0) == (127, True)
     assert len(t.take_handshakes(1024)) == 127
@@ -164,7 +178,7 @@ def test_cookie_secret_is_replaced_every_120_seconds(backend, crypto):
     fill(t)
     b = body(1, 1)
     st = cookie_for(t, crypto, b, src(1), T0)
-    st.valid_for = 1000.0                       # (a sender stops at 115 s: test the receiver)
+    st.valid_for = 1000.0  # (a sender stops at 115 s: test the receiver)
     assert t.open([(st.add_macs(b, T0 + 119.9), src(1))], T0 + 119.9).status == [S.HANDSHAKE]
     first = st.cookie
     res = t.open([(st.add_macs(b, T0 + 120.0), src(1))], T0 + 120.0)
@@ -181,7 +195,7 @@ def test_rate_limit_is_20_per_second_with_bursts_of_5_per_address(backend, crypt
     res = t.open([(msg, src(1))] * 7, T0)
     assert res.status == [S.HANDSHAKE] * 5 + [S.RATE_LIMITED] * 2
     assert t.open([(msg, src(1))], T0 + 0.04).status == [S.RATE_LIMITED]
-    assert t.open([(msg, src(1))], T0 + 0.1).status == [S.HANDSHAKE]   # one token per 50 ms: 2 - 1 left
+    assert t.open([(msg, src(1))], T0 + 0.1).status == [S.HANDSHAKE]  # one token per 50 ms: 2 - 1 left
     # per address: another address has a bucket of its own, another port does not
     st2 = cookie_for(t, crypto, b, src(2), T0 + 0.1)
     st3 = cookie_for(t, crypto, b, src(1, 999), T0 + 0.1)
@@ -193,8 +207,7 @@ def test_rate_limit_is_20_per_second_with_bursts_of_5_per_address(backend, crypt
     fill(t2, now=10.0)
     st4 = cookie_for(t2, crypto, b, src(4), 10.0)
     msg4 = st4.add_macs(b, 10.0)
-    passed = sum(t2.open([(msg4, src(4))], 10.0 + i / 1000).status == [S.HANDSHAKE]
-                 for i in range(2000))
+    passed = sum(t2.open([(msg4, src(4))], 10.0 + i / 1000).status == [S.HANDSHAKE] for i in range(2000))
     assert 5 + 39 <= passed <= 5 + 41
     assert t2.drops()["rate_limited"] == 2000 - passed
 
@@ -203,12 +216,12 @@ def test_queue_holds_1024_and_drops_the_oldest(backend, crypto):
     t, _ = gate(backend)
     fill(t, 127)
     n = 1100
-    states, msgs = [], []
+    msgs = []
     first = t.open([(CookieState(PUB).add_macs(body(1, i), T0), src(i)) for i in range(n)], T0)
     assert first.status == [S.COOKIE_SENT] * n
     for i, (reply, _) in enumerate(first.replies):
         st = CookieState(PUB)
-        st.add_macs(body(1, i), T0)             # the message the reply answered
+        st.add_macs(body(1, i), T0)  # the message the reply answered
         assert st.consume_reply(reply, T0, crypto)
         msgs.append((st.add_macs(body(1, i), T0), src(i)))
     res = t.open(msgs, T0)
@@ -218,21 +231,38 @@ def test_queue_holds_1024_and_drops_the_oldest(backend, crypto):
     assert t.drops()["handshake_queue_full"] == 127 + n - 1024
     taken = t.take_handshakes(2000)
     assert len(taken) == 1024
-    assert taken == msgs[::-1][:1024]           # newest first: none of the filler is left
+    assert taken == msgs[::-1][:1024]  # newest first: none of the filler is left
 
 
 def test_unknown_indices_dropped(backend):
     t, pid = gate(backend, peer=True)
-    assert t.reserve_index(5, pid)              # a handshake of ours in flight
+    assert t.reserve_index(5, pid)  # a handshake of ours in flight
     install(t, pid, 9, 90, KEY_BA, KEY_AB, True)  # a session
-    cookie_reply = lambda index: b"\x03\x00\x00\x00" + index.to_bytes(4, "little") + bytes(56)
-    res = t.open([(signed(body(2, 1, receiver=6)), src(1)),      # nobody's index
-                  (signed(body(2, 1, receiver=9)), src(1)),      # a session's, not a handshake's
-                  (signed(body(2, 1, receiver=5)), src(1)),
-                  (cookie_reply(6), src(1)), (cookie_reply(9), src(1)), (cookie_reply(5), src(1)),
-                  (message(KEY_AB, 12345, 0, b""), src(1))], T0)  # transport data
-    assert res.status == [S.UNKNOWN_INDEX, S.UNKNOWN_INDEX, S.HANDSHAKE,
-                          S.UNKNOWN_INDEX, S.HANDSHAKE, S.HANDSHAKE, S.UNKNOWN_INDEX]
+
+    def cookie_reply(index):
+        return b"\x03\x00\x00\x00" + index.to_bytes(4, "little") + bytes(56)
+
+    res = t.open(
+        [
+            (signed(body(2, 1, receiver=6)), src(1)),  # nobody's index
+            (signed(body(2, 1, receiver=9)), src(1)),  # a session's, not a handshake's
+            (signed(body(2, 1, receiver=5)), src(1)),
+            (cookie_reply(6), src(1)),
+            (cookie_reply(9), src(1)),
+            (cookie_reply(5), src(1)),
+            (message(KEY_AB, 12345, 0, b""), src(1)),
+        ],
+        T0,
+    )  # transport data
+    assert res.status == [
+        S.UNKNOWN_INDEX,
+        S.UNKNOWN_INDEX,
+        S.HANDSHAKE,
+        S.UNKNOWN_INDEX,
+        S.HANDSHAKE,
+        S.HANDSHAKE,
+        S.UNKNOWN_INDEX,
+    ]
     assert t.drops() == {"unknown_index": 4} and res.queued == 3
 
 

@@ -1,12 +1,13 @@
 """The anti-replay window: wireguard-go and the Linux module accept a counter
 up to 8128 behind the greatest one accepted and refuse one 8129 behind."""
+
 from hypothesis import given, settings, strategies as st
 
 from vpncrypt.transport.replay import ReplayWindow
 
 from tests.transport.helpers import A_ADDR, KEY_AB, b_side, ipv4, message
 
-LIMIT = 2 ** 64 - 2 ** 13 - 1        # REJECT_AFTER_MESSAGES
+LIMIT = 2**64 - 2**13 - 1  # REJECT_AFTER_MESSAGES
 
 
 def test_window_boundary_literals():
@@ -14,19 +15,19 @@ def test_window_boundary_literals():
     assert w.record(10_000, LIMIT)
     assert w.fresh(10_000 - 8128, LIMIT) and w.record(10_000 - 8128, LIMIT)
     assert not w.fresh(10_000 - 8129, LIMIT) and not w.record(10_000 - 8129, LIMIT)
-    assert not w.record(10_000 - 8128, LIMIT)            # now a duplicate
+    assert not w.record(10_000 - 8128, LIMIT)  # now a duplicate
 
 
 def test_in_order_out_of_order_duplicates():
     w = ReplayWindow()
     assert w.record(0, LIMIT) and not w.record(0, LIMIT)
     assert w.record(5, LIMIT) and w.record(3, LIMIT) and w.record(4, LIMIT) and not w.record(3, LIMIT)
-    assert w.record(8133, LIMIT)          # 5 is exactly 8128 behind now: still checked
-    assert not w.record(5, LIMIT)         # (seen)
-    assert w.record(6, LIMIT)             # 8127 behind, unseen
-    assert not w.record(4, LIMIT)         # 8129 behind: too old
-    assert w.record(10 ** 6, LIMIT) and not w.record(10 ** 6 - 8129, LIMIT)
-    assert w.record(10 ** 6 - 8128, LIMIT)
+    assert w.record(8133, LIMIT)  # 5 is exactly 8128 behind now: still checked
+    assert not w.record(5, LIMIT)  # (seen)
+    assert w.record(6, LIMIT)  # 8127 behind, unseen
+    assert not w.record(4, LIMIT)  # 8129 behind: too old
+    assert w.record(10**6, LIMIT) and not w.record(10**6 - 8129, LIMIT)
+    assert w.record(10**6 - 8128, LIMIT)
 
 
 def test_fresh_does_not_mark_and_limit():
@@ -68,9 +69,9 @@ def test_table_window_boundary(backend):
     """The same boundary in the session table (both backends)."""
     t, pid = b_side(backend)
     assert _deliver(t, 10_000) == 0
-    assert _deliver(t, 10_000 - 8128) == 0              # exactly 8128 behind: accepted
-    assert _deliver(t, 10_000 - 8129) == 6              # 8129 behind: VC_WG_REPLAY
-    assert _deliver(t, 10_000 - 8128) == 6              # a duplicate
+    assert _deliver(t, 10_000 - 8128) == 0  # exactly 8128 behind: accepted
+    assert _deliver(t, 10_000 - 8129) == 6  # 8129 behind: VC_WG_REPLAY
+    assert _deliver(t, 10_000 - 8128) == 6  # a duplicate
     assert _deliver(t, 10_001) == 0
     assert t.stats(pid, 1.0).drops == {"replay": 2}
 
@@ -79,7 +80,7 @@ def test_table_refuses_counters_at_the_limit(backend):
     t, pid = b_side(backend, reject_after_messages=1000)
     assert _deliver(t, 999) == 0
     assert _deliver(t, 1000) == 6
-    assert _deliver(t, 2 ** 64 - 1) == 6
+    assert _deliver(t, 2**64 - 1) == 6
 
 
 @settings(max_examples=40, deadline=None)

@@ -49,7 +49,8 @@ What is measured
     with a rotating start (so drift and neighbours hit all of them alike); the
     figure is the median over repetitions (time.perf_counter_ns, gc off while
     timing; a batch during which the thread was descheduled, i.e. its wall
-    time exceeds its thread CPU time by more than 3%, is run again).  Ratios are against the reference, OpenSSL ("cryptography" here,
+    time exceeds its thread CPU time by more than 3%, is run again).  Ratios are
+    against the reference, OpenSSL ("cryptography" here,
     "openssl" EVP at the C level), taken per repetition (the batches of one
     round are neighbours in time) and then the median of those.
     Every implementation's output is checked against vpncrypt's generic kernel
@@ -68,6 +69,7 @@ What is measured
     The "targets" section computes each ratio of the speed goals and marks it
     met / NOT MET; it never fails the run (benchmarks are not tests).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,6 +86,9 @@ import tempfile
 import time
 from itertools import repeat as _repeat
 from pathlib import Path
+from typing import Any
+
+from vpncrypt.bench.report import load_pyplot
 
 # The fixed sizes of the Python level: every power of two from 16 to 8192 and
 # the 1472-byte packet (the C level keeps the tcrypt sizes 16 64 256 1024 1472
@@ -106,6 +111,7 @@ BUILD_SH = NATIVE_DIR / "bench" / "build.sh"
 
 
 # --------------------------------------------------------------------------- options
+
 
 def _csv(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
@@ -132,53 +138,93 @@ def _views(text: str) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``vpncrypt bench crypto`` options to parser."""
     g = parser.add_argument_group("what to run")
-    g.add_argument("--sizes", type=_sizes, default=None, metavar="N,N,...",
-                   help="fixed packet sizes (default: powers of two 16..8192 and 1472)")
-    g.add_argument("--sweep", dest="sweep", action="store_true", default=True,
-                   help="also every size 8..1496 (default)")
-    g.add_argument("--no-sweep", dest="sweep", action="store_false")
-    g.add_argument("--sweep-step", type=int, default=None, metavar="N",
-                   help="sweep step in bytes (default 8; 64 with --quick)")
-    g.add_argument("--random-count", type=int, default=None, metavar="N",
-                   help="how many random lengths from [64, 1088) (default 256; 64 with --quick; 0: none)")
-    g.add_argument("--views", type=_views, default=list(VIEWS), metavar="V,V",
-                   help="stream, seal, open (default all)")
-    g.add_argument("--impls", type=_csv, default=None, metavar="NAME,...",
-                   help="implementations: vpncrypt (every kernel), vpncrypt:KERNEL or KERNEL, "
-                        "cryptography, pynacl (default all)")
-    g.add_argument("--poly1305", default=None, metavar="KERNEL",
-                   help="pin the Poly1305 kernel (default: its own default)")
-    g.add_argument("--batch", dest="batch", action="store_true", default=True,
-                   help="seal_batch of 64 x 1472 B in one call (default)")
-    g.add_argument("--no-batch", dest="batch", action="store_false")
-    g.add_argument("--threads", default="1,2", metavar="N,N",
-                   help="the data path's sealing (the session table, 64 x 1472 B a call, the "
-                        "GIL released) on N threads at once, for each N (default 1,2; empty: none)")
-    g.add_argument("--wide-block", dest="wide_block", action="store_true", default=True,
-                   help="NHPoly1305 and Adiantum at 512 and 4096 B against OpenSSL's "
-                        "AES-256-XTS (default)")
-    g.add_argument("--no-wide-block", dest="wide_block", action="store_false")
-    g.add_argument("--c-level", dest="c_level", action="store_true", default=True,
-                   help="build and run the C bench too (default)")
-    g.add_argument("--no-c-level", dest="c_level", action="store_false")
-    g.add_argument("--cbench", default=None, metavar="PATH",
-                   help="use this cbench binary instead of building one")
+    switch = argparse.BooleanOptionalAction  # --x (on unless told) and --no-x
+    g.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=None,
+        metavar="N,N,...",
+        help="fixed packet sizes (default: powers of two 16..8192 and 1472)",
+    )
+    g.add_argument("--sweep", action=switch, default=True, help="also every size 8..1496 (default)")
+    g.add_argument(
+        "--sweep-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sweep step in bytes (default 8; 64 with --quick)",
+    )
+    g.add_argument(
+        "--random-count",
+        type=int,
+        default=None,
+        metavar="N",
+        help="how many random lengths from [64, 1088) (default 256; 64 with --quick; 0: none)",
+    )
+    g.add_argument(
+        "--views", type=_views, default=list(VIEWS), metavar="V,V", help="stream, seal, open (default all)"
+    )
+    g.add_argument(
+        "--impls",
+        type=_csv,
+        default=None,
+        metavar="NAME,...",
+        help="implementations: vpncrypt (every kernel), vpncrypt:KERNEL or KERNEL, "
+        "cryptography, pynacl (default all)",
+    )
+    g.add_argument(
+        "--poly1305",
+        default=None,
+        metavar="KERNEL",
+        help="pin the Poly1305 kernel (default: its own default)",
+    )
+    g.add_argument(
+        "--batch", action=switch, default=True, help="seal_batch of 64 x 1472 B in one call (default)"
+    )
+    g.add_argument(
+        "--threads",
+        default="1,2",
+        metavar="N,N",
+        help="the data path's sealing (the session table, 64 x 1472 B a call, the "
+        "GIL released) on N threads at once, for each N (default 1,2; empty: none)",
+    )
+    g.add_argument(
+        "--wide-block",
+        action=switch,
+        default=True,
+        help="NHPoly1305 and Adiantum at 512 and 4096 B against OpenSSL's AES-256-XTS (default)",
+    )
+    g.add_argument("--c-level", action=switch, default=True, help="build and run the C bench too (default)")
+    g.add_argument(
+        "--cbench", default=None, metavar="PATH", help="use this cbench binary instead of building one"
+    )
     m = parser.add_argument_group("method")
-    m.add_argument("--repeat", type=int, default=None, metavar="N",
-                   help="repetitions per point; the median is reported (default 7; 3 with --quick)")
-    m.add_argument("--min-time", type=float, default=None, metavar="SECONDS",
-                   help="least time per timed batch (default 0.005; 0.002 with --quick; "
-                        "half of it for sweep points)")
+    m.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        metavar="N",
+        help="repetitions per point; the median is reported (default 7; 3 with --quick)",
+    )
+    m.add_argument(
+        "--min-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="least time per timed batch (default 0.005; 0.002 with --quick; half of it for sweep points)",
+    )
     m.add_argument("--quick", action="store_true", help="a short run")
     m.add_argument("--seed", type=int, default=1, help="seed of the random lengths")
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="JSON on stdout instead of tables")
-    o.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="plot throughput against size (needs matplotlib)")
+    o.add_argument(
+        "--plot", default=None, metavar="FILE.png", help="plot throughput against size (needs matplotlib)"
+    )
     o.add_argument("--progress", action="store_true", help="show progress on stderr even if not a tty")
 
 
 # --------------------------------------------------------------------------- implementations
+
 
 class Impl:
     """One implementation: a name, and per view a factory of timed runners."""
@@ -187,64 +233,38 @@ class Impl:
         self.name = name
         self.library = library
         self.version = version
-        self.unavailable: dict[str, str] = {}   # view -> reason
+        self.unavailable: dict[str, str] = {}  # view -> reason
         self.verified = True
         self.errors: list[str] = []
 
     def prepare(self) -> None:
         """Called before each timed batch (vpncrypt switches its kernel here)."""
 
-    # Each returns fn(payload) -> output, used for the check; runners are built
-    # from the same callables in make_runner().
+    # Each returns fn(payload) -> output, used for the check; runner() and
+    # batch_runner() time the same library calls through _loop().
     def op(self, view: str):
         raise NotImplementedError
 
+    def runner(self, view: str, items):
+        """run(count) timing `view` over items (each implementation has one)."""
+        raise NotImplementedError
 
-def _loop_kn_x(f, k, n, items):
+    def batch_runner(self, nonces, pts):
+        """run(count) timing one batch seal of pts under nonces."""
+        raise NotImplementedError
+
+
+def _loop(f, calls):
+    """run(count): f(*args) for every args in calls, count times over.  The one
+    timed loop of every implementation and view, so that the figures differ by
+    the calls alone."""
+    calls = [tuple(args) for args in calls]
+
     def run(count):
         for _ in _repeat(None, count):
-            for x in items:
-                f(k, n, x)
-    return run
+            for args in calls:
+                f(*args)
 
-
-def _loop_n_x_none(f, n, items):
-    def run(count):
-        for _ in _repeat(None, count):
-            for x in items:
-                f(n, x, None)
-    return run
-
-
-def _loop_n_x(f, n, items):
-    def run(count):
-        for _ in _repeat(None, count):
-            for x in items:
-                f(n, x)
-    return run
-
-
-def _loop_x_none_n_k(f, n, k, items):
-    def run(count):
-        for _ in _repeat(None, count):
-            for x in items:
-                f(x, None, n, k)
-    return run
-
-
-def _loop_x_n_k(f, n, k, items):
-    def run(count):
-        for _ in _repeat(None, count):
-            for x in items:
-                f(x, n, k)
-    return run
-
-
-def _loop_x(f, items):
-    def run(count):
-        for _ in _repeat(None, count):
-            for x in items:
-                f(x)
     return run
 
 
@@ -253,6 +273,7 @@ class VpncryptImpl(Impl):
         super().__init__(f"vpncrypt:{kernel}", "vpncrypt")
         import vpncrypt
         from vpncrypt import crypto
+
         self.kernel = kernel
         self.crypto = crypto
         self.version = vpncrypt.__version__
@@ -271,15 +292,10 @@ class VpncryptImpl(Impl):
     def runner(self, view, items):
         c = self.crypto
         f = {"stream": c.chacha20_xor, "seal": c.seal, "open": c.open}[view]
-        return _loop_kn_x(f, KEY, NONCE, items)
+        return _loop(f, [(KEY, NONCE, x) for x in items])
 
     def batch_runner(self, nonces, pts):
-        seal_batch = self.crypto.seal_batch
-
-        def run(count):
-            for _ in _repeat(None, count):
-                seal_batch(KEY, nonces, pts)
-        return run
+        return _loop(self.crypto.seal_batch, [(KEY, nonces, pts)])
 
 
 class VpncryptAeadImpl(Impl):
@@ -290,25 +306,22 @@ class VpncryptAeadImpl(Impl):
     def __init__(self):
         import vpncrypt
         from vpncrypt import crypto
+
         super().__init__(self.NAME, "vpncrypt", vpncrypt.__version__)
         self.aead = crypto.AEAD(KEY)
         self.unavailable["stream"] = "AEAD objects seal and open only"
 
     def op(self, view):
-        return (lambda x: self.aead.seal(NONCE, x)) if view == "seal" else (lambda x: self.aead.open(NONCE, x))
+        return (
+            (lambda x: self.aead.seal(NONCE, x)) if view == "seal" else (lambda x: self.aead.open(NONCE, x))
+        )
 
     def runner(self, view, items):
         f = self.aead.seal if view == "seal" else self.aead.open
-        return _loop_n_x(f, NONCE, items)
+        return _loop(f, [(NONCE, x) for x in items])
 
     def batch_runner(self, nonces, pts):
-        seal = self.aead.seal
-        pairs = list(zip(nonces, pts))
-
-        def run(count):
-            for _ in _repeat(None, count):
-                [seal(n, p) for n, p in pairs]
-        return run
+        return _loop(self.aead.seal, zip(nonces, pts))
 
 
 class CryptographyImpl(Impl):
@@ -317,13 +330,16 @@ class CryptographyImpl(Impl):
         from cryptography.hazmat.backends.openssl import backend
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
         from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-        super().__init__("cryptography", "cryptography",
-                         f"{cryptography.__version__} ({backend.openssl_version_text()})")
+
+        super().__init__(
+            "cryptography", "cryptography", f"{cryptography.__version__} ({backend.openssl_version_text()})"
+        )
         self.aead = ChaCha20Poly1305(KEY)
-        iv = b"\0\0\0\0" + NONCE            # LE32 block counter 0, then the 12-byte nonce
+        iv = b"\0\0\0\0" + NONCE  # LE32 block counter 0, then the 12-byte nonce
 
         def stream(x, _C=Cipher, _A=algorithms.ChaCha20, _k=KEY, _iv=iv):
             return _C(_A(_k, _iv), None).encryptor().update(x)
+
         self._stream = stream
 
     def op(self, view):
@@ -335,30 +351,24 @@ class CryptographyImpl(Impl):
 
     def runner(self, view, items):
         if view == "stream":
-            return _loop_x(self._stream, items)
+            return _loop(self._stream, [(x,) for x in items])
         f = self.aead.encrypt if view == "seal" else self.aead.decrypt
-        return _loop_n_x_none(f, NONCE, items)
+        return _loop(f, [(NONCE, x, None) for x in items])
 
     def batch_runner(self, nonces, pts):
-        enc = self.aead.encrypt
-        pairs = list(zip(nonces, pts))
-
-        def run(count):
-            for _ in _repeat(None, count):
-                [enc(n, p, None) for n, p in pairs]
-        return run
+        return _loop(self.aead.encrypt, [(n, p, None) for n, p in zip(nonces, pts)])
 
 
 class PynaclImpl(Impl):
     def __init__(self):
         import nacl
         from nacl import bindings as nb
+
         super().__init__("pynacl", "pynacl", f"{nacl.__version__} (libsodium)")
         self.nb = nb
         self.xor = getattr(nb, "crypto_stream_chacha20_ietf_xor", None)
         if self.xor is None:
-            self.unavailable["stream"] = (f"pynacl {nacl.__version__} has no "
-                                          "crypto_stream_chacha20_ietf_xor")
+            self.unavailable["stream"] = f"pynacl {nacl.__version__} has no crypto_stream_chacha20_ietf_xor"
 
     def op(self, view):
         nb = self.nb
@@ -371,24 +381,23 @@ class PynaclImpl(Impl):
     def runner(self, view, items):
         nb = self.nb
         if view == "stream":
-            return _loop_x_n_k(self.xor, NONCE, KEY, items)
-        f = (nb.crypto_aead_chacha20poly1305_ietf_encrypt if view == "seal"
-             else nb.crypto_aead_chacha20poly1305_ietf_decrypt)
-        return _loop_x_none_n_k(f, NONCE, KEY, items)
+            return _loop(self.xor, [(x, NONCE, KEY) for x in items])
+        f = (
+            nb.crypto_aead_chacha20poly1305_ietf_encrypt
+            if view == "seal"
+            else nb.crypto_aead_chacha20poly1305_ietf_decrypt
+        )
+        return _loop(f, [(x, None, NONCE, KEY) for x in items])
 
     def batch_runner(self, nonces, pts):
         enc = self.nb.crypto_aead_chacha20poly1305_ietf_encrypt
-        pairs = list(zip(nonces, pts))
-
-        def run(count):
-            for _ in _repeat(None, count):
-                [enc(p, None, n, KEY) for n, p in pairs]
-        return run
+        return _loop(enc, [(p, None, n, KEY) for n, p in zip(nonces, pts)])
 
 
 def discover(wanted: list[str] | None) -> tuple[list[Impl], list[str]]:
     """The implementations to run (and notes on the ones that cannot)."""
     from vpncrypt import crypto
+
     notes = []
     kernels = crypto.implementations()
     every = [f"vpncrypt:{k}" for k in kernels] + [VpncryptAeadImpl.NAME, "cryptography", "pynacl"]
@@ -396,7 +405,7 @@ def discover(wanted: list[str] | None) -> tuple[list[Impl], list[str]]:
         chosen = []
         for w in wanted:
             if w == "vpncrypt":
-                hits = every[:len(kernels)]
+                hits = every[: len(kernels)]
             elif w in ("openssl",):
                 hits = ["cryptography"]
             elif w in ("libsodium", "sodium", "nacl"):
@@ -428,6 +437,7 @@ def discover(wanted: list[str] | None) -> tuple[list[Impl], list[str]]:
 
 # --------------------------------------------------------------------------- measuring
 
+
 class Progress:
     def __init__(self, total: int, enabled: bool):
         self.total = max(total, 1)
@@ -444,7 +454,9 @@ class Progress:
         now = time.monotonic()
         el = now - self.start
         eta = el / self.done * (self.total - self.done)
-        msg = f"[bench {100 * self.done // self.total:3d}%  {self.done}/{self.total}  eta {eta:4.0f}s] {label}"
+        msg = (
+            f"[bench {100 * self.done // self.total:3d}%  {self.done}/{self.total}  eta {eta:4.0f}s] {label}"
+        )
         if self.tty:
             sys.stderr.write("\r" + msg[:100].ljust(100))
             if self.done >= self.total:
@@ -475,7 +487,7 @@ def _timed_sample(impl: Impl, run, count: int) -> float:
     """A timed batch (perf_counter); one during which this thread was off the CPU
     for more than 3% (wall minus thread CPU time) is run again, up to 8 times,
     keeping the fastest if every try was."""
-    best = None
+    best = float("inf")
     for _ in range(8):
         impl.prepare()
         c0 = time.thread_time_ns()
@@ -486,7 +498,7 @@ def _timed_sample(impl: Impl, run, count: int) -> float:
         if t - c <= 0.03 * t + 20000:
             return t
         PREEMPTED[0] += 1
-        best = t if best is None else min(best, t)
+        best = min(best, t)
     return best
 
 
@@ -521,10 +533,19 @@ def measure_point(entries, repeat: int, min_time: float) -> list[dict]:
     out = []
     for (impl, _, ops, nbytes), s, c in zip(entries, samples, counts):
         med = statistics.median(s)
-        out.append({"impl": impl.name, "median_ns": round(med, 2), "min_ns": round(min(s), 2),
-                    "max_ns": round(max(s), 2), "reps": len(s), "iters": c * ops,
-                    "bytes_per_op": nbytes, "mbps": round(nbytes / med * 1e3, 3),
-                    "samples_ns": [round(x, 2) for x in s]})
+        out.append(
+            {
+                "impl": impl.name,
+                "median_ns": round(med, 2),
+                "min_ns": round(min(s), 2),
+                "max_ns": round(max(s), 2),
+                "reps": len(s),
+                "iters": c * ops,
+                "bytes_per_op": nbytes,
+                "mbps": round(nbytes / med * 1e3, 3),
+                "samples_ns": [round(x, 2) for x in s],
+            }
+        )
     return out
 
 
@@ -545,12 +566,17 @@ def _payload(n: int) -> bytes:
 def verify(impls: list[Impl], views: list[str]) -> list[str]:
     """Check every implementation against vpncrypt's generic kernel."""
     from vpncrypt import crypto
+
     problems = []
     saved = crypto.active_implementation()
     for size in (1, 15, 16, 17, 63, 64, 65, 255, 256, 1000, 1472, 1500, 8192):
         pt = _payload(size)
         crypto.use_implementation("generic")
-        want = {"stream": crypto.chacha20_xor(KEY, NONCE, pt), "seal": crypto.seal(KEY, NONCE, pt), "open": pt}
+        want = {
+            "stream": crypto.chacha20_xor(KEY, NONCE, pt),
+            "seal": crypto.seal(KEY, NONCE, pt),
+            "open": pt,
+        }
         sealed = want["seal"]
         crypto.use_implementation(saved)
         for impl in impls:
@@ -560,7 +586,7 @@ def verify(impls: list[Impl], views: list[str]) -> list[str]:
                 impl.prepare()
                 try:
                     got = impl.op(view)(sealed if view == "open" else pt)
-                except Exception as e:      # noqa: BLE001 - any failure is a wrong result
+                except Exception as e:  # noqa: BLE001 - any failure is a wrong result
                     got = f"{type(e).__name__}: {e}"
                 if isinstance(got, str) or bytes(got) != want[view]:
                     if impl.verified:
@@ -571,6 +597,7 @@ def verify(impls: list[Impl], views: list[str]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- C level
+
 
 def run_c_level(args, impl_names: list[str], progress_on: bool, note) -> dict:
     """Build (unless --cbench) and run the C bench; its parsed JSON or {"error": ...}."""
@@ -590,8 +617,9 @@ def run_c_level(args, impl_names: list[str], progress_on: bool, note) -> dict:
             b = subprocess.run(["sh", str(BUILD_SH), exe], capture_output=True, text=True)
             if b.returncode != 0:
                 return {"error": "build failed:\n" + (b.stderr or b.stdout)[-2000:]}
-            build_warnings = [ln.split("WARNING: ", 1)[1] for ln in b.stderr.splitlines()
-                              if "WARNING: left out" in ln]
+            build_warnings = [
+                ln.split("WARNING: ", 1)[1] for ln in b.stderr.splitlines() if "WARNING: left out" in ln
+            ]
         cmd = [exe, "--json"]
         if args.quick:
             cmd.append("--quick")
@@ -610,14 +638,15 @@ def run_c_level(args, impl_names: list[str], progress_on: bool, note) -> dict:
         c_names = []
         for n in impl_names:
             if n == VpncryptAeadImpl.NAME:
-                continue                # the C level has no key-object form
+                continue  # the C level has no key-object form
             c_names.append({"cryptography": "openssl", "pynacl": "libsodium"}.get(n, n))
         cmd += ["--impls", ",".join(c_names)]
         if progress_on:
             cmd.append("--progress")
         note("running the C bench: " + " ".join(cmd[1:]))
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if progress_on else subprocess.PIPE,
-                           text=True)
+        p = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=None if progress_on else subprocess.PIPE, text=True
+        )
         try:
             data = json.loads(p.stdout)
         except json.JSONDecodeError:
@@ -635,6 +664,7 @@ def run_c_level(args, impl_names: list[str], progress_on: bool, note) -> dict:
 
 # --------------------------------------------------------------------------- targets
 
+
 def _find(results, group, view, size, impl):
     for r in results:
         if r["group"] == group and r["view"] == view and r["size"] == size and r["impl"] == impl:
@@ -643,8 +673,17 @@ def _find(results, group, view, size, impl):
 
 
 def _target(impl, tid, desc, thr, val, unit="x", detail=""):
-    return {"level": "python", "impl": impl, "id": tid, "threshold": thr, "value": val, "unit": unit,
-            "met": None if val is None else val >= thr, "detail": detail, "description": desc}
+    return {
+        "level": "python",
+        "impl": impl,
+        "id": tid,
+        "threshold": thr,
+        "value": val,
+        "unit": unit,
+        "met": None if val is None else val >= thr,
+        "detail": detail,
+        "description": desc,
+    }
 
 
 def python_targets(results: list[dict], vpn_impls: list[str]) -> list[dict]:
@@ -656,27 +695,55 @@ def python_targets(results: list[dict], vpn_impls: list[str]) -> list[dict]:
     for impl in vpn_impls:
         for view in ("seal", "open"):
             for other, thr in (("cryptography", 1.5), ("pynacl", 4.0)):
-                val = paired_ratio(_find(results, "tcrypt", view, size, impl),
-                                   _find(results, "tcrypt", view, size, other))
-                out.append(_target(impl, f"py_{view}_{size}_vs_{other}",
-                                   f"Python one {view} {size} >= {thr:g}x {other}", thr, val))
+                val = paired_ratio(
+                    _find(results, "tcrypt", view, size, impl), _find(results, "tcrypt", view, size, other)
+                )
+                out.append(
+                    _target(
+                        impl,
+                        f"py_{view}_{size}_vs_{other}",
+                        f"Python one {view} {size} >= {thr:g}x {other}",
+                        thr,
+                        val,
+                    )
+                )
             worst = None
             for r in results:
-                if (r["impl"] != impl or r["view"] != view or r["size"] is None
-                        or r["group"] not in ("tcrypt", "sweep") or not 16 <= r["size"] <= 8192):
+                if (
+                    r["impl"] != impl
+                    or r["view"] != view
+                    or r["size"] is None
+                    or r["group"] not in ("tcrypt", "sweep")
+                    or not 16 <= r["size"] <= 8192
+                ):
                     continue
                 q = paired_ratio(r, _find(results, r["group"], view, r["size"], "cryptography"))
                 if q is not None and (worst is None or q < worst[0]):
                     worst = (q, r["size"])
-            out.append(_target(impl, f"py_{view}_min_vs_cryptography",
-                               f"Python one {view}, every size 16..8192: >= 1x cryptography", 1.0,
-                               worst[0] if worst else None, detail=f"worst at {worst[1]} B" if worst else ""))
+            out.append(
+                _target(
+                    impl,
+                    f"py_{view}_min_vs_cryptography",
+                    f"Python one {view}, every size 16..8192: >= 1x cryptography",
+                    1.0,
+                    worst[0] if worst else None,
+                    detail=f"worst at {worst[1]} B" if worst else "",
+                )
+            )
         if not impl.startswith("vpncrypt:"):
-            continue                    # the key object has no batch form
+            continue  # the key object has no batch form
         a = _find(results, "batch", "seal", BATCH_LEN, impl)
         val = round(a["bytes_per_op"] / a["median_ns"], 4) if a else None
-        out.append(_target(impl, "py_seal_batch_64x1472_gbps", "Python seal_batch 64 x 1472 in one call >= 1.5 GB/s",
-                           1.5, val, unit="GB/s"))
+        out.append(
+            _target(
+                impl,
+                "py_seal_batch_64x1472_gbps",
+                "Python seal_batch 64 x 1472 in one call >= 1.5 GB/s",
+                1.5,
+                val,
+                unit="GB/s",
+            )
+        )
     return out
 
 
@@ -694,8 +761,10 @@ def oneshot_summary(results: list[dict], default_impl: str) -> list[dict]:
                 row[impl] = r["median_ns"] if r else None
             for mine in (default_impl, VpncryptAeadImpl.NAME):
                 for other in ("cryptography", "pynacl"):
-                    row[f"{mine} vs {other}"] = paired_ratio(_find(results, "tcrypt", view, size, mine),
-                                                             _find(results, "tcrypt", view, size, other))
+                    row[f"{mine} vs {other}"] = paired_ratio(
+                        _find(results, "tcrypt", view, size, mine),
+                        _find(results, "tcrypt", view, size, other),
+                    )
             rows.append(row)
     return rows
 
@@ -704,10 +773,13 @@ def format_oneshot(rows: list[dict], default_impl: str) -> list[str]:
     if not rows:
         return []
     aead = VpncryptAeadImpl.NAME
-    lines = ["", f"Python one-shot calls (ns per call, median; ratio = their time / ours, paired; "
-                 f"vpncrypt = {default_impl}, aead = {aead})",
-             f"{'':5} {'size':>6} {'vpncrypt':>9} {'aead':>9} {'crypto':>9} {'pynacl':>9}"
-             f" {'x crypto':>9} {'x pynacl':>9} {'aead x crypto':>14}"]
+    lines = [
+        "",
+        f"Python one-shot calls (ns per call, median; ratio = their time / ours, paired; "
+        f"vpncrypt = {default_impl}, aead = {aead})",
+        f"{'':5} {'size':>6} {'vpncrypt':>9} {'aead':>9} {'crypto':>9} {'pynacl':>9}"
+        f" {'x crypto':>9} {'x pynacl':>9} {'aead x crypto':>14}",
+    ]
 
     def ns(v):
         return f"{v:9.0f}" if v is not None else f"{'-':>9}"
@@ -716,10 +788,12 @@ def format_oneshot(rows: list[dict], default_impl: str) -> list[str]:
         return f"{v:{w}.2f}" if v is not None else f"{'-':>{w}}"
 
     for row in rows:
-        lines.append(f"{row['view']:5} {row['size']:6d} {ns(row[default_impl])} {ns(row[aead])}"
-                     f" {ns(row['cryptography'])} {ns(row['pynacl'])}"
-                     f" {ratio(row[f'{default_impl} vs cryptography'])} {ratio(row[f'{default_impl} vs pynacl'])}"
-                     f" {ratio(row[f'{aead} vs cryptography'], 14)}")
+        lines.append(
+            f"{row['view']:5} {row['size']:6d} {ns(row[default_impl])} {ns(row[aead])}"
+            f" {ns(row['cryptography'])} {ns(row['pynacl'])}"
+            f" {ratio(row[f'{default_impl} vs cryptography'])} {ratio(row[f'{default_impl} vs pynacl'])}"
+            f" {ratio(row[f'{aead} vs cryptography'], 14)}"
+        )
     return lines
 
 
@@ -728,13 +802,24 @@ def c_targets(c: dict | None) -> list[dict]:
         return []
     out = []
     for t in c["targets"]:
-        out.append({"level": "c", "impl": t["impl"], "id": t["id"], "threshold": t["threshold"],
-                    "value": t["value"], "unit": "x", "met": t["met"], "detail": t.get("detail", ""),
-                    "description": t["description"]})
+        out.append(
+            {
+                "level": "c",
+                "impl": t["impl"],
+                "id": t["id"],
+                "threshold": t["threshold"],
+                "value": t["value"],
+                "unit": "x",
+                "met": t["met"],
+                "detail": t.get("detail", ""),
+                "description": t["description"],
+            }
+        )
     return out
 
 
 # --------------------------------------------------------------------------- output
+
 
 def _fmt_size(s):
     return RAND_LABEL if s is None else str(s)
@@ -751,8 +836,11 @@ def format_table(results, group, view, impls, ref, title, unit="MB/s") -> list[s
             sizes.append(r["size"])
     present = [i for i in impls if any(r["impl"] == i for r in rows)]
     w = max(20, max(len(i) for i in present) + 2)
-    lines = ["", f"{title} ({unit}, median{'; ratio vs ' + ref if ref in present else ''})",
-             f"{'size':>7}" + "".join(f"{i:>{w}}" for i in present)]
+    lines = [
+        "",
+        f"{title} ({unit}, median{'; ratio vs ' + ref if ref in present else ''})",
+        f"{'size':>7}" + "".join(f"{i:>{w}}" for i in present),
+    ]
     for s in sizes:
         line = f"{_fmt_size(s):>7}"
         for i in present:
@@ -798,10 +886,13 @@ def format_targets(targets: list[dict], default_impl: str) -> list[str]:
     for t in targets:
         if t["impl"] not in impls:
             impls.append(t["impl"])
-    impls.sort(key=lambda i: i != default_impl)   # the default kernel first
+    impls.sort(key=lambda i: i != default_impl)  # the default kernel first
     heads = [i.split(":", 1)[-1] + ("*" if i == default_impl else "") for i in impls]
-    lines = ["", "targets (report only; * = the default kernel)",
-             f"  {'':<56}" + "".join(f"{h:>17}" for h in heads)]
+    lines = [
+        "",
+        "targets (report only; * = the default kernel)",
+        f"  {'':<56}" + "".join(f"{h:>17}" for h in heads),
+    ]
     order = []
     for t in targets:
         if t["id"] not in order:
@@ -811,12 +902,12 @@ def format_targets(targets: list[dict], default_impl: str) -> list[str]:
         desc = row[0]["description"]
         line = f"  {desc[:56]:<56}"
         for i in impls:
-            t = next((x for x in row if x["impl"] == i), None)
-            if t is None or t["value"] is None:
+            hit = next((x for x in row if x["impl"] == i), None)
+            if hit is None or hit["value"] is None:
                 cell = "n/a"
             else:
-                u = "x" if t["unit"] == "x" else " GB/s"
-                cell = f"{t['value']:.2f}{u} {'met' if t['met'] else 'NOT'}"
+                u = "x" if hit["unit"] == "x" else " GB/s"
+                cell = f"{hit['value']:.2f}{u} {'met' if hit['met'] else 'NOT'}"
             line += f"{cell:>17}"
         lines.append(line)
         d = next((x for x in row if x["impl"] == default_impl and x.get("detail")), None)
@@ -826,24 +917,30 @@ def format_targets(targets: list[dict], default_impl: str) -> list[str]:
 
 
 def plot(path: str, report: dict, plt) -> None:
-    levels = [("Python", report["results"], "MB/s", 1.0)]
+    levels: list[tuple[str, Any, str, float | None]] = [("Python", report["results"], "MB/s", 1.0)]
     c = report.get("c_level") or {}
     if c.get("results"):
         levels.append(("C", c["results"], "GB/s", None))
     views = report["config"]["views"]
-    fig, axes = plt.subplots(len(levels), len(views), figsize=(6 * len(views), 4.5 * len(levels)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(levels), len(views), figsize=(6 * len(views), 4.5 * len(levels)), squeeze=False
+    )
     for row, (lname, results, unit, _) in enumerate(levels):
         for col, view in enumerate(views):
             ax = axes[row][col]
-            pts = [r for r in results if r["view"] == view and r["group"] in ("tcrypt", "sweep")
-                   and r["size"] is not None]
+            pts = [
+                r
+                for r in results
+                if r["view"] == view and r["group"] in ("tcrypt", "sweep") and r["size"] is not None
+            ]
             names = []
             for r in pts:
                 if r["impl"] not in names:
                     names.append(r["impl"])
             for name in names:
-                mine = sorted((r["size"], r.get("mbps", r.get("gbps", 0) * 1e3)) for r in pts if r["impl"] == name)
+                mine = sorted(
+                    (r["size"], r.get("mbps", r.get("gbps", 0) * 1e3)) for r in pts if r["impl"] == name
+                )
                 xs = [s for s, _ in mine]
                 ys = [v if unit == "MB/s" else v / 1e3 for _, v in mine]
                 ax.plot(xs, ys, marker=".", markersize=3, linewidth=1, label=name)
@@ -861,19 +958,21 @@ def plot(path: str, report: dict, plt) -> None:
 
 # --------------------------------------------------------------------------- main
 
+
 def thread_scaling(counts, seconds: float, repeat: int) -> list:
     """Seal 64 x 1472 B batches for one peer in the native session table on
     each of N threads at once (as the daemon's data threads do); GB/s of
     plaintext, the median of `repeat` runs, and the ratio to one thread."""
     import threading
     from vpncrypt._native import ffi
-    from vpncrypt.transport import new_table
+    from vpncrypt.transport import Session, new_table
+
     table = new_table("native")
     pid = table.add_peer()
     table.route_add(pid, "10.0.0.0/8")
     table.set_endpoint(pid, ("192.0.2.1", 51820))
     table.reserve_index(1, pid)
-    table.install(pid, 1, 2, bytes(range(32)), bytes(range(32, 64)), True, 0.0)
+    table.install(pid, Session(1, 2, bytes(range(32)), bytes(range(32, 64)), True), 0.0)
     pkt = bytes.fromhex("450005c000000000401100000a0000010a000002") + bytes(1452)
     out = []
     for n in counts:
@@ -890,6 +989,7 @@ def thread_scaling(counts, seconds: float, repeat: int) -> list:
                     ffi.memmove(slab + i * 1536, pkt, len(pkt))
                 while not stop.is_set():
                     done[k] += b.seal(slab, off, lens, BATCH_N, 1.0)
+
             ts = [threading.Thread(target=work, args=(k,)) for k in range(n)]
             t0 = time.perf_counter()
             for t in ts:
@@ -919,6 +1019,7 @@ class _Wide(Impl):
     def prepare(self):
         if self.nh:
             from vpncrypt import crypto
+
             crypto.use_nh_implementation(self.nh)
 
 
@@ -929,6 +1030,7 @@ def wide_block(repeat: int, min_time: float) -> tuple[list[dict], list[str]]:
     OpenSSL's AES-256-XTS through cryptography (a Cipher per message, since XTS
     takes its tweak there; one sector a call).  Returns (rows, problems)."""
     from vpncrypt import crypto
+
     problems: list[str] = []
     saved = crypto.active_nh_implementation()
     key, tweak = bytes(range(32)), bytes(range(100, 132))
@@ -936,8 +1038,10 @@ def wide_block(repeat: int, min_time: float) -> tuple[list[dict], list[str]]:
     rows: list[dict] = []
     try:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+        have_xts = True
     except ImportError:
-        Cipher = None
+        have_xts = False
         problems.append("wide block: cryptography is not installed, so no AES-256-XTS reference")
     try:
         for size in WIDE_SIZES:
@@ -945,8 +1049,7 @@ def wide_block(repeat: int, min_time: float) -> tuple[list[dict], list[str]]:
             entries = []
             for kern in crypto.nh_implementations():
                 im = _Wide(f"vpncrypt nhpoly1305 nh:{kern}", "vpncrypt", kern)
-                entries.append((im, _loop_x(lambda d, f=crypto.nhpoly1305: f(nh_key, d), [data]),
-                                1, size, "nhpoly1305"))
+                entries.append((im, _loop(crypto.nhpoly1305, [(nh_key, data)]), 1, size, "nhpoly1305"))
             kerns = [saved] + (["generic"] if saved != "generic" else [])
             for rounds in (12, 20):
                 a = crypto.Adiantum(key, rounds)
@@ -958,9 +1061,16 @@ def wide_block(repeat: int, min_time: float) -> tuple[list[dict], list[str]]:
                 for kern in kerns:
                     for view, fn, arg in (("encrypt", a.encrypt, data), ("decrypt", a.decrypt, want)):
                         im = _Wide(f"vpncrypt adiantum{rounds} nh:{kern}", "vpncrypt", kern)
-                        entries.append((im, _loop_x(lambda d, f=fn: f(tweak, d), [arg]), 1, size,
-                                        f"adiantum-xchacha{rounds}-aes {view}"))
-            if Cipher is not None:
+                        entries.append(
+                            (
+                                im,
+                                _loop(fn, [(tweak, arg)]),
+                                1,
+                                size,
+                                f"adiantum-xchacha{rounds}-aes {view}",
+                            )
+                        )
+            if have_xts:
                 xkey = bytes(range(64))
                 xtweak = bytes(16)
 
@@ -973,9 +1083,10 @@ def wide_block(repeat: int, min_time: float) -> tuple[list[dict], list[str]]:
                     return e.update(d) + e.finalize()
 
                 xct = xts_enc(data)
-                for view, fn, arg in (("encrypt", xts_enc, data), ("decrypt", xts_dec, xct)):
-                    entries.append((_Wide(XTS_REF, "cryptography"), _loop_x(fn, [arg]), 1, size,
-                                    f"aes-256-xts {view}"))
+                for view, xfn, arg in (("encrypt", xts_enc, data), ("decrypt", xts_dec, xct)):
+                    entries.append(
+                        (_Wide(XTS_REF, "cryptography"), _loop(xfn, [(arg,)]), 1, size, f"aes-256-xts {view}")
+                    )
             timed = measure_point([e[:4] for e in entries], repeat, min_time)
             for e, r in zip(entries, timed):
                 r.update(level="python", group="wide-block", view=e[4], size=size)
@@ -984,8 +1095,14 @@ def wide_block(repeat: int, min_time: float) -> tuple[list[dict], list[str]]:
         crypto.use_nh_implementation(saved)
     for r in rows:
         view = r["view"].rsplit(" ", 1)[-1]
-        ref = next((x for x in rows if x["impl"] == XTS_REF and x["size"] == r["size"]
-                    and x["view"] == f"aes-256-xts {view}"), None)
+        ref = next(
+            (
+                x
+                for x in rows
+                if x["impl"] == XTS_REF and x["size"] == r["size"] and x["view"] == f"aes-256-xts {view}"
+            ),
+            None,
+        )
         r["ratio_vs_xts"] = paired_ratio(r, ref) if view in ("encrypt", "decrypt") else None
     return rows, problems
 
@@ -993,8 +1110,11 @@ def wide_block(repeat: int, min_time: float) -> tuple[list[dict], list[str]]:
 def format_wide_block(rows: list[dict]) -> list[str]:
     if not rows:
         return []
-    out = ["", "Wide-block: NHPoly1305 and Adiantum, one message per call (MB/s; x: speed over "
-           "OpenSSL AES-256-XTS in the same round)"]
+    out = [
+        "",
+        "Wide-block: NHPoly1305 and Adiantum, one message per call (MB/s; x: speed over "
+        "OpenSSL AES-256-XTS in the same round)",
+    ]
     out.append(f"  {'what':<34} {'implementation':<30}" + "".join(f"{s:>16}" for s in WIDE_SIZES))
     seen = []
     for r in rows:
@@ -1004,28 +1124,21 @@ def format_wide_block(rows: list[dict]) -> list[str]:
     for view, impl in seen:
         cells = []
         for s in WIDE_SIZES:
-            r = next((x for x in rows if x["view"] == view and x["impl"] == impl and x["size"] == s), None)
-            if r is None:
+            hit = next((x for x in rows if x["view"] == view and x["impl"] == impl and x["size"] == s), None)
+            if hit is None:
                 cells.append(f"{'-':>16}")
             else:
-                ratio = r.get("ratio_vs_xts")
-                cells.append(f"{r['mbps']:>9.0f}" + (f" x{ratio:<5.2f}" if ratio else " " * 7))
+                ratio = hit.get("ratio_vs_xts")
+                cells.append(f"{hit['mbps']:>9.0f}" + (f" x{ratio:<5.2f}" if ratio else " " * 7))
         out.append(f"  {view:<34} {impl:<30}" + "".join(cells))
     return out
 
 
 def run(args) -> int:
     """Run the benchmark for parsed args; returns the exit status."""
-    plt = None
-    if args.plot:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print("vpncrypt bench crypto: --plot needs matplotlib, which is not installed "
-                  "(pip install matplotlib, or pip install 'vpncrypt[bench]')", file=sys.stderr)
-            return 2
+    plt: Any = load_pyplot("vpncrypt bench crypto") if args.plot else None
+    if args.plot and plt is None:
+        return 2
 
     from vpncrypt import crypto
 
@@ -1038,7 +1151,10 @@ def run(args) -> int:
     sizes = args.sizes or list(TCRYPT_SIZES)
     args.repeat, args.sizes = max(1, repeat), sizes
     if step < 1 or nrand < 0 or min_time < 0:
-        print("vpncrypt bench crypto: --sweep-step, --random-count, --min-time must be positive", file=sys.stderr)
+        print(
+            "vpncrypt bench crypto: --sweep-step, --random-count, --min-time must be positive",
+            file=sys.stderr,
+        )
         return 2
 
     saved_chacha = crypto.active_implementation()
@@ -1064,7 +1180,7 @@ def run(args) -> int:
     rng = random.Random(args.seed)
     rand_lens = [rng.randrange(*RANDOM_RANGE) for _ in range(nrand)]
     sweep_sizes = list(range(SWEEP_START, SWEEP_STOP + 1, step)) if args.sweep else []
-    points = []
+    points: list[tuple[str, str, int | None, list[int] | None]] = []
     for view in args.views:
         for s in sizes:
             points.append(("tcrypt", view, s, None))
@@ -1094,13 +1210,18 @@ def run(args) -> int:
             if group == "batch":
                 pts = [_payload(BATCH_LEN) for _ in range(BATCH_N)]
                 nonces = [i.to_bytes(4, "little") + NONCE[4:] for i in range(BATCH_N)]
-                entries = [(im, im.batch_runner(nonces, pts), 1, BATCH_N * BATCH_LEN) for im in impls]
+                entries: list[tuple[Impl, Any, int, float]] = [
+                    (im, im.batch_runner(nonces, pts), 1, BATCH_N * BATCH_LEN) for im in impls
+                ]
             else:
-                ls = lens if lens is not None else [size]
+                ls: list[int] = lens if lens is not None else [size or 0]  # size is set when lens is not
                 items = [sealed(n) if view == "open" else _payload(n) for n in ls]
                 nbytes = sum(ls) / len(ls)
-                entries = [(im, im.runner(view, items), len(items), nbytes) for im in impls
-                           if view not in im.unavailable]
+                entries = [
+                    (im, im.runner(view, items), len(items), nbytes)
+                    for im in impls
+                    if view not in im.unavailable
+                ]
             for r in measure_point(entries, args.repeat, min_time / 2 if group == "sweep" else min_time):
                 r.update(level="python", group=group, view=view, size=size)
                 results.append(r)
@@ -1121,8 +1242,10 @@ def run(args) -> int:
         if c.get("build_warnings"):
             notes += ["C bench built with " + w for w in c["build_warnings"]]
         if c.get("exit_status"):
-            notes.append(f"C level: cbench exited with status {c['exit_status']} "
-                         "(3: an implementation gave wrong output; 4: an operation failed)")
+            notes.append(
+                f"C level: cbench exited with status {c['exit_status']} "
+                "(3: an implementation gave wrong output; 4: an operation failed)"
+            )
 
     try:
         thread_counts = [int(x) for x in _csv(args.threads)] if args.threads else []
@@ -1130,7 +1253,7 @@ def run(args) -> int:
         thread_counts = []
     threads = thread_scaling(thread_counts, 0.2 if args.quick else 0.5, 3) if thread_counts else []
 
-    wide, wide_problems = (wide_block(args.repeat, min_time) if args.wide_block else ([], []))
+    wide, wide_problems = wide_block(args.repeat, min_time) if args.wide_block else ([], [])
     problems += wide_problems
 
     targets = python_targets(results, vpn) + c_targets(c)
@@ -1138,20 +1261,42 @@ def run(args) -> int:
     report = {
         "tool": "vpncrypt bench crypto",
         "level": "python",
-        "config": {"sizes": sizes, "sweep": sweep_sizes, "random_lengths": {
-                       "range": list(RANDOM_RANGE), "count": len(rand_lens), "seed": args.seed,
-                       "mean": round(sum(rand_lens) / len(rand_lens), 2) if rand_lens else None},
-                   "views": list(args.views), "repeat": args.repeat, "min_time": min_time,
-                   "quick": bool(args.quick), "batch": {"packets": BATCH_N, "len": BATCH_LEN} if args.batch else None,
-                   "c_level": bool(args.c_level)},
-        "platform": {"python": platform.python_version(), "machine": platform.machine(),
-                     "system": platform.platform(), "cpus": os.cpu_count()},
+        "config": {
+            "sizes": sizes,
+            "sweep": sweep_sizes,
+            "random_lengths": {
+                "range": list(RANDOM_RANGE),
+                "count": len(rand_lens),
+                "seed": args.seed,
+                "mean": round(sum(rand_lens) / len(rand_lens), 2) if rand_lens else None,
+            },
+            "views": list(args.views),
+            "repeat": args.repeat,
+            "min_time": min_time,
+            "quick": bool(args.quick),
+            "batch": {"packets": BATCH_N, "len": BATCH_LEN} if args.batch else None,
+            "c_level": bool(args.c_level),
+        },
+        "platform": {
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "system": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
         "default_impl": default_impl,
         "poly1305": args.poly1305 or saved_poly,
         "reference": REFERENCE,
-        "implementations": [{"name": i.name, "library": i.library, "version": i.version,
-                             "verified": i.verified, "unavailable": i.unavailable,
-                             "default": i.name == default_impl} for i in impls],
+        "implementations": [
+            {
+                "name": i.name,
+                "library": i.library,
+                "version": i.version,
+                "verified": i.verified,
+                "unavailable": i.unavailable,
+                "default": i.name == default_impl,
+            }
+            for i in impls
+        ],
         "results": results,
         "c_level": c,
         "oneshot": oneshot,
@@ -1166,33 +1311,58 @@ def run(args) -> int:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        out = [f"vpncrypt bench crypto: ChaCha kernels {', '.join(k.split(':')[1] for k in vpn if ':' in k) or '-'} "
-               f"(default {saved_chacha}), Poly1305 {report['poly1305']}; "
-               f"median of {args.repeat}, >= {min_time * 1e3:g} ms per batch"]
+        out = [
+            "vpncrypt bench crypto: ChaCha kernels "
+            f"{', '.join(k.split(':')[1] for k in vpn if ':' in k) or '-'} "
+            f"(default {saved_chacha}), Poly1305 {report['poly1305']}; "
+            f"median of {args.repeat}, >= {min_time * 1e3:g} ms per batch"
+        ]
         for i in impls:
             out.append(f"  {i.name:<20} {i.version}" + ("" if i.verified else "   WRONG OUTPUT"))
         titles = {"stream": "ChaCha20 stream", "seal": "AEAD seal", "open": "AEAD open"}
         for view in args.views:
             out += format_table(results, "tcrypt", view, names, REFERENCE, f"Python {titles[view]}")
-            out += format_table(results, "random", view, names, REFERENCE,
-                                f"Python {titles[view]}, random lengths [{RANDOM_RANGE[0]}, {RANDOM_RANGE[1]})")
+            out += format_table(
+                results,
+                "random",
+                view,
+                names,
+                REFERENCE,
+                f"Python {titles[view]}, random lengths [{RANDOM_RANGE[0]}, {RANDOM_RANGE[1]})",
+            )
             out += format_sweep(results, view, names, REFERENCE, f"Python {titles[view]} sweep")
-        out += format_table(results, "batch", "seal", names, REFERENCE,
-                            f"Python seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: seal_batch, one call)", "GB/s")
+        out += format_table(
+            results,
+            "batch",
+            "seal",
+            names,
+            REFERENCE,
+            f"Python seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: seal_batch, one call)",
+            "GB/s",
+        )
         if c and c.get("results"):
             cn = [i["name"] for i in c["implementations"]]
             cres = [dict(r, mbps=r["gbps"] * 1e3) for r in c["results"]]
             for view in args.views:
                 out += format_table(cres, "tcrypt", view, cn, C_REFERENCE, f"C {titles[view]}", "GB/s")
             out += format_sweep(cres, "stream", cn, C_REFERENCE, "C ChaCha20 stream sweep", "GB/s")
-            out += format_table(cres, "batch", "batch", cn, C_REFERENCE,
-                                f"C seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: one packed call)", "GB/s")
+            out += format_table(
+                cres,
+                "batch",
+                "batch",
+                cn,
+                C_REFERENCE,
+                f"C seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: one packed call)",
+                "GB/s",
+            )
         out += format_oneshot(oneshot, default_impl)
         out += format_wide_block(wide)
         if threads:
             out.append("")
-            out.append(f"Data path sealing on N threads at once (session table, {BATCH_N} x 1472 B "
-                       f"a call, GIL released), median of 3")
+            out.append(
+                f"Data path sealing on N threads at once (session table, {BATCH_N} x 1472 B "
+                f"a call, GIL released), median of 3"
+            )
             for r in threads:
                 out.append(f"  {r['threads']} thread(s): {r['gbps']:6.2f} GB/s   x{r['scaling']:.2f}")
         out += format_targets(targets, default_impl)
@@ -1210,9 +1380,11 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="vpncrypt bench crypto",
-                                     description="Benchmark vpncrypt's ChaCha20-Poly1305 against "
-                                                 "OpenSSL (cryptography) and libsodium (pynacl).")
+    parser = argparse.ArgumentParser(
+        prog="vpncrypt bench crypto",
+        description="Benchmark vpncrypt's ChaCha20-Poly1305 against "
+        "OpenSSL (cryptography) and libsodium (pynacl).",
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

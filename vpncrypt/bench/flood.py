@@ -36,6 +36,7 @@ SIGINT/SIGTERM or an error.
 Exit status: 0 if every implementation's control round carried traffic and
 completed the new peer's handshake; 1 otherwise; 130 if interrupted.
 """
+
 import argparse
 import json
 import re
@@ -48,54 +49,75 @@ import threading
 import time
 
 from vpncrypt.bench.handshakeload import (
-    IP_FREEBIND, IPPROTO_IP, SO_SNDBUFFORCE, UdpBatch, add_anyip, add_namespace, implementations,
-    logger, nomac_initiations, preflight, report, report_head, run_in_lab, runs, setconf,
-    source_address, udp_drops, unknown_initiations,
+    IP_FREEBIND,
+    IPPROTO_IP,
+    SO_SNDBUFFORCE,
+    UdpBatch,
+    add_anyip,
+    implementations,
+    nomac_initiations,
+    report,
+    report_head,
+    runs,
+    source_address,
+    udp_drops,
+    unknown_initiations,
 )
-from vpncrypt.bench.tunnel import (CLK_TCK, IPERF_PORT, WG_PORT, BenchError, Node, _cpu_ticks,
-                                   _version, _wait_listening, _wait_tunnel)
+from vpncrypt.bench.lab import add_run_arguments, logger, measured_round, CLK_TCK, WG_PORT, BenchError, Node
+from vpncrypt.bench.lab import cpu_ticks, preflight, run_in_lab, version, wait_tunnel
+from vpncrypt.bench.report import cell, print_builds, print_head
+from vpncrypt.bench.tunnel import IPERF_PORT
 
 KINDS = ("mac1", "nomac")
 INNER = {"A": "10.77.0.1", "B": "10.77.0.2", "C": "10.77.0.3"}
 OUTER_A, OUTER_B = "192.168.77.1", "192.168.77.2"
-C_NET = "192.168.78"                    # C .1, B .2
+C_NET = "192.168.78"  # C .1, B .2
 PING_INTERVAL = 0.02
 BATCH = 1024
-INITIATION_UDP_LEN = 156                # 148 bytes + the 8-byte UDP header
+INITIATION_UDP_LEN = 156  # 148 bytes + the 8-byte UDP header
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=float, default=10.0,
-                   help="seconds of iperf3 per round (default 10)")
-    p.add_argument("--kinds", default=",".join(KINDS),
-                   help="comma-separated flood kinds: mac1, nomac (default: both)")
-    p.add_argument("--rate", type=float, default=0.0,
-                   help="initiations per second the generator aims at (default 0: as fast as "
-                        "one generator goes)")
-    p.add_argument("--sources", type=int, default=256,
-                   help="source addresses the flood comes from, 1 to 1024 (default 256)")
-    p.add_argument("--warmup", type=float, default=1.0,
-                   help="seconds of flood before a round's measurements start (default 1)")
-    p.add_argument("--new-peer-timeout", type=float, default=16.0,
-                   help="seconds the new peer is given for its handshake (default 16: three "
-                        "retries of 5 s)")
-    p.add_argument("--implementations", default="vpncrypt,wireguard-go",
-                   help="comma-separated: vpncrypt, wireguard-go (default: both)")
-    p.add_argument("--wireguard-go", action="append", dest="wireguard_go", metavar="PATH",
-                   help="wireguard-go binary (default: the one on PATH); repeat it to compare "
-                        "builds in one run")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="log every step (and each process started) on stderr")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds of iperf3 per round (default 10)")
+    p.add_argument(
+        "--kinds", default=",".join(KINDS), help="comma-separated flood kinds: mac1, nomac (default: both)"
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="initiations per second the generator aims at (default 0: as fast as one generator goes)",
+    )
+    p.add_argument(
+        "--sources",
+        type=int,
+        default=256,
+        help="source addresses the flood comes from, 1 to 1024 (default 256)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=1.0,
+        help="seconds of flood before a round's measurements start (default 1)",
+    )
+    p.add_argument(
+        "--new-peer-timeout",
+        type=float,
+        default=16.0,
+        help="seconds the new peer is given for its handshake (default 16: three retries of 5 s)",
+    )
+    add_run_arguments(p)
 
 
 # ============================================================ the generator
+
 
 def generate(cfg: dict) -> None:
     """The flood generator (runs in namespace A): sends until SIGTERM or
     cfg["max_seconds"], then prints one JSON line of what it did."""
     from vpncrypt.crypto import get_backend
     from vpncrypt.protocol import keys
+
     victim = keys.decode(cfg["public_key"])
     target = (cfg["target"][0], int(cfg["target"][1]))
     if cfg["kind"] == "mac1":
@@ -142,14 +164,26 @@ def generate(cfg: dict) -> None:
                 break
         now = time.monotonic()
     elapsed = now - t0
-    print(json.dumps({"kind": cfg["kind"], "sent": total, "seconds": elapsed,
-                      "rate": total / elapsed if elapsed > 0 else 0.0, "wanted_rate": rate,
-                      "sources": sources, "sendmmsg_calls": calls, "replies": replies,
-                      "replies_per_s": {k: v / elapsed if elapsed > 0 else 0.0
-                                        for k, v in replies.items()}}), flush=True)
+    print(
+        json.dumps(
+            {
+                "kind": cfg["kind"],
+                "sent": total,
+                "seconds": elapsed,
+                "rate": total / elapsed if elapsed > 0 else 0.0,
+                "wanted_rate": rate,
+                "sources": sources,
+                "sendmmsg_calls": calls,
+                "replies": replies,
+                "replies_per_s": {k: v / elapsed if elapsed > 0 else 0.0 for k, v in replies.items()},
+            }
+        ),
+        flush=True,
+    )
 
 
 # ============================================================ one implementation
+
 
 class NewPeerCounter:
     """An nftables counter in C's namespace: C's initiations (UDP of 156
@@ -157,9 +191,11 @@ class NewPeerCounter:
 
     def __init__(self, lab):
         self.lab = lab
-        rules = ("table inet vcbench {\n chain out {\n  type filter hook output priority 0; "
-                 f"policy accept;\n  udp dport {WG_PORT} udp length {INITIATION_UDP_LEN} counter\n"
-                 " }\n}\n")
+        rules = (
+            "table inet vcbench {\n chain out {\n  type filter hook output priority 0; "
+            f"policy accept;\n  udp dport {WG_PORT} udp length {INITIATION_UDP_LEN} counter\n"
+            " }\n}\n"
+        )
         lab.run_in("C", "nft", "-f", "-", input=rules)
 
     def read(self) -> int:
@@ -172,8 +208,18 @@ class NewPeerCounter:
 
 def _tcp(lab, seconds):
     """iperf3 TCP A->B through the tunnel: {gbit_s, retransmits, error}."""
-    cmd = ["iperf3", "-c", INNER["B"], "-p", str(IPERF_PORT), "-t", f"{seconds:g}", "-J",
-           "--connect-timeout", "5000"]
+    cmd = [
+        "iperf3",
+        "-c",
+        INNER["B"],
+        "-p",
+        str(IPERF_PORT),
+        "-t",
+        f"{seconds:g}",
+        "-J",
+        "--connect-timeout",
+        "5000",
+    ]
     res = {}
     for attempt in range(5):
         client = lab.spawn("iperf3-client", "A", cmd, stdout=subprocess.PIPE)
@@ -193,15 +239,28 @@ def _tcp(lab, seconds):
     if "error" in res:
         return {"gbit_s": 0.0, "retransmits": None, "error": res["error"]}
     end = res["end"]
-    return {"gbit_s": end["sum_received"]["bits_per_second"] / 1e9,
-            "retransmits": end["sum_sent"].get("retransmits"), "error": None}
+    return {
+        "gbit_s": end["sum_received"]["bits_per_second"] / 1e9,
+        "retransmits": end["sum_sent"].get("retransmits"),
+        "error": None,
+    }
 
 
 def _new_peer(lab, c, b, counter, timeout, out):
     """C starts a fresh handshake with B; fills out{handshake_s, initiations, retries}."""
     lab.run_in("C", "wg", "set", c.iface, "peer", b.public, "remove", check=False)
-    lab.run_in("C", "wg", "set", c.iface, "peer", b.public, "endpoint", f"{C_NET}.2:{WG_PORT}",
-               "allowed-ips", f"{INNER['B']}/32")
+    lab.run_in(
+        "C",
+        "wg",
+        "set",
+        c.iface,
+        "peer",
+        b.public,
+        "endpoint",
+        f"{C_NET}.2:{WG_PORT}",
+        "allowed-ips",
+        f"{INNER['B']}/32",
+    )
     n0 = counter.read()
     t0 = time.monotonic()
     lab.spawn("new-peer-ping", "C", ["ping", "-c", "1", "-W", str(int(timeout) + 1), INNER["B"]])
@@ -220,7 +279,7 @@ def _new_peer(lab, c, b, counter, timeout, out):
 
 
 def _ping_result(proc):
-    proc.send_signal(signal.SIGINT)           # ping prints its summary on SIGINT
+    proc.send_signal(signal.SIGINT)  # ping prints its summary on SIGINT
     try:
         text, _ = proc.communicate(timeout=10)
     except subprocess.TimeoutExpired:
@@ -238,36 +297,49 @@ def _round(lab, nodes, kind, args, counter, log):
     row = {"kind": kind or "control", "flood": None, "error": None}
     gen = None
     if kind:
-        cfg = {"target": [OUTER_B, WG_PORT], "public_key": b.public, "kind": kind,
-               "rate": args.rate, "sources": args.sources, "max_seconds": 300}
-        gen = lab.spawn(f"flood-{kind}", "A", [sys.executable, "-m", "vpncrypt.bench.flood",
-                                               "--generate", json.dumps(cfg)],
-                        stdout=subprocess.PIPE)
+        cfg = {
+            "target": [OUTER_B, WG_PORT],
+            "public_key": b.public,
+            "kind": kind,
+            "rate": args.rate,
+            "sources": args.sources,
+            "max_seconds": 300,
+        }
+        gen = lab.spawn(
+            f"flood-{kind}",
+            "A",
+            [sys.executable, "-m", "vpncrypt.bench.flood", "--generate", json.dumps(cfg)],
+            stdout=subprocess.PIPE,
+        )
         ready, _, _ = select.select([gen.stdout], [], [], 30)
         line = gen.stdout.readline().decode() if ready else ""
         if line.strip() != "started":
             lab.stop_proc(gen)
-            raise BenchError(f"the {kind} flood generator did not start: "
-                             f"{line.strip() or (gen.stderr.read() or b'').decode()[-500:]}")
+            raise BenchError(
+                f"the {kind} flood generator did not start: "
+                f"{line.strip() or (gen.stderr.read() or b'').decode()[-500:]}"
+            )
         time.sleep(args.warmup)
     drops0 = udp_drops(lab, "B", WG_PORT)
-    cpu0, t0 = _cpu_ticks(b.proc.pid), time.monotonic()
-    pinger = lab.spawn("ping", "A", ["ping", "-i", str(PING_INTERVAL), "-W", "1", INNER["B"]],
-                       stdout=subprocess.PIPE)
+    cpu0, t0 = cpu_ticks(b.proc.pid), time.monotonic()
+    pinger = lab.spawn(
+        "ping", "A", ["ping", "-i", str(PING_INTERVAL), "-W", "1", INNER["B"]], stdout=subprocess.PIPE
+    )
     newpeer = {}
-    th = threading.Thread(target=_new_peer, args=(lab, c, b, counter, args.new_peer_timeout,
-                                                  newpeer), daemon=True)
+    th = threading.Thread(
+        target=_new_peer, args=(lab, c, b, counter, args.new_peer_timeout, newpeer), daemon=True
+    )
     th.start()
     row["tcp"] = _tcp(lab, args.duration)
     th.join(args.new_peer_timeout + 60)
     row["ping"] = _ping_result(pinger)
-    cpu1, t1 = _cpu_ticks(b.proc.pid), time.monotonic()
+    cpu1, t1 = cpu_ticks(b.proc.pid), time.monotonic()
     drops1 = udp_drops(lab, "B", WG_PORT)
     row["seconds"] = t1 - t0
-    row["victim_cpu_pct"] = (100.0 * (cpu1 - cpu0) / CLK_TCK / (t1 - t0)
-                             if cpu0 is not None and cpu1 is not None else None)
-    row["victim_socket_drops"] = (drops1 - drops0 if drops0 is not None and drops1 is not None
-                                  else None)
+    row["victim_cpu_pct"] = (
+        100.0 * (cpu1 - cpu0) / CLK_TCK / (t1 - t0) if cpu0 is not None and cpu1 is not None else None
+    )
+    row["victim_socket_drops"] = drops1 - drops0 if drops0 is not None and drops1 is not None else None
     row["new_peer"] = newpeer
     if gen is not None:
         gen.send_signal(signal.SIGTERM)
@@ -284,37 +356,51 @@ def _round(lab, nodes, kind, args, counter, log):
     if not row["victim_alive"]:
         row["error"] = f"{b.impl} exited during the flood: {lab.log_text(b.iface)}"
     rate = f", {row['flood']['rate']:.0f}/s" if row["flood"] else ""
-    log(f"{b.impl} {row['kind']}{rate}: ping loss {row['ping']['loss_pct']}, TCP "
-        f"{row['tcp']['gbit_s']:.3f} Gbit/s, new peer {newpeer.get('handshake_s')}")
+    log(
+        f"{b.impl} {row['kind']}{rate}: ping loss {row['ping']['loss_pct']}, TCP "
+        f"{row['tcp']['gbit_s']:.3f} Gbit/s, new peer {newpeer.get('handshake_s')}"
+    )
     return row
 
 
 def _configure(lab, node, text):
-    setconf(node, text)
+    node.setconf(text, timeout=600)
     lab.run_in(node.side, "ip", "address", "add", f"{INNER[node.side]}/24", "dev", node.iface)
     lab.run_in(node.side, "ip", "link", "set", "dev", node.iface, "mtu", "1420", "up")
 
 
 def run_implementation(lab, impl, index, args, log, wg=None):
     label = impl if wg is None else f"wireguard-go {wg['short']}"
-    result = {"implementation": impl, "label": label, "wireguard_go": wg, "rounds": [],
-              "ok": False, "error": None}
+    result = {
+        "implementation": impl,
+        "label": label,
+        "wireguard_go": wg,
+        "rounds": [],
+        "ok": False,
+        "error": None,
+    }
     nodes = []
-    try:
+    with measured_round(result, label, log, nodes):
         path = wg["path"] if wg else None
-        nodes = [Node(lab, side, impl, index, path) for side in "ABC"]
+        nodes[:] = [Node(lab, side, impl, index, path) for side in "ABC"]
         a, b, c = nodes
         for n in nodes:
             n.start()
         head = "[Interface]\nPrivateKey = {}\nListenPort = %d\n" % WG_PORT
-        _configure(lab, b, head.format(b.private) +
-                   f"\n[Peer]\nPublicKey = {a.public}\nAllowedIPs = {INNER['A']}/32\n"
-                   f"\n[Peer]\nPublicKey = {c.public}\nAllowedIPs = {INNER['C']}/32\n")
-        _configure(lab, a, head.format(a.private) +
-                   f"\n[Peer]\nPublicKey = {b.public}\nAllowedIPs = {INNER['B']}/32\n"
-                   f"Endpoint = {OUTER_B}:{WG_PORT}\n")
+        _configure(
+            lab,
+            b,
+            head.format(b.private) + f"\n[Peer]\nPublicKey = {a.public}\nAllowedIPs = {INNER['A']}/32\n"
+            f"\n[Peer]\nPublicKey = {c.public}\nAllowedIPs = {INNER['C']}/32\n",
+        )
+        _configure(
+            lab,
+            a,
+            head.format(a.private) + f"\n[Peer]\nPublicKey = {b.public}\nAllowedIPs = {INNER['B']}/32\n"
+            f"Endpoint = {OUTER_B}:{WG_PORT}\n",
+        )
         _configure(lab, c, head.format(c.private))
-        _wait_tunnel(lab, a, b)
+        wait_tunnel(lab, a, b)
         result["pids"] = {n.side: n.proc.pid for n in nodes}
         counter = NewPeerCounter(lab)
         for kind in [None] + args.kind_list:
@@ -324,48 +410,51 @@ def run_implementation(lab, impl, index, args, log, wg=None):
         for r in result["rounds"]:
             r["tcp"]["fraction_of_control"] = (r["tcp"]["gbit_s"] / base) if base else None
         errors = [r["error"] for r in result["rounds"] if r["error"]]
-        result["ok"] = (base > 0 and control["new_peer"].get("handshake_s") is not None
-                        and not errors)
+        result["ok"] = base > 0 and control["new_peer"].get("handshake_s") is not None and not errors
         if errors:
             result["error"] = "; ".join(errors)
         elif not result["ok"]:
             result["error"] = "the control round carried no traffic or no new handshake"
-    except BenchError as e:
-        result["error"] = str(e)
-        log(f"{label}: FAILED: {e}", always=True)
-    finally:
-        for n in nodes:
-            n.stop()
     return result
 
 
 # ============================================================ the run
+
 
 def run(args) -> int:
     prog = "vpncrypt bench flood"
     args.kind_list = [k.strip() for k in args.kinds.split(",") if k.strip()]
     impls = implementations(args.implementations)
     if not args.kind_list or any(k not in KINDS for k in args.kind_list) or not impls:
-        print(f"{prog}: --kinds takes mac1 and nomac, --implementations vpncrypt and "
-              f"wireguard-go", file=sys.stderr)
+        print(
+            f"{prog}: --kinds takes mac1 and nomac, --implementations vpncrypt and wireguard-go",
+            file=sys.stderr,
+        )
         return 2
-    if (args.duration <= 0 or args.rate < 0 or not 1 <= args.sources <= BATCH
-            or args.warmup < 0 or args.new_peer_timeout <= 0):
-        print(f"{prog}: need --duration > 0, --rate >= 0, --sources from 1 to {BATCH}, "
-              f"--warmup >= 0 and --new-peer-timeout > 0", file=sys.stderr)
+    if (
+        args.duration <= 0
+        or args.rate < 0
+        or not 1 <= args.sources <= BATCH
+        or args.warmup < 0
+        or args.new_peer_timeout <= 0
+    ):
+        print(
+            f"{prog}: need --duration > 0, --rate >= 0, --sources from 1 to {BATCH}, "
+            f"--warmup >= 0 and --new-peer-timeout > 0",
+            file=sys.stderr,
+        )
         return 2
-    status, builds = preflight(prog, ["ip", "wg", "iperf3", "ping", "nft"], impls,
-                               args.wireguard_go)
+    status, builds = preflight(prog, ["ip", "wg", "iperf3", "ping", "nft"], impls, args.wireguard_go)
     if status is not None:
         return status
     log = logger(prog, args.verbose)
     results = []
 
     def setup(lab):
-        add_namespace(lab, "C", "B", C_NET)
+        lab.add_namespace("C", "B", C_NET)
         add_anyip(lab, "A", "B", OUTER_A)
         server = lab.spawn("iperf3-server", "B", ["iperf3", "-s", "-p", str(IPERF_PORT)])
-        _wait_listening(lab, "B", IPERF_PORT, server)
+        lab.wait_listening("B", IPERF_PORT, server)
 
     def body(lab):
         for index, (impl, wg) in enumerate(runs(impls, builds)):
@@ -375,31 +464,38 @@ def run(args) -> int:
     if status is not None:
         return status
     result = report_head(prog, builds, lab)
-    result["versions"]["iperf3"] = _version(["iperf3", "--version"])
-    result.update({
-        "settings": {"duration": args.duration, "kinds": args.kind_list, "rate": args.rate,
-                     "sources": args.sources, "warmup": args.warmup,
-                     "new_peer_timeout": args.new_peer_timeout, "ping_interval": PING_INTERVAL},
-        "implementations": results,
-    })
+    result["versions"]["iperf3"] = version(["iperf3", "--version"])
+    result.update(
+        {
+            "settings": {
+                "duration": args.duration,
+                "kinds": args.kind_list,
+                "rate": args.rate,
+                "sources": args.sources,
+                "warmup": args.warmup,
+                "new_peer_timeout": args.new_peer_timeout,
+                "ping_interval": PING_INTERVAL,
+            },
+            "implementations": results,
+        }
+    )
     return report(result, results, args.json, print_table)
-
-
-def _f(v, fmt, none="-"):
-    return none if v is None else format(v, fmt)
 
 
 def print_table(result):
     s = result["settings"]
     rate = "as fast as one generator goes" if not s["rate"] else f"aiming at {s['rate']:.0f}/s"
-    print(f"vpncrypt bench flood: handshake initiations at B from {s['sources']} addresses, "
-          f"{rate}; iperf3 {s['duration']:g} s, ping every {s['ping_interval'] * 1000:.0f} ms; "
-          f"{result['cpu']} ({result['cores']} cores), kernel {result['kernel']}")
-    head = (f"{'implementation':<28}{'flood':<9}{'sent/s':>9}{'replies/s':>10}{'ping loss':>10}"
-            f"{'TCP Gb/s':>9}{'of ctrl':>8}{'new peer s':>11}{'retries':>8}{'CPU %':>7}"
-            f"{'sock drops':>11}")
-    print(head)
-    print("-" * len(head))
+    print(
+        f"vpncrypt bench flood: handshake initiations at B from {s['sources']} addresses, "
+        f"{rate}; iperf3 {s['duration']:g} s, ping every {s['ping_interval'] * 1000:.0f} ms; "
+        f"{result['cpu']} ({result['cores']} cores), kernel {result['kernel']}"
+    )
+    head = (
+        f"{'implementation':<28}{'flood':<9}{'sent/s':>9}{'replies/s':>10}{'ping loss':>10}"
+        f"{'TCP Gb/s':>9}{'of ctrl':>8}{'new peer s':>11}{'retries':>8}{'CPU %':>7}"
+        f"{'sock drops':>11}"
+    )
+    print_head(head)
     for imp in result["implementations"]:
         if not imp["rounds"]:
             print(f"{imp['label']:<28}FAILED: {imp['error']}")
@@ -408,25 +504,27 @@ def print_table(result):
             f = r["flood"] or {}
             rep = (f.get("replies_per_s") or {}).get("cookie_reply")
             np_ = r["new_peer"]
-            hs = _f(np_.get("handshake_s"), ".2f", f">{result['settings']['new_peer_timeout']:g}")
-            retries = np_.get("retries") if np_.get("retries") is not None else \
-                np_.get("retries_so_far")
+            hs = cell(np_.get("handshake_s"), ".2f", f">{result['settings']['new_peer_timeout']:g}")
+            retries = np_.get("retries") if np_.get("retries") is not None else np_.get("retries_so_far")
             frac = r["tcp"].get("fraction_of_control")
-            print(f"{imp['label']:<28}{r['kind']:<9}{_f(f.get('rate'), '.0f'):>9}"
-                  f"{_f(rep, '.0f'):>10}{_f(r['ping']['loss_pct'], '.1f') + '%':>10}"
-                  f"{r['tcp']['gbit_s']:>9.3f}{_f(frac, '.2f'):>8}{hs:>11}"
-                  f"{_f(retries, 'd'):>8}{_f(r['victim_cpu_pct'], '.0f'):>7}"
-                  f"{_f(r['victim_socket_drops'], 'd'):>11}")
+            print(
+                f"{imp['label']:<28}{r['kind']:<9}{cell(f.get('rate'), '.0f'):>9}"
+                f"{cell(rep, '.0f'):>10}{cell(r['ping']['loss_pct'], '.1f') + '%':>10}"
+                f"{r['tcp']['gbit_s']:>9.3f}{cell(frac, '.2f'):>8}{hs:>11}"
+                f"{cell(retries, 'd'):>8}{cell(r['victim_cpu_pct'], '.0f'):>7}"
+                f"{cell(r['victim_socket_drops'], 'd'):>11}"
+            )
             if r["tcp"].get("error"):
                 print(f"{'':<28}iperf3: {r['tcp']['error']}")
         if imp["error"]:
             print(f"{'':<28}FAILED: {imp['error']}")
-    for b in result["versions"]["wireguard-go-builds"]:
-        print(f"  wireguard-go {b['version'].split()[-1]}: {b['path']}")
-    print("sent/s: the generator's rate; replies/s: cookie replies it received.  of ctrl: TCP "
-          "throughput over the control round's.\nnew peer s: until C's latest-handshake is set "
-          "(retries: its initiations less one).  CPU: the victim daemon, % of one core.\n"
-          "sock drops: datagrams the kernel dropped at the victim's UDP socket (not read in time).")
+    print_builds(result)
+    print(
+        "sent/s: the generator's rate; replies/s: cookie replies it received.  of ctrl: TCP "
+        "throughput over the control round's.\nnew peer s: until C's latest-handshake is set "
+        "(retries: its initiations less one).  CPU: the victim daemon, % of one core.\n"
+        "sock drops: datagrams the kernel dropped at the victim's UDP socket (not read in time)."
+    )
 
 
 def main(argv=None) -> int:
@@ -434,8 +532,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["--generate"]:
         generate(json.loads(argv[1]))
         return 0
-    ap = argparse.ArgumentParser(prog="vpncrypt bench flood", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="vpncrypt bench flood", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_arguments(ap)
     return run(ap.parse_args(argv))
 

@@ -16,10 +16,10 @@
   static key, so that a retry costs one AEAD for the new timestamp; its
   keepalive() checks a victim's response the way the initiator does and
   returns the first transport message of the new session).
-* Small lab pieces both benches add to bench.tunnel's Lab: a third namespace,
-  the any-IP routes, `wg setconf` with a whole configuration, a background
-  CPU load (--busy) and the UDP socket's drop count.
+* Small lab pieces both benches add to bench.lab's Lab: the any-IP routes, a
+  background CPU load (--busy) and the UDP socket's drop count.
 """
+
 import ctypes
 import ctypes.util
 import ipaddress
@@ -30,13 +30,28 @@ import struct
 
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.cookie import CookieState
-from vpncrypt.protocol.handshake import ZERO_PSK, ik_initiator_read, init_state
-from vpncrypt.protocol.messages import (HDR_INITIATION, INIT_MAC1, RESP_MAC1, RESPONSE_LEN,
-                                        pack_initiation_body, pack_transport_header)
-from vpncrypt.protocol.noise import (CONSTRUCTION, HASH, IDENTIFIER, LABEL_COOKIE, LABEL_MAC1, MAC,
-                                     SymmetricState, aead_nonce, tai64n)
+from vpncrypt.protocol.noise_ik import ZERO_PSK, ik_initiator_read, init_state
+from vpncrypt.protocol.messages import (
+    HDR_INITIATION,
+    INIT_MAC1,
+    RESP_MAC1,
+    RESPONSE_LEN,
+    pack_initiation_body,
+    pack_transport_header,
+)
+from vpncrypt.protocol.noise import (
+    CONSTRUCTION,
+    HASH,
+    IDENTIFIER,
+    LABEL_COOKIE,
+    LABEL_MAC1,
+    MAC,
+    SymmetricState,
+    aead_nonce,
+    tai64n,
+)
 
-ANYIP_NET = ipaddress.ip_network("10.200.0.0/16")   # the generators' source addresses
+ANYIP_NET = ipaddress.ip_network("10.200.0.0/16")  # the generators' source addresses
 MAX_SOURCES = ANYIP_NET.num_addresses - 2
 IPPROTO_IP, IP_PKTINFO, IP_FREEBIND = 0, 8, 15
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
@@ -48,15 +63,21 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 # ============================================================ batched UDP
 
+
 class _Iovec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
 class _Msghdr(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
-                ("iov", ctypes.POINTER(_Iovec)), ("iovlen", ctypes.c_size_t),
-                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
-                ("flags", ctypes.c_int)]
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("namelen", ctypes.c_uint32),
+        ("iov", ctypes.POINTER(_Iovec)),
+        ("iovlen", ctypes.c_size_t),
+        ("control", ctypes.c_void_p),
+        ("controllen", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+    ]
 
 
 class _Mmsghdr(ctypes.Structure):
@@ -64,21 +85,36 @@ class _Mmsghdr(ctypes.Structure):
 
 
 class _SockaddrIn(ctypes.Structure):
-    _fields_ = [("family", ctypes.c_uint16), ("port", ctypes.c_uint16),
-                ("addr", ctypes.c_uint8 * 4), ("zero", ctypes.c_uint8 * 8)]
+    _fields_ = [
+        ("family", ctypes.c_uint16),
+        ("port", ctypes.c_uint16),
+        ("addr", ctypes.c_uint8 * 4),
+        ("zero", ctypes.c_uint8 * 8),
+    ]
 
 
 class _PktinfoCmsg(ctypes.Structure):
     # struct cmsghdr (len, level, type) + struct in_pktinfo (ifindex, spec_dst, addr)
-    _fields_ = [("len", ctypes.c_size_t), ("level", ctypes.c_int), ("type", ctypes.c_int),
-                ("ifindex", ctypes.c_int), ("spec_dst", ctypes.c_uint8 * 4),
-                ("addr", ctypes.c_uint8 * 4), ("pad", ctypes.c_uint8 * 4)]
+    _fields_ = [
+        ("len", ctypes.c_size_t),
+        ("level", ctypes.c_int),
+        ("type", ctypes.c_int),
+        ("ifindex", ctypes.c_int),
+        ("spec_dst", ctypes.c_uint8 * 4),
+        ("addr", ctypes.c_uint8 * 4),
+        ("pad", ctypes.c_uint8 * 4),
+    ]
 
 
 _CMSG_LEN = ctypes.sizeof(ctypes.c_size_t) + 2 * ctypes.sizeof(ctypes.c_int) + 12
 _libc.sendmmsg.argtypes = [ctypes.c_int, ctypes.POINTER(_Mmsghdr), ctypes.c_uint, ctypes.c_int]
-_libc.recvmmsg.argtypes = [ctypes.c_int, ctypes.POINTER(_Mmsghdr), ctypes.c_uint, ctypes.c_int,
-                           ctypes.c_void_p]
+_libc.recvmmsg.argtypes = [
+    ctypes.c_int,
+    ctypes.POINTER(_Mmsghdr),
+    ctypes.c_uint,
+    ctypes.c_int,
+    ctypes.c_void_p,
+]
 
 
 class UdpBatch:
@@ -127,7 +163,7 @@ class UdpBatch:
         n = _libc.sendmmsg(fd, ctypes.byref(self.msgs[start]), count, flags)
         if n < 0:
             err = ctypes.get_errno()
-            if err in (11, 105, 111):      # EAGAIN, ENOBUFS, ECONNREFUSED: none sent this time
+            if err in (11, 105, 111):  # EAGAIN, ENOBUFS, ECONNREFUSED: none sent this time
                 return 0
             raise OSError(err, os.strerror(err))
         return n
@@ -185,23 +221,33 @@ def source_address(i: int) -> bytes:
 
 # ============================================================ initiations
 
+
+def unknown_initiation_bodies(victim_pub: bytes, n: int, crypto) -> list[bytes]:
+    """n initiation bodies (the 116 bytes before mac1) from fresh static keys
+    the victim does not know."""
+    from vpncrypt.protocol.noise_ik import wg_initiation_from
+    import time
+
+    out = []
+    for i in range(n):
+        body, pending = wg_initiation_from(
+            crypto,
+            keys.generate_private(),
+            victim_pub,
+            int.from_bytes(os.urandom(4), "little"),
+            keys.generate_private(),
+            time.time() + i,
+        )
+        pending.wipe()
+        out.append(body)
+    return out
+
+
 def unknown_initiations(victim_pub: bytes, n: int, crypto) -> list[bytes]:
     """n initiations (148 bytes, valid mac1, zero mac2) from static keys the
     victim does not know."""
-    from vpncrypt.protocol.handshake import wg_create_initiation
-    import time
-    out = []
     cookie = CookieState(victim_pub)
-    for i in range(n):
-        priv = keys.generate_private()
-        pub = keys.public_from_private(priv)
-        body, pending = wg_create_initiation(crypto, priv, pub, victim_pub,
-                                             keys.dh(priv, victim_pub),
-                                             int.from_bytes(os.urandom(4), "little"),
-                                             keys.generate_private(), time.time() + i, 0.0)
-        pending.wipe()
-        out.append(cookie.add_macs(body, 0.0))
-    return out
+    return [cookie.add_macs(body, 0.0) for body in unknown_initiation_bodies(victim_pub, n, crypto)]
 
 
 def nomac_initiations(n: int) -> list[bytes]:
@@ -244,18 +290,19 @@ class StormPeer:
         session's first transport message (a keepalive, counter 0), which a
         WireGuard initiator sends at once and which confirms the session to
         the responder."""
-        if (len(response) != RESPONSE_LEN or response[:4] != b"\x02\x00\x00\x00" or
-                MAC(mac1_key(self.public), response[:RESP_MAC1[0]]) !=
-                response[RESP_MAC1[0]:RESP_MAC1[1]]):
+        if (
+            len(response) != RESPONSE_LEN
+            or response[:4] != b"\x02\x00\x00\x00"
+            or MAC(mac1_key(self.public), response[: RESP_MAC1[0]]) != response[RESP_MAC1[0] : RESP_MAC1[1]]
+        ):
             return None
         ss = SymmetricState(CONSTRUCTION, crypto)
         ss.ck[:], ss.h[:] = self.ck, self.h
-        ss.mix_hash(enc_ts)                       # the state after the initiation
+        ss.mix_hash(enc_ts)  # the state after the initiation
         try:
-            ik_initiator_read(ss, self.e_private, self.private, response[12:44], ZERO_PSK,
-                              response[44:60])
+            ik_initiator_read(ss, self.e_private, self.private, response[12:44], ZERO_PSK, response[44:60])
             send_key, _recv = ss.split()
-        except Exception:                         # AuthenticationError, DHError
+        except Exception:  # AuthenticationError, DHError
             return None
         finally:
             ss.wipe()
@@ -266,6 +313,7 @@ class StormPeer:
 def _make_storm_peers(args):
     victim_pub, n = args
     from vpncrypt.crypto import get_backend
+
     crypto = get_backend("native")
     start = init_state(CONSTRUCTION, IDENTIFIER, victim_pub, crypto)
     out = []
@@ -299,7 +347,8 @@ def make_storm_peers(victim_pub: bytes, n: int, workers: int | None = None) -> l
 
 def _worker_init():
     import signal
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)   # not the bench's own handlers
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the bench's own handlers
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -307,6 +356,7 @@ def _pool_map(fn, jobs, workers):
     """fn over jobs, in a pool of `workers` forked processes (in this
     process if one is enough)."""
     import multiprocessing
+
     if workers == 1 or len(jobs) <= 1:
         return [fn(j) for j in jobs]
     pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init)
@@ -334,24 +384,6 @@ INIT_MAC1_OFFSET = INIT_MAC1[0]
 
 # ============================================================ lab pieces
 
-def add_namespace(lab, side: str, peer_side: str, subnet: str):
-    """A namespace `side` joined to `peer_side` by its own veth, addresses
-    SUBNET.1 (side) and SUBNET.2 (peer_side) /24; lab.close removes it."""
-    from vpncrypt.bench.tunnel import _run
-    ns = f"vcb{side}-{lab.id}"
-    _run(["ip", "netns", "add", ns])
-    lab.ns[side] = ns
-    lab.made_ns.append(ns)
-    _run(["ip", "-n", ns, "link", "set", "lo", "up"])
-    mine, theirs = f"vcbv{side.lower()}{lab.id}", f"vcbw{side.lower()}{lab.id}"
-    _run(["ip", "link", "add", mine, "netns", ns, "type", "veth", "peer", "name", theirs,
-          "netns", lab.ns[peer_side]])
-    lab.veth[side] = mine
-    for s, dev, last in ((side, mine, 1), (peer_side, theirs, 2)):
-        _run(["ip", "-n", lab.ns[s], "address", "add", f"{subnet}.{last}/24", "dev", dev])
-        _run(["ip", "-n", lab.ns[s], "link", "set", dev, "up"])
-    return f"{subnet}.1", f"{subnet}.2"
-
 
 def add_anyip(lab, sender: str, receiver: str, via: str) -> None:
     """Every address of ANYIP_NET is local in `sender`'s namespace; the
@@ -360,33 +392,25 @@ def add_anyip(lab, sender: str, receiver: str, via: str) -> None:
     lab.run_in(receiver, "ip", "route", "add", str(ANYIP_NET), "via", via)
 
 
-def setconf(node, text: str) -> None:
-    """`wg setconf` of a whole configuration on a bench.tunnel Node."""
-    path = os.path.join(node.lab.tmp, node.iface + ".conf")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    try:
-        node.lab.run_in(node.side, "wg", "setconf", node.iface, path, timeout=600)
-    finally:
-        os.unlink(path)
-
-
 def start_busy(lab, side: str, seconds: float):
     """A process keeping every core busy (stress-ng --cpu N, else N Python
     busy loops), for at most `seconds`; stop it with lab.stop_proc."""
     import sys
+
     n = os.cpu_count() or 1
     if shutil.which("stress-ng"):
         cmd = ["stress-ng", "--cpu", str(n), "--timeout", f"{int(seconds) + 1}s", "--quiet"]
     else:
-        cmd = [sys.executable, "-c",
-               "import multiprocessing as m, time, sys\n"
-               "def spin(t):\n"
-               "    while time.monotonic() < t: pass\n"
-               f"end = time.monotonic() + {seconds}\n"
-               f"ps = [m.Process(target=spin, args=(end,)) for _ in range({n})]\n"
-               "[p.start() for p in ps]; [p.join() for p in ps]\n"]
+        cmd = [
+            sys.executable,
+            "-c",
+            "import multiprocessing as m, time, sys\n"
+            "def spin(t):\n"
+            "    while time.monotonic() < t: pass\n"
+            f"end = time.monotonic() + {seconds}\n"
+            f"ps = [m.Process(target=spin, args=(end,)) for _ in range({n})]\n"
+            "[p.start() for p in ps]; [p.join() for p in ps]\n",
+        ]
     return lab.spawn("busy", side, cmd)
 
 
@@ -413,6 +437,7 @@ def unpack_u32(data: bytes, off: int) -> int:
 
 # ============================================================ a bench's run
 
+
 def implementations(text: str) -> list[str] | None:
     """--implementations: a list of vpncrypt and wireguard-go (None if bad)."""
     names = [i.strip() for i in text.split(",") if i.strip()]
@@ -421,86 +446,26 @@ def implementations(text: str) -> list[str] | None:
     return names
 
 
-def preflight(prog: str, tools: list[str], impls: list[str], wg_paths):
-    """Root, the tools and the wireguard-go builds; returns (exit status or
-    None, builds, log factory)."""
-    import sys
-    from vpncrypt.bench.tunnel import BenchError, _wireguard_go_builds
-    if os.geteuid() != 0:
-        print(f"{prog}: needs root (network namespaces, veth pairs, TUN devices); run it as "
-              f"root, e.g. `sudo {prog}`", file=sys.stderr)
-        return 1, []
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        print(f"{prog}: missing tools: {', '.join(missing)} (Debian: apt install iproute2 "
-              f"wireguard-tools wireguard-go iperf3 iputils-ping nftables stress-ng)",
-              file=sys.stderr)
-        return 1, []
-    builds = []
-    if "wireguard-go" in impls:
-        try:
-            builds = _wireguard_go_builds(wg_paths)
-        except BenchError as e:
-            print(f"{prog}: {e}", file=sys.stderr)
-            return 1, []
-    return None, builds
-
-
-def logger(prog: str, verbose: bool):
-    import sys
-
-    def log(msg, always=False, pid=False):
-        if verbose or (always and not pid):
-            print(f"{prog}: {msg}", file=sys.stderr, flush=True)
-    return log
-
-
-def run_in_lab(prog: str, log, setup, body):
-    """A bench.tunnel Lab: set up (then setup(lab)), body(lab), and removed
-    at the end, also on SIGINT/SIGTERM or an error.  Returns (exit status or
-    None, lab)."""
-    import atexit
-    import signal
-    import sys
-    from vpncrypt.bench.tunnel import BenchError, Lab, _raise_interrupt
-    lab = Lab(log)
-    atexit.register(lab.close)
-    old = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        try:
-            lab.setup()
-            setup(lab)
-        except BenchError as e:
-            print(f"{prog}: setup failed: {e}", file=sys.stderr)
-            return 1, lab
-        body(lab)
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; cleaning up", file=sys.stderr, flush=True)
-        lab.close()
-        return 130, lab
-    finally:
-        lab.close()
-        for sig, h in old.items():
-            signal.signal(sig, h)
-        atexit.unregister(lab.close)
-    return None, lab
-
-
 def report_head(prog: str, builds, lab) -> dict:
     """What every report of these benches starts with: the command, date,
     machine, versions and the run's names."""
     import sys
     import time
     from vpncrypt.bench.machine import cpu_model
+
     return {
         "command": f"{prog} " + " ".join(sys.argv[3:]) if len(sys.argv) > 2 else "",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "cpu": cpu_model(), "cores": os.cpu_count(), "kernel": os.uname().release,
-        "versions": {"wireguard-go-builds": [{k: b[k] for k in ("path", "version")}
-                                             for b in builds],
-                     "vpncrypt": __import__("vpncrypt").__version__,
-                     "python": sys.version.split()[0]},
-        "run_id": lab.id, "namespaces": list(lab.ns.values()),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "kernel": os.uname().release,
+        "versions": {
+            "wireguard-go-builds": [{k: b[k] for k in ("path", "version")} for b in builds],
+            "vpncrypt": __import__("vpncrypt").__version__,
+            "python": sys.version.split()[0],
+        },
+        "run_id": lab.id,
+        "namespaces": list(lab.ns.values()),
     }
 
 
@@ -508,6 +473,7 @@ def report(result: dict, rows: list, as_json: bool, print_table) -> int:
     """Sets result["ok"] (every row ok), prints the JSON or the table;
     returns the exit status."""
     import json
+
     result["ok"] = bool(rows) and all(r["ok"] for r in rows)
     if as_json:
         print(json.dumps(result, indent=2))
@@ -518,5 +484,4 @@ def report(result: dict, rows: list, as_json: bool, print_table) -> int:
 
 def runs(impls, builds):
     """(implementation, wireguard-go build or None) in run order."""
-    return ([(i, None) for i in impls if i == "vpncrypt"] +
-            [("wireguard-go", b) for b in builds])
+    return [(i, None) for i in impls if i == "vpncrypt"] + [("wireguard-go", b) for b in builds]

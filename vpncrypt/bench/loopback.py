@@ -16,12 +16,14 @@ ceiling), and reports what fraction of it the encrypted path reaches.
 Exit status: 0 if the handshake completed and nothing delivered was corrupted
 or duplicated; 1 otherwise.
 """
+
 import argparse
 import asyncio
 import json
 import os
 import queue
 import random
+import resource
 import socket
 import subprocess
 import sys
@@ -32,37 +34,88 @@ from vpncrypt.bench.machine import cpu_model
 from vpncrypt.dataplane.sockopts import force_buffers, socket_drops
 from vpncrypt.selfcmd import python_command
 
-IMIX = [(40, 7), (576, 4), (1500, 1)]      # (IP packet size, weight): the classic simple IMIX
-HEADER = 28                                  # IPv4 + UDP
+IMIX = [(40, 7), (576, 4), (1500, 1)]  # (IP packet size, weight): the classic simple IMIX
+HEADER = 28  # IPv4 + UDP
+# Unpaced rows are closed-loop: the source keeps at most this many batches in
+# flight (sent, not yet counted by the peer's sink), as a TCP sender keeps a
+# window; see SendWindow.
+WINDOW_BATCHES = 16
+# A window that has not moved for this long lost packets: they are written off.
+WINDOW_STALL_S = 0.05
+# How long the source sleeps when its window is full (the peer is behind).
+WINDOW_WAIT_S = 50e-6
+
+
+_CHOICES = {  # option: (its choices, the first the default; help)
+    "--mix": (
+        ["fixed", "imix", "random"],
+        "packet sizes: fixed (--size), imix (7:4:1 of 52/576/1500-byte packets), "
+        "or random payloads from [64, 1088)",
+    ),
+    "--crypto": (
+        ["native", "pynacl", "both"],
+        "native: the batch fast path; pynacl: each packet sealed through pynacl, "
+        "as a naive daemon would; both: a row for each, in one run",
+    ),
+    "--progress": (["auto", "on", "off"], "live progress line on stderr (auto: when stderr is a terminal)"),
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size", type=int, default=1472,
-                   help="UDP payload bytes of each inner packet (default 1472: a full 1500-byte IP packet)")
-    p.add_argument("--mix", choices=["fixed", "imix", "random"], default="fixed",
-                   help="packet sizes: fixed (--size), imix (7:4:1 of 52/576/1500-byte packets), "
-                        "or random payloads from [64, 1088)")
+    def choice(flag: str) -> None:
+        choices, text = _CHOICES[flag]
+        p.add_argument(flag, choices=choices, default=choices[0], help=text)
+
+    p.add_argument(
+        "--size",
+        type=int,
+        default=1472,
+        help="UDP payload bytes of each inner packet (default 1472: a full 1500-byte IP packet)",
+    )
+    choice("--mix")
     p.add_argument("--bidirectional", action="store_true", help="traffic both ways at once")
     p.add_argument("--peers", type=int, default=1, help="peers (devices on the receiving side)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--duration", type=float, default=None, help="seconds of traffic per row (default 10)")
     g.add_argument("--packets", type=int, default=None, help="packets to send per direction, per row")
-    p.add_argument("--rate", type=float, default=0.0,
-                   help="pace the source at this many packets/s per direction (default: as fast as it goes)")
-    p.add_argument("--crypto", choices=["native", "pynacl", "both"], default="native",
-                   help="native: the batch fast path; pynacl: each packet sealed through pynacl, "
-                        "as a naive daemon would; both: a row for each, in one run")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="pace the source at this many packets/s per direction (default: as fast as it goes)",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        metavar="BATCHES",
+        help="unpaced rows: at most this many batches sent and not yet delivered to the peer's sink "
+        f"(default {WINDOW_BATCHES}; 0: open loop, the sender overruns the receiver's socket buffer)",
+    )
+    choice("--crypto")
     p.add_argument("--batch", type=int, default=64, help="packets per batch (default 64)")
-    p.add_argument("--threads", default="1", metavar="N[,N]",
-                   help="the engine's data-plane threads (1 or 2; a list runs the native row "
-                        "once per value, to show the scaling; default 1)")
+    p.add_argument(
+        "--threads",
+        default="1",
+        metavar="N[,N]",
+        help="the engine's data-plane threads (1 or 2; a list runs the native row "
+        "once per value, to show the scaling; default 1)",
+    )
+    p.add_argument(
+        "--cpus",
+        default="auto",
+        metavar="auto|off|A,B",
+        help="where the two worker processes run: auto (default): each on a CPU of its own, "
+        "the first two this command may use, when there are two and a row has 1 thread; "
+        "off: wherever the scheduler puts them; A,B: on these CPUs",
+    )
     p.add_argument("--no-baseline", action="store_true", help="skip the unencrypted baseline row")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
-                   help="live progress line on stderr (auto: when stderr is a terminal)")
+    choice("--progress")
 
 
 # ======================================================================= parent
+
 
 def _payload_sizes(args, n=4096, seed=1):
     rng = random.Random(seed)
@@ -83,39 +136,232 @@ def _inner_addr(i: int) -> str:
 def pair_configs(args, mode, crypto):
     """Worker configs: A holds one device with N peers; B holds N devices."""
     from vpncrypt.protocol import keys
+
     a_key = keys.genkey()
     b_keys = [keys.genkey() for _ in range(args.peers)]
     sizes = _payload_sizes(args)
     total = args.packets
     duration = args.duration if args.duration is not None else (None if total else 10.0)
-    common = dict(mode=mode, crypto=crypto, batch=args.batch, sizes=sizes,
-                  threads=getattr(args, "threads_now", 1),
-                  duration=duration, packets=total, rate=args.rate,
-                  timers=getattr(args, "timers", None))
-    a = dict(common, name="A", send=True, devices=[dict(
-        private_key=a_key, address=_inner_addr(0),
-        peers=[dict(public_key=keys.pubkey(k), allowed_ips=[_inner_addr(i + 1) + "/32"])
-               for i, k in enumerate(b_keys)])])
-    b = dict(common, name="B", send=args.bidirectional, devices=[dict(
-        private_key=k, address=_inner_addr(i + 1),
-        peers=[dict(public_key=keys.pubkey(a_key), allowed_ips=[_inner_addr(0) + "/32"])])
-        for i, k in enumerate(b_keys)])
+    common = dict(
+        mode=mode,
+        crypto=crypto,
+        batch=args.batch,
+        sizes=sizes,
+        threads=getattr(args, "threads_now", 1),
+        duration=duration,
+        packets=total,
+        rate=args.rate,
+        window=window_packets(args),
+        timers=getattr(args, "timers", None),
+    )
+    cpu_a, cpu_b = worker_cpus(
+        getattr(args, "cpus", "off"), os.sched_getaffinity(0), getattr(args, "threads_now", 1)
+    )
+    a = dict(
+        common,
+        name="A",
+        cpu=cpu_a,
+        send=True,
+        devices=[
+            dict(
+                private_key=a_key,
+                address=_inner_addr(0),
+                peers=[
+                    dict(public_key=keys.pubkey(k), allowed_ips=[_inner_addr(i + 1) + "/32"])
+                    for i, k in enumerate(b_keys)
+                ],
+            )
+        ],
+    )
+    b = dict(
+        common,
+        name="B",
+        cpu=cpu_b,
+        send=args.bidirectional,
+        devices=[
+            dict(
+                private_key=k,
+                address=_inner_addr(i + 1),
+                peers=[dict(public_key=keys.pubkey(a_key), allowed_ips=[_inner_addr(0) + "/32"])],
+            )
+            for i, k in enumerate(b_keys)
+        ],
+    )
     return a, b
+
+
+def worker_cpus(spec: str, allowed, threads: int = 1):
+    """(CPU of worker A, CPU of worker B) for --cpus `spec`, or (None, None):
+    leave them to the scheduler.  `allowed`: the CPUs this process may use.
+
+    Pinned apart, the two never share a core: left to the scheduler, both
+    were running on one CPU in about 7% of the samples of a run on 2 cores
+    (a loopback socket's wake-up is a synchronous one, which draws the woken
+    receiver to the sender's CPU), the receiver waiting while the sender
+    keeps sending.  Not with data-plane threads (a worker's threads would
+    share its one CPU)."""
+    allowed = sorted(allowed)
+    if spec == "off":
+        return None, None
+    if spec == "auto":
+        if threads > 1 or len(allowed) < 2:
+            return None, None
+        return allowed[0], allowed[1]
+    try:
+        cpus = [int(c) for c in spec.split(",")]
+    except ValueError:
+        raise ValueError(f"--cpus takes auto, off or two CPU numbers A,B, not {spec!r}") from None
+    if len(cpus) != 2:
+        raise ValueError(f"--cpus takes auto, off or two CPU numbers A,B, not {spec!r}")
+    if any(c not in allowed for c in cpus):
+        raise ValueError(f"--cpus {spec}: this command may use CPUs {allowed} only")
+    return cpus[0], cpus[1]
+
+
+def window_packets(args) -> int:
+    """The source's window in packets (0: open loop): --window batches of
+    --batch, for unpaced rows only.  A paced row stays open-loop, so that its
+    latency counts every queue the data plane builds (a packet held back by a
+    window would be stamped late and its wait not counted)."""
+    if getattr(args, "rate", 0.0):
+        return 0
+    batches = getattr(args, "window", None)
+    return max(0, WINDOW_BATCHES if batches is None else int(batches)) * args.batch
+
+
+class SendWindow:
+    """A closed-loop source's window: how many packets it may send now.
+
+    `sent` is what this source has sent, `received` what the peer's sink has
+    counted of them (read from the memory the two processes share).  At most
+    `packets` may be in flight.  Packets can be lost (a full socket buffer, a
+    packet without a session during a rekey): when the peer's count has not
+    moved for `stall` seconds while the window is full, what is still in
+    flight is written off and the window opens again.  A written-off packet
+    that arrives after all only makes the window larger by one for a while."""
+
+    def __init__(self, packets: int, stall: float = WINDOW_STALL_S):
+        if packets <= 0:
+            raise ValueError("a window holds at least one packet")
+        self.packets = packets
+        self.stall = stall
+        self.written_off = 0  # packets counted as lost
+        self.waits = 0  # times room() found the window full
+        self._seen = -1  # the peer's count when the window was first found full
+        self._since = 0.0
+
+    def in_flight(self, sent: int, received: int) -> int:
+        return max(0, sent - received - self.written_off)
+
+    def room(self, sent: int, received: int, now: float) -> int:
+        """Packets that may be sent now (0: wait)."""
+        room = self.packets - self.in_flight(sent, received)
+        if room > 0:
+            self._seen = -1
+            return room
+        self.waits += 1
+        if received != self._seen:
+            self._seen, self._since = received, now
+            return 0
+        if now - self._since >= self.stall:
+            self.written_off = sent - received
+            self._seen = -1
+            return self.packets
+        return 0
+
+
+class Pacer:
+    """A paced source's schedule: packet k is due at t0 + k / rate.  It also
+    keeps how far behind the source fell (a late source then sends what is
+    due at once: a burst, that the receiver queues)."""
+
+    def __init__(self, rate: float, t0: float):
+        if rate <= 0:
+            raise ValueError("a pacer needs a rate above 0")
+        self.rate = rate
+        self.t0 = t0
+        self.late = 0.0  # the most it was behind (s)
+        self.late_at: float | None = None  # when, in seconds from t0
+        self.late_batches = 0  # batches sent more than 1 ms behind
+
+    def wait(self, sent: int, now: float) -> float:
+        """Seconds until the next packet (number `sent`) is due; <= 0: now
+        (and how late it is is counted)."""
+        wait = self.t0 + sent / self.rate - now
+        if wait < 0:
+            if -wait > self.late:
+                self.late, self.late_at = -wait, now - self.t0
+            if -wait > 0.001:
+                self.late_batches += 1
+        return wait
+
+    def report(self) -> dict:
+        return {"late_s": self.late, "late_at_s": self.late_at, "batches_over_1ms_late": self.late_batches}
+
+
+class SharedCounts:
+    """The two workers' sinks (vc_traffic_sink), in one memory block the
+    parent makes (a memfd) and both workers map: each sink counts into its own
+    slot, and each source reads its peer's count for its window (no messages,
+    no system calls)."""
+
+    SLOTS = {"A": 0, "B": 1}
+
+    def __init__(self, fd: int):
+        import mmap
+
+        from vpncrypt._native import ffi
+
+        self.ffi = ffi
+        self.size = self.slot_bytes()
+        self.map = mmap.mmap(fd, 2 * self.size)
+        self.base = ffi.from_buffer(self.map)
+
+    @staticmethod
+    def slot_bytes() -> int:
+        from vpncrypt._native import ffi
+
+        return (ffi.sizeof("vc_traffic_sink") + 63) & ~63
+
+    @classmethod
+    def make_fd(cls) -> int:
+        fd = os.memfd_create("vpncrypt-loopback-counts", os.MFD_CLOEXEC)
+        os.ftruncate(fd, 2 * cls.slot_bytes())
+        return fd
+
+    def sink(self, name: str):
+        """The vc_traffic_sink * of worker `name`."""
+        return self.ffi.cast("vc_traffic_sink *", self.base + self.SLOTS[name] * self.size)
+
+    def peer(self, name: str) -> str:
+        return "B" if name == "A" else "A"
 
 
 class Worker:
     """One worker process; its JSON lines arrive through a reader thread into
-    a queue shared by the workers of a run (so waiting on several is simple)."""
+    a queue shared by the workers of a run (so waiting on several is simple).
 
-    def __init__(self, cfg, inbox=None):
+    Each worker is a session of its own, as two daemons would be: with the
+    scheduler's autogroups (kernel.sched_autogroup_enabled, the default on
+    desktop and many server kernels) the processes of one session share one
+    group's CPU time, so two workers in the bench's session would share one
+    fair share between them against every other session on the machine.  It
+    still ends with the bench: it exits when its stdin closes."""
+
+    def __init__(self, cfg, inbox=None, pass_fds=()):
         self.cfg = cfg
         self.inbox = inbox if inbox is not None else queue.Queue()
         self.mine = queue.Queue()
         # the installed vpncrypt, whatever the working directory is
-        self.proc = subprocess.Popen(python_command("from vpncrypt.bench.loopback import _worker; "
-                                                    "_worker()"),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     bufsize=1)
+        self.proc = subprocess.Popen(
+            python_command("from vpncrypt.bench.loopback import _worker; _worker()"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            pass_fds=pass_fds,
+            start_new_session=True,
+        )
         threading.Thread(target=self._read, daemon=True).start()
         self.send(cfg)
 
@@ -166,13 +412,26 @@ def _run_row(args, mode, show_progress, crypto="none"):
     return row
 
 
-def run_pair(args, mode, crypto, *, path=None, show_progress=False, drain=0.3):
+def run_pair(args, mode, crypto, *, path=None, show_progress=False, drain=0.3, before_stop=None):
     """Run the two worker processes once; returns (summary row, raw A, raw B).
     `path(a_ports, b_ports) -> (ports A sends to, ports B sends to)` puts
-    something between them (the reliability tests' hostile relay)."""
+    something between them (the reliability tests' hostile relay);
+    `before_stop()` runs after the drain, before the workers stop counting."""
     a_cfg, b_cfg = pair_configs(args, mode, crypto)
+    if path is not None:  # what the relay drops would only stall the window
+        a_cfg["window"] = b_cfg["window"] = 0
+    counts = SharedCounts.make_fd()
+    a_cfg["counts_fd"] = b_cfg["counts_fd"] = counts
     inbox = queue.Queue()
-    a, b = Worker(a_cfg, inbox), Worker(b_cfg, inbox)
+    try:
+        a = Worker(a_cfg, inbox, pass_fds=(counts,))
+        try:
+            b = Worker(b_cfg, inbox, pass_fds=(counts,))
+        except BaseException:
+            a.close()
+            raise
+    finally:
+        os.close(counts)
     try:
         pa, pb = a.recv()["ports"], b.recv()["ports"]
         to_b, to_a = path(pa, pb) if path else (pb, pa)
@@ -182,6 +441,11 @@ def run_pair(args, mode, crypto, *, path=None, show_progress=False, drain=0.3):
         if not all(r.get("ready") for r in ready):
             row = {"mode": mode, "handshake": False, "error": [r.get("error") for r in ready]}
             return row, None, None
+        # both sinks count from now on, before either source starts (a packet
+        # a sink did not count would stay in its source's window)
+        a.send({"arm": True})
+        b.send({"arm": True})
+        a.recv(), b.recv()
         a.send({"go": True})
         b.send({"go": True})
         senders = [w for w in (a, b) if w.cfg["send"]]
@@ -198,7 +462,9 @@ def run_pair(args, mode, crypto, *, path=None, show_progress=False, drain=0.3):
                 _progress(show_progress, f"{mode}: {p['sent']:,} packets sent, {p['elapsed']:.1f} s")
             elif "sent_done" in msg:
                 done += 1
-        time.sleep(drain)                    # let the last batches land
+        time.sleep(drain)  # let the last batches land
+        if before_stop is not None:
+            before_stop()
         a.send({"stop": True})
         b.send({"stop": True})
         ra, rb = a.recv(), b.recv()
@@ -213,10 +479,13 @@ def _kernels(rows):
     """The kernels this machine selects, and those that served the native rows'
     data paths in the workers (as they reported them)."""
     from vpncrypt import crypto
+
     served = sorted({tuple(k) for r in rows for k in (r.get("kernels_served") or {}).values() if k})
-    return {"chacha": crypto.active_implementation(),
-            "poly1305": crypto.active_poly1305_implementation(),
-            "served": [list(k) for k in served]}
+    return {
+        "chacha": crypto.active_implementation(),
+        "poly1305": crypto.active_poly1305_implementation(),
+        "served": [list(k) for k in served],
+    }
 
 
 def _summarise(mode, crypto, ra, rb):
@@ -247,6 +516,14 @@ def _summarise(mode, crypto, ra, rb):
             "B": rb["cpu_s"] / max(1, rb["sent"] + rb["sink"]["received"]),
         },
         "cpu_s": {"A": ra["cpu_s"], "B": rb["cpu_s"]},
+        # the share of a core each worker had while the row ran: well under 1
+        # for a sender means the machine was busy (others took its core)
+        "cpu_share": {"A": ra.get("core_share"), "B": rb.get("core_share")},
+        "pinned_cpu": {"A": ra.get("pinned_cpu"), "B": rb.get("pinned_cpu")},
+        "gc": {"A": ra.get("gc"), "B": rb.get("gc")},
+        "pacing": {"A": ra.get("pacing"), "B": rb.get("pacing")},
+        "switches": {"A": ra.get("switches"), "B": rb.get("switches")},
+        "window": {"A": ra.get("window"), "B": rb.get("window")},
         "drops": {"A": ra["drops"], "B": rb["drops"]},
         "rss_kb": {"A": ra["rss_kb"], "B": rb["rss_kb"]},
         "rss_growth": {"A": ra["rss_growth"], "B": rb["rss_growth"]},
@@ -270,13 +547,18 @@ def run(args) -> int:
     if not thread_counts or any(t not in (1, 2) for t in thread_counts):
         print("vpncrypt loopback-bench: --threads takes 1, 2 or 1,2", file=sys.stderr)
         return 2
+    try:
+        worker_cpus(args.cpus, os.sched_getaffinity(0))
+    except ValueError as e:
+        print(f"vpncrypt loopback-bench: {e}", file=sys.stderr)
+        return 2
     show = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
     rows = []
     if not args.no_baseline:
         rows.append(_run_row(args, "baseline", show))
     cryptos = ["native", "pynacl"] if args.crypto == "both" else [args.crypto]
     for crypto in cryptos:
-        for n in (thread_counts if crypto == "native" else [1]):
+        for n in thread_counts if crypto == "native" else [1]:
             args.threads_now = n
             row = _run_row(args, "wireguard", show, crypto)
             row["threads"] = n
@@ -284,21 +566,43 @@ def run(args) -> int:
     wg = next(r for r in rows if r["mode"] == "wireguard")
     base = rows[0] if not args.no_baseline else None
     by = {r["crypto"]: r for r in rows}
+    # the encrypted row's own limit: the baseline's CPU per packet plus the
+    # table's seal of one packet, measured now, in this run (bench/limit.py)
+    limit = None
+    if base is not None and base.get("pps") and args.mix == "fixed" and wg.get("handshake"):
+        from vpncrypt.bench.limit import fraction_by_cpu, fraction_of_limit, measure_limit
+
+        limit = measure_limit(base, size=args.size, batch=args.batch)
+        limit["fraction"] = fraction_of_limit(wg, limit) if wg.get("pps") else None
+        limit["fraction_by_cpu"] = fraction_by_cpu(wg, limit) if wg.get("pps") else None
     result = {
         "command": "vpncrypt loopback-bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "cpu": cpu_model(),
-        "settings": {"size": args.size, "mix": args.mix, "bidirectional": args.bidirectional,
-                     "peers": args.peers, "crypto": args.crypto, "batch": args.batch,
-                     "duration": args.duration, "packets": args.packets, "rate": args.rate,
-                     "threads": thread_counts},
+        "settings": {
+            "size": args.size,
+            "mix": args.mix,
+            "bidirectional": args.bidirectional,
+            "peers": args.peers,
+            "crypto": args.crypto,
+            "batch": args.batch,
+            "duration": args.duration,
+            "packets": args.packets,
+            "rate": args.rate,
+            "window_packets": window_packets(args),
+            "cpus": args.cpus,
+            "threads": thread_counts,
+        },
         "rows": rows,
         "kernels": _kernels(rows),
         "fraction_of_baseline": (wg.get("pps", 0) / base["pps"]) if base and base.get("pps") else None,
+        "limit": limit,
         "native_over_pynacl": (by["native"]["pps"] / by["pynacl"]["pps"])
-                              if {"native", "pynacl"} <= by.keys() and by["pynacl"].get("pps") else None,
-        "ok": all(r.get("handshake") for r in rows) and all(r.get("intact", False) for r in rows)
-              and all(r.get("delivered", 0) > 0 for r in rows),
+        if {"native", "pynacl"} <= by.keys() and by["pynacl"].get("pps")
+        else None,
+        "ok": all(r.get("handshake") for r in rows)
+        and all(r.get("intact", False) for r in rows)
+        and all(r.get("delivered", 0) > 0 for r in rows),
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -307,13 +611,21 @@ def run(args) -> int:
     return 0 if result["ok"] else 1
 
 
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
 def _print_table(result):
     s = result["settings"]
-    print(f"vpncrypt loopback-bench: {s['mix']} payload {s['size']} B, "
-          f"{'both directions' if s['bidirectional'] else 'one direction'}, {s['peers']} peer(s), "
-          f"crypto {s['crypto']}, on {result['cpu']}")
-    head = f"{'row':<22}{'packets/s':>12}{'Gbit/s':>9}{'delivered':>11}{'p50 us':>9}{'p99 us':>9}" \
-           f"{'cpu us/pkt A':>14}{'B':>7}{'intact':>8}"
+    print(
+        f"vpncrypt loopback-bench: {s['mix']} payload {s['size']} B, "
+        f"{'both directions' if s['bidirectional'] else 'one direction'}, {s['peers']} peer(s), "
+        f"crypto {s['crypto']}, on {result['cpu']}"
+    )
+    head = (
+        f"{'row':<22}{'packets/s':>12}{'Gbit/s':>9}{'delivered':>11}{'p50 us':>9}{'p99 us':>9}"
+        f"{'cpu us/pkt A':>14}{'B':>7}{'core A':>8}{'B':>5}{'intact':>8}"
+    )
     print(head)
     print("-" * len(head))
     for r in result["rows"]:
@@ -324,26 +636,50 @@ def _print_table(result):
         if r.get("threads", 1) > 1:
             name = f"wireguard (native, {r['threads']}t)"
         cpu = r["cpu_s_per_packet"]
-        print(f"{name:<22}{r['pps']:>12,.0f}{r['gbit_s']:>9.2f}{r['delivered_pct']:>10.1f}%"
-              f"{r['latency_p50_us'] or 0:>9.0f}{r['latency_p99_us'] or 0:>9.0f}"
-              f"{cpu['A'] * 1e6:>14.2f}{cpu['B'] * 1e6:>7.2f}{'yes' if r['intact'] else 'NO':>8}")
+        print(
+            f"{name:<22}{r['pps']:>12,.0f}{r['gbit_s']:>9.2f}{r['delivered_pct']:>10.1f}%"
+            f"{r['latency_p50_us'] or 0:>9.0f}{r['latency_p99_us'] or 0:>9.0f}"
+            f"{cpu['A'] * 1e6:>14.2f}{cpu['B'] * 1e6:>7.2f}"
+            f"{_pct(r['cpu_share']['A']):>8}{_pct(r['cpu_share']['B']):>5}{'yes' if r['intact'] else 'NO':>8}"
+        )
+    print(
+        "core: the share of a core each worker process had (a sender: while it sent; well under "
+        "100% with few window waits: the machine was busy)"
+    )
     if result["fraction_of_baseline"] is not None:
-        print(f"encrypted path reaches {100 * result['fraction_of_baseline']:.0f}% of the "
-              f"unencrypted baseline (packets/s)")
+        print(
+            f"encrypted path reaches {100 * result['fraction_of_baseline']:.0f}% of the "
+            f"unencrypted baseline (packets/s)"
+        )
+    if result.get("limit") is not None:
+        from vpncrypt.bench.limit import describe
+
+        wg = next((r for r in result["rows"] if r["mode"] == "wireguard"), None)
+        print(describe(result["limit"], wg))
     if result["native_over_pynacl"] is not None:
-        print(f"native fast path: {result['native_over_pynacl']:.1f}x the packets/s of sealing each "
-              f"packet through pynacl")
-    print("result: " + ("OK, every delivered payload matched byte for byte" if result["ok"]
-                        else "FAILED (see the rows above)"))
+        print(
+            f"native fast path: {result['native_over_pynacl']:.1f}x the packets/s of sealing each "
+            f"packet through pynacl"
+        )
+    print(
+        "result: "
+        + (
+            "OK, every delivered payload matched byte for byte"
+            if result["ok"]
+            else "FAILED (see the rows above)"
+        )
+    )
 
 
 # ======================================================================= worker
+
 
 class _Source:
     """Fills batches of IPv4/UDP packets natively (vc_traffic_fill)."""
 
     def __init__(self, sizes, batch, src, dsts, stream):
         from vpncrypt._native import ffi
+
         self.ffi = ffi
         self.batch = batch
         self.stride = 2048 if max(sizes) + HEADER <= 2048 else (max(sizes) + HEADER + 63) & ~63
@@ -362,6 +698,7 @@ class _Source:
 
     def fill(self, n, now_ns):
         from vpncrypt._native import lib
+
         per = max(1, n // len(self.dsts))
         done = 0
         for j, dst in enumerate(self.dsts):
@@ -369,9 +706,23 @@ class _Source:
             if k <= 0:
                 break
             start = (self.seq + done) % self.ring_n
-            if lib.vc_traffic_fill(self.slab + done * self.stride, self.stride, done * self.stride,
-                                   self.off + done, self.len + done, self.ring + start, k, self.src,
-                                   dst, self.stream, self.seq + done, now_ns) < 0:
+            if (
+                lib.vc_traffic_fill(
+                    self.slab + done * self.stride,
+                    self.stride,
+                    done * self.stride,
+                    self.off + done,
+                    self.len + done,
+                    self.ring + start,
+                    k,
+                    self.src,
+                    dst,
+                    self.stream,
+                    self.seq + done,
+                    now_ns,
+                )
+                < 0
+            ):
                 raise ValueError("a packet does not fit the source stride")
             done += k
         self.seq += n
@@ -383,14 +734,19 @@ class _Sink:
 
     fd = None
 
-    def __init__(self, streams):
+    def __init__(self, streams, state=None):
+        """`state`: the vc_traffic_sink to count into (SharedCounts.sink; one
+        stream), else one of its own per stream."""
         from vpncrypt._native import ffi, lib
+
         self.ffi, self.lib = ffi, lib
-        self.state = {s: ffi.new("vc_traffic_sink *") for s in streams}
+        if state is not None and len(streams) != 1:
+            raise ValueError("a shared sink state serves one stream")
+        self.state = {s: state if state is not None else ffi.new("vc_traffic_sink *") for s in streams}
         self.window = 1 << 20
         self.seen = {s: ffi.new("uint64_t[]", self.window // 64) for s in streams}
         self.first = self.last = None
-        self.armed = False        # packets before the timed run (the handshake probe) are not counted
+        self.armed = False  # packets before the timed run (the handshake probe) are not counted
 
     def write(self, buf, off, lens, n):
         if not self.armed:
@@ -413,16 +769,27 @@ class _Sink:
         for p in packets:
             offs.append(pos)
             pos += len(p)
-        self.write(ffi.from_buffer(data), ffi.new("uint32_t[]", offs),
-                   ffi.new("uint32_t[]", [len(p) for p in packets]), len(packets))
+        self.write(
+            ffi.from_buffer(data),
+            ffi.new("uint32_t[]", offs),
+            ffi.new("uint32_t[]", [len(p) for p in packets]),
+            len(packets),
+        )
 
     def report(self):
         st = next(iter(self.state.values()))
         lib = self.lib
-        return {"received": st.received, "bytes": st.bytes, "corrupted": st.corrupted,
-                "duplicated": st.duplicated, "too_old": st.too_old,
-                "p50_ns": lib.vc_traffic_quantile(st, 0.5), "p99_ns": lib.vc_traffic_quantile(st, 0.99),
-                "first": (self.first or 0) / 1e9, "last": (self.last or 0) / 1e9}
+        return {
+            "received": st.received,
+            "bytes": st.bytes,
+            "corrupted": st.corrupted,
+            "duplicated": st.duplicated,
+            "too_old": st.too_old,
+            "p50_ns": lib.vc_traffic_quantile(st, 0.5),
+            "p99_ns": lib.vc_traffic_quantile(st, 0.99),
+            "first": (self.first or 0) / 1e9,
+            "last": (self.last or 0) / 1e9,
+        }
 
 
 def _growth(samples):
@@ -430,7 +797,7 @@ def _growth(samples):
     if len(samples) < 10:
         return None
     tenth = len(samples) // 10
-    second = sorted(samples[tenth:2 * tenth])[tenth // 2]
+    second = sorted(samples[tenth : 2 * tenth])[tenth // 2]
     last = sorted(samples[-tenth:])[tenth // 2]
     return last / second if second else None
 
@@ -440,7 +807,42 @@ def _after_warmup(samples):
     if len(samples) < 10:
         return samples[-1] if samples else None
     tenth = len(samples) // 10
-    return sorted(samples[tenth:2 * tenth])[tenth // 2]
+    return sorted(samples[tenth : 2 * tenth])[tenth // 2]
+
+
+class _GcPauses:
+    """The interpreter's garbage collections while a row runs: how many, and
+    the longest (a pause of the event loop that every packet then waiting sees)."""
+
+    def __init__(self):
+        self.count = 0
+        self.total = 0.0
+        self.longest = 0.0
+        self._t = None
+
+    def _on_gc(self, phase, info):
+        if phase == "start":
+            self._t = time.perf_counter()
+        elif self._t is not None:
+            dt = time.perf_counter() - self._t
+            self._t = None
+            self.count += 1
+            self.total += dt
+            self.longest = max(self.longest, dt)
+
+    def start(self):
+        import gc
+
+        gc.callbacks.append(self._on_gc)
+
+    def stop(self):
+        import gc
+
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def report(self):
+        return {"collections": self.count, "total_s": self.total, "longest_s": self.longest}
 
 
 def _rss_kb():
@@ -456,7 +858,7 @@ async def _worker_main(cfg, inp, outp):
     from vpncrypt.dataplane.io import UdpBatchSocket
     from vpncrypt.protocol import keys
     from vpncrypt.protocol.device import Device
-    from vpncrypt.protocol.timers import TimerConfig
+    from vpncrypt.protocol.timers import ProtocolConfig
 
     loop = asyncio.get_running_loop()
     lines = asyncio.Queue()
@@ -474,7 +876,9 @@ async def _worker_main(cfg, inp, outp):
 
     wireguard = cfg["mode"] == "wireguard"
     stream = 1 if cfg["name"] == "A" else 2
-    sink = _Sink([2 if stream == 1 else 1])
+    counts = SharedCounts(cfg["counts_fd"]) if cfg.get("counts_fd") is not None else None
+    sink = _Sink([2 if stream == 1 else 1], counts.sink(cfg["name"]) if counts else None)
+    peer_sink = counts.sink(counts.peer(cfg["name"])) if counts else None
     socks, engines, devices = [], [], []
     for dcfg in cfg["devices"]:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -488,20 +892,34 @@ async def _worker_main(cfg, inp, outp):
     if wireguard:
         backend = "pynacl" if cfg["crypto"] == "pynacl" else "native"
         for i, (dcfg, udp) in enumerate(zip(cfg["devices"], socks)):
-            timers = TimerConfig(**cfg["timers"]) if cfg.get("timers") else None
-            dev = Device(keys.decode(dcfg["private_key"]), backend=backend, timer_config=timers,
-                         mtu=max(cfg["sizes"]) + HEADER)
+            timers = ProtocolConfig(**cfg["timers"]) if cfg.get("timers") else None
+            dev = Device(
+                keys.decode(dcfg["private_key"]),
+                backend=backend,
+                protocol_config=timers,
+                mtu=max(cfg["sizes"]) + HEADER,
+            )
             for j, pcfg in enumerate(dcfg["peers"]):
                 port = peer_ports[j] if len(dcfg["peers"]) > 1 else peer_ports[0]
-                dev.add_peer(keys.decode(pcfg["public_key"]), allowed_ips=pcfg["allowed_ips"],
-                             endpoint=("127.0.0.1", port))
-            eng = Engine(dev, udp, sink, loop=loop, max_packet=max(cfg["sizes"]) + HEADER,
-                         threads=cfg.get("threads", 1))
+                dev.add_peer(
+                    keys.decode(pcfg["public_key"]),
+                    allowed_ips=pcfg["allowed_ips"],
+                    endpoint=("127.0.0.1", port),
+                )
+            eng = Engine(
+                dev,
+                udp,
+                sink,
+                loop=loop,
+                max_packet=max(cfg["sizes"]) + HEADER,
+                threads=cfg.get("threads", 1),
+            )
             eng.start()
             devices.append(dev)
             engines.append(eng)
     else:
         from vpncrypt.dataplane.io import endpoint_from_addr
+
         eps = [endpoint_from_addr(("127.0.0.1", p)) for p in peer_ports]
 
         def on_plain(udp):
@@ -510,6 +928,7 @@ async def _worker_main(cfg, inp, outp):
                 if n == 0:
                     return
                 sink.write(udp.slab, off, lens, n)
+
         for udp in socks:
             loop.add_reader(udp.fd, on_plain, udp)
 
@@ -519,8 +938,9 @@ async def _worker_main(cfg, inp, outp):
     # The handshake: one packet to each peer, then wait for the sessions.
     ready, error = True, None
     if wireguard:
-        if cfg["name"] == "A":       # one side starts, so the handshakes never cross
+        if cfg["name"] == "A":  # one side starts, so the handshakes never cross
             from vpncrypt._native import lib
+
             probe = _Source([64], len(dsts), src, dsts, 99)
             probe.fill(len(dsts), lib.vc_monotonic_ns())
             engines[0].send_inner(probe.slab, probe.view, probe.off, probe.len, len(dsts))
@@ -534,11 +954,18 @@ async def _worker_main(cfg, inp, outp):
         else:
             ready, error = False, "handshake did not complete within 30 s"
     write({"ready": ready, "error": error})
-    await read()                                     # go
+    await read()  # arm
     sink.armed = True
+    write({"armed": True})
+    await read()  # go
 
     cpu0 = time.process_time()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    wall0 = time.monotonic()
     sent = 0
+    window = (
+        SendWindow(cfg["window"]) if cfg["send"] and cfg.get("window") and peer_sink is not None else None
+    )
     stop = asyncio.Event()
 
     async def control():
@@ -559,35 +986,53 @@ async def _worker_main(cfg, inp, outp):
             await asyncio.sleep(0.25)
 
     sampler = asyncio.create_task(sample_rss())
+    gc_pauses = _GcPauses()
+    gc_pauses.start()
+    pacer: Pacer | None = None
     if source is not None:
         from vpncrypt._native import lib
+
         batch = cfg["batch"]
         limit = cfg["packets"]
-        t0 = loop.time()
+        # the source's clock: time.monotonic, not loop.time(): uvloop's clock
+        # counts whole milliseconds, and pacing 100-200 us batches by it sends
+        # them in bursts of up to 1 ms of traffic, a queue at the receiver
+        clock = time.monotonic
+        t0 = clock()
         end = t0 + cfg["duration"] if cfg["duration"] else None
         next_report = t0 + 0.5
         rate = cfg["rate"]
-        if rate:   # paced: batches of about 200 us of traffic, so pacing adds no bursts
+        pacer = Pacer(rate, t0) if rate else None
+        if rate:  # paced: batches of about 200 us of traffic, so pacing adds no bursts
             batch = max(1, min(batch, int(rate * 0.0002)))
         udp0 = socks[0]
         plain_ep = None
         if not wireguard:
             from vpncrypt._native import ffi
+
             plain_ep = ffi.new("vc_endpoint[]", batch)
             for i in range(batch):
                 plain_ep[i] = eps[i % len(eps)][0]
         rounds = 0
         while not stop.is_set():
-            now = loop.time()
+            now = clock()
             if (end is not None and now >= end) or (limit is not None and sent >= limit):
                 break
             n = batch if limit is None else min(batch, limit - sent)
-            if rate:
-                ahead = sent / rate - (now - t0)
-                if ahead > 0.002:
-                    await asyncio.sleep(ahead)        # the loop's timers are coarse (1 ms)
-                elif ahead > 0:
-                    time.sleep(ahead)                 # fine pacing: nothing else waits on this loop
+            if window is not None and window.room(sent, peer_sink.received, now) < n:
+                # the peer is behind: let this loop serve its own socket, then
+                # give the core up for a moment (the peer may be waiting for it)
+                await asyncio.sleep(0)
+                if window.room(sent, peer_sink.received, clock()) < n:
+                    time.sleep(WINDOW_WAIT_S)
+                continue
+            if pacer is not None:
+                wait = pacer.wait(sent, now)
+                if wait > 0.002:
+                    await asyncio.sleep(wait - 0.001)  # the loop's timers are coarse (1 ms)
+                    continue  # then the rest finely
+                if wait > 0:
+                    time.sleep(wait)  # fine pacing: nothing else waits on this loop
             source.fill(n, lib.vc_monotonic_ns())
             if wireguard:
                 engines[0].send_inner(source.slab, source.view, source.off, source.len, n)
@@ -601,10 +1046,17 @@ async def _worker_main(cfg, inp, outp):
                 write({"progress": {"sent": sent, "elapsed": now - t0}})
                 next_report = now + 0.5
         write({"sent_done": sent})
+        # a sender's share of a core: over its sending only (not the drain after)
+        share_cpu, share_wall = time.process_time() - cpu0, time.monotonic() - wall0
     await stop.wait()
     ctl.cancel()
     sampler.cancel()
+    gc_pauses.stop()
     cpu = time.process_time() - cpu0
+    wall = time.monotonic() - wall0
+    if source is None:
+        share_cpu, share_wall = cpu, wall
+    ru = resource.getrusage(resource.RUSAGE_SELF)
     drops = {}
     for eng in engines:
         for k, v in eng.device.drops().items():
@@ -620,26 +1072,59 @@ async def _worker_main(cfg, inp, outp):
     kernels = None
     if wireguard and cfg["crypto"] == "native":
         from vpncrypt.crypto import last_kernels
-        kernels = list(last_kernels())          # this thread's last seal or open (threads=1)
+
+        kernels = list(last_kernels())  # this thread's last seal or open (threads=1)
         for eng in engines:
             kernels = list(getattr(eng, "last_kernels", None) or kernels)
-    write({"sent": sent, "sink": sink.report(), "cpu_s": cpu, "drops": drops, "rss_kb": _rss_kb(),
-           "handshakes": handshakes, "kernels": kernels,
-           "rss_growth": _growth(rss_samples), "rss_after_warmup_kb": _after_warmup(rss_samples),
-           "fds": {"after_warmup": _after_warmup(fd_samples), "max": max(fd_samples, default=None),
-                   "last": fd_samples[-1] if fd_samples else None},
-           "tasks": {"after_warmup": _after_warmup(task_samples),
-                     "max": max(task_samples, default=None),
-                     "last": task_samples[-1] if task_samples else None}})
+    write(
+        {
+            "sent": sent,
+            "sink": sink.report(),
+            "cpu_s": cpu,
+            "core_share": share_cpu / share_wall if share_wall > 0 else None,
+            "pinned_cpu": cfg.get("cpu"),
+            "gc": gc_pauses.report(),
+            "pacing": pacer.report() if pacer is not None else None,
+            "switches": {
+                "voluntary": ru.ru_nvcsw - ru0.ru_nvcsw,
+                "involuntary": ru.ru_nivcsw - ru0.ru_nivcsw,
+            },
+            "window": {
+                "packets": window.packets if window else 0,
+                "waits": window.waits if window else 0,
+                "written_off": window.written_off if window else 0,
+            },
+            "drops": drops,
+            "rss_kb": _rss_kb(),
+            "handshakes": handshakes,
+            "kernels": kernels,
+            "rss_growth": _growth(rss_samples),
+            "rss_after_warmup_kb": _after_warmup(rss_samples),
+            "fds": {
+                "after_warmup": _after_warmup(fd_samples),
+                "max": max(fd_samples, default=None),
+                "last": fd_samples[-1] if fd_samples else None,
+            },
+            "tasks": {
+                "after_warmup": _after_warmup(task_samples),
+                "max": max(task_samples, default=None),
+                "last": task_samples[-1] if task_samples else None,
+            },
+        }
+    )
 
 
 def _worker():
     cfg = json.loads(sys.stdin.readline())
-    if os.environ.get("VPNCRYPT_BENCH_STALL_DUMP"):      # debugging: where a stuck worker is
+    if cfg.get("cpu") is not None:
+        os.sched_setaffinity(0, {cfg["cpu"]})
+    if os.environ.get("VPNCRYPT_BENCH_STALL_DUMP"):  # debugging: where a stuck worker is
         import faulthandler
+
         faulthandler.dump_traceback_later(float(os.environ["VPNCRYPT_BENCH_STALL_DUMP"]), repeat=True)
     try:
         import uvloop
+
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
@@ -650,7 +1135,10 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
         _worker()
     else:
-        ap = argparse.ArgumentParser(prog="vpncrypt loopback-bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+        ap = argparse.ArgumentParser(
+            prog="vpncrypt loopback-bench",
+            description=__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         add_arguments(ap)
         raise SystemExit(run(ap.parse_args()))

@@ -38,6 +38,7 @@ takes a process pool (--workers) and is timed (generation_s).
 Exit status: 0 if every storm completed (all N) and was confirmed;
 1 otherwise; 130 if interrupted.
 """
+
 import argparse
 import heapq
 import os
@@ -47,52 +48,104 @@ import sys
 import time
 
 from vpncrypt.bench.handshakeload import (
-    INIT_MAC1_OFFSET, MAX_SOURCES, UdpBatch, add_anyip, cookie_key, implementations, logger,
-    mac1_key, make_storm_peers, netns_socket, open_cookie_reply, preflight, report, report_head,
-    run_in_lab, runs, setconf, source_address, start_busy, udp_drops, unpack_u32,
+    INIT_MAC1_OFFSET,
+    MAX_SOURCES,
+    UdpBatch,
+    add_anyip,
+    cookie_key,
+    implementations,
+    mac1_key,
+    make_storm_peers,
+    netns_socket,
+    open_cookie_reply,
+    report,
+    report_head,
+    runs,
+    source_address,
+    start_busy,
+    udp_drops,
+    unpack_u32,
 )
-from vpncrypt.bench.tunnel import CLK_TCK, OUTER, WG_PORT, BenchError, Node, _cpu_ticks
+from vpncrypt.bench.lab import add_run_arguments, logger, CLK_TCK, OUTER, WG_PORT, BenchError, Node
+from vpncrypt.bench.lab import cpu_ticks, preflight, run_in_lab
+from vpncrypt.bench.report import cell, print_builds, print_head
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.noise import MAC
 
 GEN_PORT = 40000
-PEER_BITS = 17                     # sender index = attempt << 17 | peer
+PEER_BITS = 17  # sender index = attempt << 17 | peer
 MAX_PEERS = 1 << PEER_BITS
 ZERO16 = bytes(16)
-COOKIE_VALID = 120.0               # WireGuard's COOKIE_REFRESH_TIME
+COOKIE_VALID = 120.0  # WireGuard's COOKIE_REFRESH_TIME
 BATCH = 1024
+# What the storm counts, each also a field of a storm's result: initiations
+# sent (retries among them; with_mac2: those carrying a cookie); responses and
+# cookie replies received (answered_after_replaced, cookie_replies_to_replaced:
+# those to an initiation the peer had replaced since); responses to a peer
+# already complete (duplicate_responses) or failing the initiator's check
+# (bad_responses); cookies taken; replies to no initiation of ours
+# (unknown_index) and datagrams of any other form (other).
+COUNTERS = (
+    "initiations",
+    "retries",
+    "with_mac2",
+    "responses",
+    "answered_after_replaced",
+    "duplicate_responses",
+    "bad_responses",
+    "cookie_replies",
+    "cookies_taken",
+    "cookie_replies_to_replaced",
+    "unknown_index",
+    "other",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--peers", type=int, action="append", metavar="N",
-                   help="peers in the storm; repeat it for several sizes (default 10000)")
-    p.add_argument("--load", default="quiet",
-                   help="comma-separated: quiet, busy (default quiet)")
-    p.add_argument("--busy", action="store_true",
-                   help="as --load busy: every core kept busy by a background process")
-    p.add_argument("--sources", type=int, default=0,
-                   help=f"source addresses shared by the peers round-robin (default 0: one per "
-                        f"peer, at most {MAX_SOURCES})")
-    p.add_argument("--rate", type=float, default=0.0,
-                   help="first initiations per second (default 0: all at once)")
-    p.add_argument("--retry-timeout", type=float, default=5.0,
-                   help="seconds before a peer retries (WireGuard's REKEY_TIMEOUT, default 5)")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="seconds a storm may take before it is given up (default 120)")
-    p.add_argument("--implementations", default="vpncrypt,wireguard-go",
-                   help="comma-separated: vpncrypt, wireguard-go (default: both)")
-    p.add_argument("--wireguard-go", action="append", dest="wireguard_go", metavar="PATH",
-                   help="wireguard-go binary (default: the one on PATH); repeat it to compare "
-                        "builds in one run")
-    p.add_argument("--workers", type=int, default=0,
-                   help="processes that make the peers and check the responses (default: one "
-                        "per core)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="log every step (and each process started) on stderr")
+    p.add_argument(
+        "--peers",
+        type=int,
+        action="append",
+        metavar="N",
+        help="peers in the storm; repeat it for several sizes (default 10000)",
+    )
+    p.add_argument("--load", default="quiet", help="comma-separated: quiet, busy (default quiet)")
+    p.add_argument(
+        "--busy", action="store_true", help="as --load busy: every core kept busy by a background process"
+    )
+    p.add_argument(
+        "--sources",
+        type=int,
+        default=0,
+        help=f"source addresses shared by the peers round-robin (default 0: one per "
+        f"peer, at most {MAX_SOURCES})",
+    )
+    p.add_argument(
+        "--rate", type=float, default=0.0, help="first initiations per second (default 0: all at once)"
+    )
+    p.add_argument(
+        "--retry-timeout",
+        type=float,
+        default=5.0,
+        help="seconds before a peer retries (WireGuard's REKEY_TIMEOUT, default 5)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds a storm may take before it is given up (default 120)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="processes that make the peers and check the responses (default: one per core)",
+    )
+    add_run_arguments(p)
 
 
 # ============================================================ the storm
+
 
 class Storm:
     """N peers' handshakes with one victim, through one socket in A."""
@@ -109,16 +162,12 @@ class Storm:
         self.rx = UdpBatch(BATCH, 128)
         self.latest = [0] * self.n
         self.done = [None] * self.n
-        self.keepalive = [None] * self.n           # the session's first transport message
-        self.cookie = [None] * self.n              # (cookie, time)
-        self.enc_ts, self.mac1 = {}, {}            # sender index -> that initiation's
+        self.keepalive = [None] * self.n  # the session's first transport message
+        self.cookie = [None] * self.n  # (cookie, time)
+        self.enc_ts, self.mac1 = {}, {}  # sender index -> that initiation's
         self.heap = []
         self.outq = []
-        self.c = dict.fromkeys(("initiations", "retries", "with_mac2", "responses",
-                                "answered_after_replaced", "duplicate_responses", "bad_responses",
-                                "cookie_replies",
-                                "cookies_taken", "cookie_replies_to_replaced", "unknown_index",
-                                "other"), 0)
+        self.c = dict.fromkeys(COUNTERS, 0)
 
     def _initiation(self, i, attempt, now):
         idx = (attempt << PEER_BITS) | i
@@ -131,7 +180,7 @@ class Storm:
         else:
             msg += ZERO16
         self.enc_ts[idx] = enc_ts
-        self.mac1[idx] = msg[INIT_MAC1_OFFSET:INIT_MAC1_OFFSET + 16]
+        self.mac1[idx] = msg[INIT_MAC1_OFFSET : INIT_MAC1_OFFSET + 16]
         self.latest[i] = attempt
         return msg
 
@@ -150,7 +199,7 @@ class Storm:
     def _flush(self):
         q, self.outq = self.outq, []
         for start in range(0, len(q), BATCH):
-            part = q[start:start + BATCH]
+            part = q[start : start + BATCH]
             for slot, (i, msg) in enumerate(part):
                 self.tx.set(slot, msg, self.dest, self.src[i])
             sent = 0
@@ -179,44 +228,51 @@ class Storm:
             return None, None
         return i, attempt
 
+    def _response(self, i, attempt, data, now):
+        if self.done[i] is not None:
+            self.c["duplicate_responses"] += 1
+            return
+        idx = (attempt << PEER_BITS) | i
+        keepalive = self.peers[i].keepalive(self.crypto, self.enc_ts[idx], data)
+        if keepalive is None:  # it does not authenticate: dropped
+            self.c["bad_responses"] += 1
+            return
+        self.done[i] = now - self.t0
+        self.keepalive[i] = keepalive
+        self.outq.append((i, keepalive))  # as a WireGuard initiator does at once
+        self.undone -= 1
+
+    def _cookie_reply(self, i, attempt, data, now):
+        latest = (self.latest[i] << PEER_BITS) | i
+        cookie = open_cookie_reply(self.crypto, self.cookie_key, data, self.mac1[latest])
+        if cookie is not None:
+            self.cookie[i] = (cookie, now)
+            self.c["cookies_taken"] += 1
+
+    # (type, length) of a reply: the offset of its receiver index (the sender
+    # index of one of our initiations), what counts it, what counts it when it
+    # answers an initiation its peer had replaced since, and its handler
+    _REPLIES = {
+        (b"\x02\x00\x00\x00", 92): (8, "responses", "answered_after_replaced", _response),
+        (b"\x03\x00\x00\x00", 64): (4, "cookie_replies", "cookie_replies_to_replaced", _cookie_reply),
+    }
+
     def _reply(self, data, now):
-        kind = data[:4]
-        if kind == b"\x02\x00\x00\x00" and len(data) == 92:
-            i, attempt = self._lookup(unpack_u32(data, 8))
-            if i is None:
-                return
-            self.c["responses"] += 1
-            if attempt < self.latest[i]:
-                self.c["answered_after_replaced"] += 1
-            elif self.done[i] is None:
-                idx = (attempt << PEER_BITS) | i
-                keepalive = self.peers[i].keepalive(self.crypto, self.enc_ts[idx], data)
-                if keepalive is None:               # it does not authenticate: dropped
-                    self.c["bad_responses"] += 1
-                    return
-                self.done[i] = now - self.t0
-                self.keepalive[i] = keepalive
-                self.outq.append((i, keepalive))    # as a WireGuard initiator does at once
-                self.undone -= 1
-            else:
-                self.c["duplicate_responses"] += 1
-        elif kind == b"\x03\x00\x00\x00" and len(data) == 64:
-            i, attempt = self._lookup(unpack_u32(data, 4))
-            if i is None:
-                return
-            self.c["cookie_replies"] += 1
-            if attempt < self.latest[i]:
-                # a WireGuard peer opens it with its last mac1: a reply to
-                # an older initiation does not authenticate
-                self.c["cookie_replies_to_replaced"] += 1
-                return
-            latest = (self.latest[i] << PEER_BITS) | i
-            cookie = open_cookie_reply(self.crypto, self.cookie_key, data, self.mac1[latest])
-            if cookie is not None:
-                self.cookie[i] = (cookie, now)
-                self.c["cookies_taken"] += 1
-        else:
+        form = self._REPLIES.get((data[:4], len(data)))
+        if form is None:
             self.c["other"] += 1
+            return
+        at, counted, replaced, handle = form
+        i, attempt = self._lookup(unpack_u32(data, at))
+        if i is None:
+            return
+        self.c[counted] += 1
+        if attempt < self.latest[i]:
+            # not for the latest initiation: a WireGuard peer would not take it
+            # (it opens a cookie reply with its last mac1)
+            self.c[replaced] += 1
+            return
+        handle(self, i, attempt, data, now)
 
     def run(self, on_start=None):
         """Until every peer is complete or the timeout; returns the seconds."""
@@ -226,7 +282,7 @@ class Storm:
         if on_start:
             on_start()
         deadline = t0 + args.timeout
-        first = 0                                      # peers that sent their first initiation
+        first = 0  # peers that sent their first initiation
         while self.undone and time.monotonic() < deadline:
             now = time.monotonic()
             if first < self.n:
@@ -279,14 +335,13 @@ def _confirm(lab, node, storm, log):
     socket dropped it, say) is sent again, twice at most, if its session is
     younger than 170 s (the victim rejects data on a session older than
     REJECT_AFTER_TIME, 180 s).  Returns (confirmed, too old to resend)."""
-    want = {keys.encode(storm.peers[i].public): i for i in range(storm.n)
-            if storm.keepalive[i] is not None}
+    want = {keys.encode(storm.peers[i].public): i for i in range(storm.n) if storm.keepalive[i] is not None}
     seen, old = set(), set()
     for attempt in range(3):
-        out = lab.run_in(node.side, "wg", "show", node.iface, "latest-handshakes",
-                         timeout=120).stdout
-        seen = {line.split()[0] for line in out.splitlines()
-                if len(line.split()) == 2 and line.split()[1] != "0"}
+        out = lab.run_in(node.side, "wg", "show", node.iface, "latest-handshakes", timeout=120).stdout
+        seen = {
+            line.split()[0] for line in out.splitlines() if len(line.split()) == 2 and line.split()[1] != "0"
+        }
         missing = [i for k, i in want.items() if k not in seen]
         now = time.monotonic() - storm.t0
         old = {i for i in missing if now - storm.done[i] > 170.0}
@@ -294,8 +349,8 @@ def _confirm(lab, node, storm, log):
         if not again or attempt == 2:
             break
         log(f"{len(again)} peers without a latest-handshake; sending their keepalives again")
-        for start in range(0, len(again), 256):          # paced: the victim's socket takes them
-            storm.outq = again[start:start + 256]
+        for start in range(0, len(again), 256):  # paced: the victim's socket takes them
+            storm.outq = again[start : start + 256]
             storm._flush()
             time.sleep(0.002)
         time.sleep(1.0)
@@ -304,37 +359,49 @@ def _confirm(lab, node, storm, log):
 
 def run_storm(lab, impl, index, peers, victim, load, args, log, wg=None):
     from vpncrypt.crypto import get_backend
+
     label = impl if wg is None else f"wireguard-go {wg['short']}"
     n = len(peers)
-    result = {"implementation": impl, "label": label, "wireguard_go": wg, "peers": n,
-              "load": load, "ok": False, "error": None}
+    result = {
+        "implementation": impl,
+        "label": label,
+        "wireguard_go": wg,
+        "peers": n,
+        "load": load,
+        "ok": False,
+        "error": None,
+    }
     node = sock = busy = None
     try:
         node = Node(lab, "B", impl, index, wg["path"] if wg else None)
         node.private, node.public = victim
         node.start()
         t = time.monotonic()
-        setconf(node, f"[Interface]\nPrivateKey = {node.private}\nListenPort = {WG_PORT}\n" +
-                "".join(f"\n[Peer]\nPublicKey = {keys.encode(p.public)}\n" for p in peers))
+        node.setconf(
+            f"[Interface]\nPrivateKey = {node.private}\nListenPort = {WG_PORT}\n"
+            + "".join(f"\n[Peer]\nPublicKey = {keys.encode(p.public)}\n" for p in peers),
+            timeout=600,
+        )
         lab.run_in("B", "ip", "link", "set", "dev", node.iface, "up")
         result["configure_s"] = time.monotonic() - t
         log(f"{label}: {n} peers configured in {result['configure_s']:.1f} s")
         sock = netns_socket(lab.ns["A"], GEN_PORT)
-        storm = Storm(sock, peers, keys.decode(node.public), (OUTER["B"], WG_PORT), args,
-                      get_backend("native"))
+        storm = Storm(
+            sock, peers, keys.decode(node.public), (OUTER["B"], WG_PORT), args, get_backend("native")
+        )
         storm.prepare()
         if load == "busy":
             busy = start_busy(lab, "A", args.timeout + 60)
-            time.sleep(1.0)                     # its workers are spinning
+            time.sleep(1.0)  # its workers are spinning
         drops0 = udp_drops(lab, "B", WG_PORT)
         mark = {}
 
         def started():
-            mark["cpu"] = _cpu_ticks(node.proc.pid)
+            mark["cpu"] = cpu_ticks(node.proc.pid)
             mark["gen"] = os.times()
 
         seconds = storm.run(started)
-        cpu1, gen1 = _cpu_ticks(node.proc.pid), os.times()
+        cpu1, gen1 = cpu_ticks(node.proc.pid), os.times()
         drops1 = udp_drops(lab, "B", WG_PORT)
         if busy is not None:
             lab.stop_proc(busy)
@@ -346,31 +413,43 @@ def run_storm(lab, impl, index, peers, victim, load, args, log, wg=None):
         last = max(times) if times else None
         cpu_s = (cpu1 - mark["cpu"]) / CLK_TCK
         gen_s = (gen1.user + gen1.system) - (mark["gen"].user + mark["gen"].system)
-        result.update({
-            "complete": done, "seconds": seconds, "all_complete_s": last if done == n else None,
-            "last_complete_s": last, "half_complete_s": _percentile(times, 0.5),
-            "p90_complete_s": _percentile(times, 0.9),
-            "handshakes_per_s": done / last if last else 0.0,
-            "peak_handshakes_per_s": _peak(times),
-            "victim_cpu_s": cpu_s, "victim_cpu_pct": 100.0 * cpu_s / seconds if seconds else None,
-            "victim_cpu_ms_per_handshake": 1000.0 * cpu_s / done if done else None,
-            "generator_cpu_pct": 100.0 * gen_s / seconds if seconds else None,
-            "victim_socket_drops": (drops1 - drops0 if drops0 is not None and drops1 is not None
-                                    else None),
-            **storm.c,
-        })
+        result.update(
+            {
+                "complete": done,
+                "seconds": seconds,
+                "all_complete_s": last if done == n else None,
+                "last_complete_s": last,
+                "half_complete_s": _percentile(times, 0.5),
+                "p90_complete_s": _percentile(times, 0.9),
+                "handshakes_per_s": done / last if last else 0.0,
+                "peak_handshakes_per_s": _peak(times),
+                "victim_cpu_s": cpu_s,
+                "victim_cpu_pct": 100.0 * cpu_s / seconds if seconds else None,
+                "victim_cpu_ms_per_handshake": 1000.0 * cpu_s / done if done else None,
+                "generator_cpu_pct": 100.0 * gen_s / seconds if seconds else None,
+                "victim_socket_drops": (
+                    drops1 - drops0 if drops0 is not None and drops1 is not None else None
+                ),
+                **storm.c,
+            }
+        )
         log(f"{label} {load} {n}: {done} complete in {seconds:.1f} s")
         result["confirmed"], result["expired_unconfirmed"] = _confirm(lab, node, storm, log)
         out = lab.run_in("B", "wg", "show", node.iface, "endpoints", timeout=120).stdout
-        result["victim_endpoint_addresses"] = len({line.split()[1].rsplit(":", 1)[0]
-                                                   for line in out.splitlines()
-                                                   if len(line.split()) == 2
-                                                   and line.split()[1] != "(none)"})
+        result["victim_endpoint_addresses"] = len(
+            {
+                line.split()[1].rsplit(":", 1)[0]
+                for line in out.splitlines()
+                if len(line.split()) == 2 and line.split()[1] != "(none)"
+            }
+        )
         result["ok"] = done == n and result["confirmed"] == n and not storm.c["bad_responses"]
         if not result["ok"]:
-            result["error"] = (f"{done} of {n} complete, {storm.c['bad_responses']} responses "
-                               f"failed to authenticate, {result['confirmed']} confirmed by the "
-                               f"victim ({result['expired_unconfirmed']} too old to try again)")
+            result["error"] = (
+                f"{done} of {n} complete, {storm.c['bad_responses']} responses "
+                f"failed to authenticate, {result['confirmed']} confirmed by the "
+                f"victim ({result['expired_unconfirmed']} too old to try again)"
+            )
     except BenchError as e:
         result["error"] = str(e)
         log(f"{label}: FAILED: {e}", always=True)
@@ -386,24 +465,35 @@ def run_storm(lab, impl, index, peers, victim, load, args, log, wg=None):
 
 # ============================================================ the run
 
+
 def run(args) -> int:
     prog = "vpncrypt bench storm"
     sizes = args.peers or [10000]
     loads = ["busy"] if args.busy else [x.strip() for x in args.load.split(",") if x.strip()]
     impls = implementations(args.implementations)
     if not loads or any(x not in ("quiet", "busy") for x in loads) or not impls:
-        print(f"{prog}: --load takes quiet and busy, --implementations vpncrypt and "
-              f"wireguard-go", file=sys.stderr)
+        print(
+            f"{prog}: --load takes quiet and busy, --implementations vpncrypt and wireguard-go",
+            file=sys.stderr,
+        )
         return 2
-    if (any(not 1 <= n <= min(MAX_PEERS, MAX_SOURCES) for n in sizes)
-            or not 0 <= args.sources <= MAX_SOURCES or args.rate < 0
-            or args.retry_timeout <= 0 or args.timeout <= 0 or args.workers < 0):
-        print(f"{prog}: need --peers from 1 to {MAX_SOURCES}, --sources from 0 to "
-              f"{MAX_SOURCES}, --rate >= 0, --retry-timeout and --timeout > 0",
-              file=sys.stderr)
+    if (
+        any(not 1 <= n <= min(MAX_PEERS, MAX_SOURCES) for n in sizes)
+        or not 0 <= args.sources <= MAX_SOURCES
+        or args.rate < 0
+        or args.retry_timeout <= 0
+        or args.timeout <= 0
+        or args.workers < 0
+    ):
+        print(
+            f"{prog}: need --peers from 1 to {MAX_SOURCES}, --sources from 0 to "
+            f"{MAX_SOURCES}, --rate >= 0, --retry-timeout and --timeout > 0",
+            file=sys.stderr,
+        )
         return 2
-    status, builds = preflight(prog, ["ip", "wg"] + (["stress-ng"] if "busy" in loads else []),
-                               impls, args.wireguard_go)
+    status, builds = preflight(
+        prog, ["ip", "wg"] + (["stress-ng"] if "busy" in loads else []), impls, args.wireguard_go
+    )
     if status is not None:
         return status
     log = logger(prog, args.verbose)
@@ -420,72 +510,84 @@ def run(args) -> int:
             log(f"{n} peers made in {generation[str(n)]:.1f} s")
             for load in loads:
                 for impl, wg in runs(impls, builds):
-                    results.append(run_storm(lab, impl, index, peers, victim, load, args, log,
-                                             wg))
+                    results.append(run_storm(lab, impl, index, peers, victim, load, args, log, wg))
                     index += 1
 
     status, lab = run_in_lab(prog, log, lambda lab: add_anyip(lab, "A", "B", OUTER["A"]), body)
     if status is not None:
         return status
     result = report_head(prog, builds, lab)
-    result.update({
-        "settings": {"peers": sizes, "loads": loads, "sources": args.sources, "rate": args.rate,
-                     "retry_timeout": args.retry_timeout, "timeout": args.timeout,
-                     "workers": args.workers or os.cpu_count()},
-        "generation_s": generation,
-        "storms": results,
-    })
+    result.update(
+        {
+            "settings": {
+                "peers": sizes,
+                "loads": loads,
+                "sources": args.sources,
+                "rate": args.rate,
+                "retry_timeout": args.retry_timeout,
+                "timeout": args.timeout,
+                "workers": args.workers or os.cpu_count(),
+            },
+            "generation_s": generation,
+            "storms": results,
+        }
+    )
     return report(result, results, args.json, print_table)
-
-
-def _f(v, fmt):
-    return "-" if v is None else format(v, fmt)
 
 
 def print_table(result):
     s = result["settings"]
-    src = ("one address per peer" if not s["sources"] else
-           f"{s['sources']} address{'es' if s['sources'] > 1 else ''}")
+    src = (
+        "one address per peer"
+        if not s["sources"]
+        else f"{s['sources']} address{'es' if s['sources'] > 1 else ''}"
+    )
     rate = "all at once" if not s["rate"] else f"{s['rate']:.0f}/s"
-    print(f"vpncrypt bench storm: N peers' initiations, {src}, {rate}, retry after "
-          f"{s['retry_timeout']:g} s; {result['cpu']} ({result['cores']} cores), kernel "
-          f"{result['kernel']}")
-    print("peers made in " + ", ".join(f"{v:.1f} s ({k})" for k, v in
-                                       result["generation_s"].items()))
-    head = (f"{'implementation':<28}{'load':<6}{'peers':>7}{'done':>7}{'all s':>7}{'50% s':>7}"
-            f"{'90% s':>7}{'hs/s':>7}{'peak':>7}{'CPU ms/hs':>10}{'CPU %':>7}{'sent':>8}"
-            f"{'cookies':>8}"
-            f"{'replaced':>9}{'drops':>8}{'checked':>8}")
-    print(head)
-    print("-" * len(head))
+    print(
+        f"vpncrypt bench storm: N peers' initiations, {src}, {rate}, retry after "
+        f"{s['retry_timeout']:g} s; {result['cpu']} ({result['cores']} cores), kernel "
+        f"{result['kernel']}"
+    )
+    print("peers made in " + ", ".join(f"{v:.1f} s ({k})" for k, v in result["generation_s"].items()))
+    head = (
+        f"{'implementation':<28}{'load':<6}{'peers':>7}{'done':>7}{'all s':>7}{'50% s':>7}"
+        f"{'90% s':>7}{'hs/s':>7}{'peak':>7}{'CPU ms/hs':>10}{'CPU %':>7}{'sent':>8}"
+        f"{'cookies':>8}"
+        f"{'replaced':>9}{'drops':>8}{'checked':>8}"
+    )
+    print_head(head)
     for r in result["storms"]:
         if "complete" not in r:
             print(f"{r['label']:<28}{r['load']:<6}{r['peers']:>7}  FAILED: {r['error']}")
             continue
         ok = "ok" if r["ok"] else "NO"
-        print(f"{r['label']:<28}{r['load']:<6}{r['peers']:>7}{r['complete']:>7}"
-              f"{_f(r['all_complete_s'], '.1f'):>7}{_f(r['half_complete_s'], '.1f'):>7}"
-              f"{_f(r['p90_complete_s'], '.1f'):>7}{r['handshakes_per_s']:>7.0f}"
-              f"{r['peak_handshakes_per_s']:>7}"
-              f"{_f(r['victim_cpu_ms_per_handshake'], '.2f'):>10}"
-              f"{_f(r['victim_cpu_pct'], '.0f'):>7}{r['initiations']:>8}"
-              f"{r['cookie_replies']:>8}{r['answered_after_replaced']:>9}"
-              f"{_f(r['victim_socket_drops'], 'd'):>8}{ok:>8}")
+        print(
+            f"{r['label']:<28}{r['load']:<6}{r['peers']:>7}{r['complete']:>7}"
+            f"{cell(r['all_complete_s'], '.1f'):>7}{cell(r['half_complete_s'], '.1f'):>7}"
+            f"{cell(r['p90_complete_s'], '.1f'):>7}{r['handshakes_per_s']:>7.0f}"
+            f"{r['peak_handshakes_per_s']:>7}"
+            f"{cell(r['victim_cpu_ms_per_handshake'], '.2f'):>10}"
+            f"{cell(r['victim_cpu_pct'], '.0f'):>7}{r['initiations']:>8}"
+            f"{r['cookie_replies']:>8}{r['answered_after_replaced']:>9}"
+            f"{cell(r['victim_socket_drops'], 'd'):>8}{ok:>8}"
+        )
         if r["error"]:
             print(f"{'':<28}{r['error']}")
-    for b in result["versions"]["wireguard-go-builds"]:
-        print(f"  wireguard-go {b['version'].split()[-1]}: {b['path']}")
-    print("all/50%/90% s: until that many peers had the response to their latest initiation; "
-          "hs/s: complete peers per second\n(peak: the most in one second).  CPU: the victim "
-          "daemon (ms per complete handshake, and % of one core).  sent: initiations with "
-          "retries.\nreplaced: responses to an "
-          "initiation its peer had already replaced.  drops: the victim's UDP socket drops.\n"
-          "checked: every response authenticated and every peer's keepalive set the victim's "
-          "latest-handshake.")
+    print_builds(result)
+    print(
+        "all/50%/90% s: until that many peers had the response to their latest initiation; "
+        "hs/s: complete peers per second\n(peak: the most in one second).  CPU: the victim "
+        "daemon (ms per complete handshake, and % of one core).  sent: initiations with "
+        "retries.\nreplaced: responses to an "
+        "initiation its peer had already replaced.  drops: the victim's UDP socket drops.\n"
+        "checked: every response authenticated and every peer's keepalive set the victim's "
+        "latest-handshake."
+    )
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(prog="vpncrypt bench storm", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="vpncrypt bench storm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_arguments(ap)
     raise SystemExit(run(ap.parse_args()))

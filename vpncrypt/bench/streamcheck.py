@@ -14,13 +14,15 @@ SEED and i); every datagram is --size bytes, or by default a mix of 6, 100,
 1000 and 1300.  With --gso N the sender hands the kernel UDP_SEGMENT
 super-datagrams of N-byte segments, some ending in a shorter one.  The
 receiver checks each datagram it gets (no corruption, no duplicate) and counts
-the missing ones; the sender paces itself so that a working tunnel loses next
-to none.
+the missing ones and those that came after a later one of the stream
+("reordered": one flow, which a tunnel carries in order); the sender paces
+itself so that a working tunnel loses next to none.
 
 recv prints {"listening": true} once bound, then one result line:
-{"proto", "expected", "checked", "datagrams", "corrupt", "duplicates", "lost", "ok"}
+{"proto", "expected", "checked", "datagrams", "corrupt", "duplicates", "lost", "reordered", "ok"}
 (expected and lost count bytes for TCP, datagrams for UDP; checked is bytes).
 """
+
 import argparse
 import json
 import random
@@ -34,9 +36,9 @@ UDP_SEGMENT = 103
 TCP_MAXSEG = getattr(socket, "TCP_MAXSEG", 2)
 HEAD = struct.Struct("!IH")
 UDP_SIZES = (6, 100, 1000, 1300)
-PACE_EVERY = 32             # datagrams (or super-datagrams) between pauses
+PACE_EVERY = 32  # datagrams (or super-datagrams) between pauses
 PACE_SECONDS = 0.0005
-SILENCE = 3.0               # once traffic flows, this long without any ends a UDP receive
+SILENCE = 3.0  # once traffic flows, this long without any ends a UDP receive
 
 
 def _family(host: str):
@@ -68,7 +70,7 @@ class TcpPattern:
         out = []
         while pos < end:
             i, o = divmod(pos, self.BLOCK)
-            chunk = self._block(i)[o:o + end - pos]
+            chunk = self._block(i)[o : o + end - pos]
             out.append(chunk)
             pos += len(chunk)
         return b"".join(out)
@@ -82,10 +84,20 @@ def datagram(seed: int, seq: int, n: int) -> bytes:
     return HEAD.pack(seq, n) + random.Random(seed * 1_000_003 + seq).randbytes(n - HEAD.size)
 
 
-def _result(proto, expected, checked, datagrams, corrupt, dups, lost):
-    return {"proto": proto, "expected": expected, "checked": checked, "datagrams": datagrams,
-            "corrupt": corrupt, "duplicates": dups, "lost": lost,
-            "ok": corrupt == 0 and dups == 0 and (proto == "udp" or lost == 0)}
+def _result(proto, expected, checked, datagrams, corrupt, dups, lost, reordered=0):
+    return {
+        "proto": proto,
+        "expected": expected,
+        "checked": checked,
+        "datagrams": datagrams,
+        "corrupt": corrupt,
+        "duplicates": dups,
+        "lost": lost,
+        "reordered": reordered,
+        # UDP may lose datagrams on the way (it is counted, not a failure),
+        # but a stream of which not one datagram arrived checked nothing
+        "ok": corrupt == 0 and dups == 0 and (lost == 0 if proto == "tcp" else datagrams > 0),
+    }
 
 
 def send_tcp(a):
@@ -101,7 +113,7 @@ def send_tcp(a):
         s.sendall(data.read(pos, n))
         pos += n
     s.shutdown(socket.SHUT_WR)
-    s.recv(1)                       # the receiver answers once it has checked everything
+    s.recv(1)  # the receiver answers once it has checked everything
     s.close()
 
 
@@ -152,7 +164,7 @@ def send_udp(a):
         sends += 1
         if a.gso or sends % PACE_EVERY == 0:
             time.sleep(PACE_SECONDS)
-    for _ in range(3):              # end markers (the receiver leaves at the first)
+    for _ in range(3):  # end markers (the receiver leaves at the first)
         try:
             s.send(b"END")
         except ConnectionRefusedError:
@@ -168,7 +180,8 @@ def recv_udp(a):
     print(json.dumps({"listening": True}), flush=True)
     s.settimeout(a.timeout)
     seen = bytearray(a.count)
-    corrupt = dups = checked = 0
+    corrupt = dups = checked = reordered = 0
+    highest = -1
     while True:
         try:
             d = s.recv(65536)
@@ -188,14 +201,18 @@ def recv_udp(a):
         else:
             seen[seq] = 1
             checked += n
+            if seq < highest:
+                reordered += 1
+            highest = max(highest, seq)
     s.close()
     got = sum(seen)
-    return _result("udp", a.count, checked, got, corrupt, dups, a.count - got)
+    return _result("udp", a.count, checked, got, corrupt, dups, a.count - got, reordered)
 
 
 def _args(argv):
-    p = argparse.ArgumentParser(prog="python -m vpncrypt.bench.streamcheck",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m vpncrypt.bench.streamcheck", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("role", choices=("recv", "send"))
     p.add_argument("proto", choices=("tcp", "udp"))
     p.add_argument("host")

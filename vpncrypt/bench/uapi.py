@@ -2,7 +2,7 @@
 plane, and `wg show IFACE dump` at many peers, vpncrypt against wireguard-go.
 
 Needs root.  Two network namespaces (A and B) joined by a veth pair
-(vpncrypt.bench.tunnel's Lab).  For each implementation under test in A
+(vpncrypt.bench.lab's Lab).  For each implementation under test in A
 (vpncrypt, then wireguard-go), a tunnel to a wireguard-go in B carries a
 probe: B sends a numbered UDP datagram through the tunnel every millisecond,
 A records when each arrives.  While the probe runs, A's daemon is sent, over
@@ -35,6 +35,7 @@ Figures taken on a loaded machine are noisy: compare the implementations
 within one run.  Every namespace, interface and process is removed at the
 end, also on an error or SIGINT/SIGTERM.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,26 +47,28 @@ import struct
 import sys
 import time
 
-from vpncrypt.bench.tunnel import CLK_TCK, INNER, BenchError, Lab, Node, _cpu_ticks, _wait_tunnel
+from vpncrypt.bench.lab import CLK_TCK, INNER, BenchError, Lab, Node, cpu_ticks, guarded, wait_tunnel
 from vpncrypt.selfcmd import python_command
 
 PROBE_PORT = 5401
 PROBE_INTERVAL = 0.001
-_STAMP = struct.Struct("!Qd")            # sequence number, sender's monotonic time
+_STAMP = struct.Struct("!Qd")  # sequence number, sender's monotonic time
 
 
 # ============================================================ the probe (run in the namespaces)
 
+
 def probe_send(addr: str, port: int, interval: float = PROBE_INTERVAL) -> None:
     """Send a numbered datagram to addr:port every `interval` seconds until killed."""
     import socket
+
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     seq, t = 0, time.monotonic()
     while True:
         try:
             s.sendto(_STAMP.pack(seq, time.monotonic()), (addr, port))
         except OSError:
-            pass                        # no route yet, or a full queue: the gap shows it
+            pass  # no route yet, or a full queue: the gap shows it
         seq += 1
         t += interval
         delay = t - time.monotonic()
@@ -80,6 +83,7 @@ def probe_recv(port: int, out_path: str) -> None:
     them to out_path (doubles, CLOCK_MONOTONIC: the same in every namespace)."""
     import array
     import socket
+
     arrivals = array.array("d")
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", port))
@@ -100,22 +104,30 @@ def probe_recv(port: int, out_path: str) -> None:
 def start_probe(lab, name: str, out: str):
     """The probe stream B -> A through the tunnel: a receiver in A that
     records arrival times into `out`, then a sender in B; (receiver, sender)."""
-    recv = lab.spawn(f"probe-recv-{name}", "A", python_command(
-        f"from vpncrypt.bench.uapi import probe_recv; probe_recv({PROBE_PORT}, {out!r})"))
+    recv = lab.spawn(
+        f"probe-recv-{name}",
+        "A",
+        python_command(f"from vpncrypt.bench.uapi import probe_recv; probe_recv({PROBE_PORT}, {out!r})"),
+    )
     deadline = time.monotonic() + 10
     while not os.path.exists(out + ".ready"):
         if recv.poll() is not None or time.monotonic() > deadline:
-            raise BenchError("the probe receiver did not start: "
-                             f"{lab.log_text('probe-recv-' + name)}")
+            raise BenchError(f"the probe receiver did not start: {lab.log_text('probe-recv-' + name)}")
         time.sleep(0.05)
-    send = lab.spawn(f"probe-send-{name}", "B", python_command(
-        f"from vpncrypt.bench.uapi import probe_send; probe_send({INNER['A']!r}, {PROBE_PORT})"))
+    send = lab.spawn(
+        f"probe-send-{name}",
+        "B",
+        python_command(
+            f"from vpncrypt.bench.uapi import probe_send; probe_send({INNER['A']!r}, {PROBE_PORT})"
+        ),
+    )
     return recv, send
 
 
 def read_arrivals(path: str):
     """The probe receiver's arrival times (doubles, as probe_receive writes them)."""
     import array
+
     arrivals = array.array("d")
     with open(path, "rb") as f:
         arrivals.frombytes(f.read())
@@ -137,9 +149,11 @@ def longest_gap(arrivals, start: float, end: float) -> float:
 
 # ============================================================ requests
 
+
 def _uapi(path: str, text: str, timeout: float = 600.0) -> tuple:
     """(answer, seconds) of one raw UAPI request."""
     from vpncrypt.daemon.uapiclient import request
+
     t0 = time.monotonic()
     answer = request(path, text, timeout=timeout)
     return answer, time.monotonic() - t0
@@ -148,13 +162,13 @@ def _uapi(path: str, text: str, timeout: float = 600.0) -> tuple:
 def big_set(lines: int, public_hex: str) -> str:
     half = lines // 2
     body = [f"set=1\npublic_key={public_hex}\n"]
-    body += [f"allowed_ip=10.{64 + i // 65536}.{i // 256 % 256}.{i % 256}/32\n"
-             for i in range(half)]
+    body += [f"allowed_ip=10.{64 + i // 65536}.{i // 256 % 256}.{i % 256}/32\n" for i in range(half)]
     body += [f"allowed_ip=fd77::{i // 65536:x}:{i % 65536:x}/128\n" for i in range(lines - half)]
     return "".join(body)
 
 
 # ============================================================ the runs
+
 
 def run_gaps(lab: Lab, impl: str, index: int, args, log) -> dict:
     """One tunnel A (impl) <-> B (wireguard-go), the probe B -> A, and the
@@ -165,12 +179,12 @@ def run_gaps(lab: Lab, impl: str, index: int, args, log) -> dict:
     b.start()
     a.configure(b, 1420, initiator=True)
     b.configure(a, 1420, initiator=False)
-    _wait_tunnel(lab, a, b)
+    wait_tunnel(lab, a, b)
     out = os.path.join(lab.tmp, f"probe-{impl}.bin")
     recv, send = start_probe(lab, impl, out)
     windows = []
     try:
-        time.sleep(1.0)                                  # the stream flowing
+        time.sleep(1.0)  # the stream flowing
         for rnd in range(args.rounds):
             log(f"{impl}: round {rnd + 1}: idle window")
             t0 = time.monotonic()
@@ -186,8 +200,15 @@ def run_gaps(lab: Lab, impl: str, index: int, args, log) -> dict:
             log(f"{impl}: get=1")
             t0 = time.monotonic()
             answer, took = _uapi(a.sock, "get=1")
-            windows.append(("get", t0, time.monotonic(), took,
-                            f"{answer.count(chr(10) + 'allowed_ip=')} allowed_ip lines"))
+            windows.append(
+                (
+                    "get",
+                    t0,
+                    time.monotonic(),
+                    took,
+                    f"{answer.count(chr(10) + 'allowed_ip=')} allowed_ip lines",
+                )
+            )
             del answer
             _uapi(a.sock, f"set=1\npublic_key={public}\nremove=true\n")
             time.sleep(0.5)
@@ -195,7 +216,7 @@ def run_gaps(lab: Lab, impl: str, index: int, args, log) -> dict:
         lab.stop_proc(send)
         lab.stop_proc(recv)
     arrivals = read_arrivals(out)
-    res = {}
+    res: dict[str, dict] = {}
     for name, t0, t1, took, note in windows:
         r = res.setdefault(name, {"longest_gap_ms": [], "request_s": [], "answer": note})
         r["longest_gap_ms"].append(round(longest_gap(arrivals, t0, t1) * 1000, 1))
@@ -207,21 +228,27 @@ def run_gaps(lab: Lab, impl: str, index: int, args, log) -> dict:
 
 def _many_peers_conf(n: int, private: str) -> str:
     import base64
+
     lines = ["[Interface]", f"PrivateKey = {private}", ""]
     for i in range(n):
         pub = base64.b64encode(os.urandom(32)).decode()
-        lines += ["[Peer]", f"PublicKey = {pub}",
-                  f"AllowedIPs = 10.{64 + i // 65536}.{i // 256 % 256}.{i % 256}/32",
-                  f"Endpoint = 192.0.2.{i % 250 + 1}:{1024 + i % 60000}", ""]
+        lines += [
+            "[Peer]",
+            f"PublicKey = {pub}",
+            f"AllowedIPs = 10.{64 + i // 65536}.{i // 256 % 256}.{i % 256}/32",
+            f"Endpoint = 192.0.2.{i % 250 + 1}:{1024 + i % 60000}",
+            "",
+        ]
     return "\n".join(lines)
 
 
 def run_dump(lab: Lab, args, log) -> dict:
     """vpncrypt and wireguard-go side by side in A with the same --peers
     peers; `wg show IFACE dump` timed on each, alternately."""
-    nodes = {impl: Node(lab, "A", impl, 9, wg_path=args.wireguard_go)
-             for impl in ("vpncrypt", "wireguard-go")}
-    res = {}
+    nodes = {
+        impl: Node(lab, "A", impl, 9, wg_path=args.wireguard_go) for impl in ("vpncrypt", "wireguard-go")
+    }
+    res: dict[str, dict] = {}
     for impl, n in nodes.items():
         n.start()
         path = os.path.join(lab.tmp, f"{n.iface}-peers.conf")
@@ -234,23 +261,24 @@ def run_dump(lab: Lab, args, log) -> dict:
         res[impl] = {"setconf_s": round(time.monotonic() - t0, 2), "dump_s": [], "cpu_s": []}
     for _ in range(args.repeat):
         for impl, n in nodes.items():
-            c0 = _cpu_ticks(n.proc.pid)
+            assert n.proc is not None  # started above
+            c0 = cpu_ticks(n.proc.pid)
             t0 = time.monotonic()
             r = lab.run_in("A", "wg", "show", n.iface, "dump", timeout=300)
             res[impl]["dump_s"].append(time.monotonic() - t0)
-            c1 = _cpu_ticks(n.proc.pid)
+            c1 = cpu_ticks(n.proc.pid)
             if c0 is not None and c1 is not None:
                 res[impl]["cpu_s"].append((c1 - c0) / CLK_TCK)
             res[impl]["rows"] = len(r.stdout.splitlines())
-    for impl, r in res.items():
-        times, cpu = r.pop("dump_s"), r.pop("cpu_s")
-        r["dump_min_s"] = round(min(times), 3)
-        r["dump_median_s"] = round(statistics.median(times), 3)
+    for impl, row in res.items():
+        times, cpu = row.pop("dump_s"), row.pop("cpu_s")
+        row["dump_min_s"] = round(min(times), 3)
+        row["dump_median_s"] = round(statistics.median(times), 3)
         # the daemon's own CPU for one answer (all its threads): less
         # sensitive to a loaded machine than the wall time
-        r["daemon_cpu_median_s"] = round(statistics.median(cpu), 3) if cpu else None
-        if r["rows"] != args.peers + 1:
-            raise BenchError(f"{impl}: wg show dump listed {r['rows'] - 1} of {args.peers} peers")
+        row["daemon_cpu_median_s"] = round(statistics.median(cpu), 3) if cpu else None
+        if row["rows"] != args.peers + 1:
+            raise BenchError(f"{impl}: wg show dump listed {row['rows'] - 1} of {args.peers} peers")
     for n in nodes.values():
         n.stop()
     return res
@@ -258,12 +286,14 @@ def run_dump(lab: Lab, args, log) -> dict:
 
 # ============================================================ in this process
 
+
 class _Host:
     """What DeviceControl asks of the daemon, for a device with no socket
     and no TUN (the UAPI's work alone)."""
 
     def __init__(self):
-        from vpncrypt.daemon.adapter import DataPlane
+        from vpncrypt.daemon.data_plane import DataPlane
+
         self.dataplane = DataPlane(os.urandom(32))
         self.device = self.dataplane.device
         self.engine, self.listen_port, self.fwmark, self.v6 = None, 0, 0, True
@@ -286,13 +316,13 @@ def run_in_process(args, log) -> dict:
     adds little to: the time the request itself held the loop)."""
     import asyncio
     import tempfile
-    from vpncrypt.daemon.adapter import DeviceControl
+    from vpncrypt.daemon.device_control import DeviceControl
     from vpncrypt.daemon.uapi import start_uapi_server
 
     async def main(path, body):
         server = await start_uapi_server(path, DeviceControl(_Host()))
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, lambda: None)       # the client's thread, made now
+        await loop.run_in_executor(None, lambda: None)  # the client's thread, made now
         worst = {"wall": 0.0, "cpu": 0.0}
         running = [True]
 
@@ -303,6 +333,7 @@ def run_in_process(args, log) -> dict:
                 w, c = time.perf_counter(), time.thread_time()
                 worst["wall"], worst["cpu"] = max(worst["wall"], w - wall), max(worst["cpu"], c - cpu)
                 wall, cpu = w, c
+
         task = asyncio.ensure_future(probe())
         out = {}
         for name, text in (("set", body), ("get", "get=1")):
@@ -314,11 +345,14 @@ def run_in_process(args, log) -> dict:
             # the answer can be seen before the probe has run after the last
             # stretch: let it run, so that stretch is counted
             await asyncio.sleep(5 * PROBE_INTERVAL)
-            out[name] = {"request_s": round(took, 2),
-                         "longest_gap_ms": round(worst["wall"] * 1000, 1),
-                         "longest_loop_cpu_ms": round(worst["cpu"] * 1000, 1),
-                         "answer": answer.strip()[-12:] if name == "set" else
-                         f"{answer.count(chr(10) + 'allowed_ip=')} allowed_ip lines"}
+            out[name] = {
+                "request_s": round(took, 2),
+                "longest_gap_ms": round(worst["wall"] * 1000, 1),
+                "longest_loop_cpu_ms": round(worst["cpu"] * 1000, 1),
+                "answer": answer.strip()[-12:]
+                if name == "set"
+                else f"{answer.count(chr(10) + 'allowed_ip=')} allowed_ip lines",
+            }
         running[0] = False
         await task
         server.close()
@@ -333,35 +367,47 @@ def run_in_process(args, log) -> dict:
 
 def _wireguard_go_version(path):
     import subprocess
+
     try:
-        return subprocess.run([path or "wireguard-go", "--version"], capture_output=True,
-                              text=True, timeout=10).stdout.strip().splitlines()[0]
+        return (
+            subprocess.run([path or "wireguard-go", "--version"], capture_output=True, text=True, timeout=10)
+            .stdout.strip()
+            .splitlines()[0]
+        )
     except (OSError, IndexError, subprocess.TimeoutExpired):
         return "?"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--wireguard-go", default=None, metavar="PATH",
-                   help="wireguard-go binary (default: the one on PATH)")
-    p.add_argument("--lines", type=int, default=600_000,
-                   help="allowed_ip lines in the set request (default 600000)")
-    p.add_argument("--peers", type=int, default=50_000,
-                   help="peers for the wg show dump comparison (default 50000)")
+    p.add_argument(
+        "--wireguard-go", default=None, metavar="PATH", help="wireguard-go binary (default: the one on PATH)"
+    )
+    p.add_argument(
+        "--lines", type=int, default=600_000, help="allowed_ip lines in the set request (default 600000)"
+    )
+    p.add_argument(
+        "--peers", type=int, default=50_000, help="peers for the wg show dump comparison (default 50000)"
+    )
     p.add_argument("--repeat", type=int, default=3, help="dumps per implementation (default 3)")
-    p.add_argument("--rounds", type=int, default=2,
-                   help="idle/set/get rounds per implementation (default 2)")
+    p.add_argument("--rounds", type=int, default=2, help="idle/set/get rounds per implementation (default 2)")
     p.add_argument("--skip-gaps", action="store_true", help="no probe windows")
     p.add_argument("--skip-dump", action="store_true", help="no wg show dump comparison")
-    p.add_argument("--in-process", action="store_true",
-                   help="only the set and get against a server in this process, probed by a "
-                        "timer on its loop (no root, no wireguard-go)")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="only the set and get against a server in this process, probed by a "
+        "timer on its loop (no root, no wireguard-go)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="log each step on stderr")
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m vpncrypt.bench.uapi", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python3 -m vpncrypt.bench.uapi",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p)
     return run(p.parse_args(argv))
 
@@ -376,36 +422,41 @@ def run(args) -> int:
         if args.json:
             print(json.dumps(res, indent=2))
         for name, r in res.items():
-            print(f"in process    {name:5} longest timer gap {r['longest_gap_ms']:7.1f} ms, "
-                  f"longest loop CPU stretch {r['longest_loop_cpu_ms']:6.1f} ms   "
-                  f"request {r['request_s']:6.2f} s   {r['answer']}")
+            print(
+                f"in process    {name:5} longest timer gap {r['longest_gap_ms']:7.1f} ms, "
+                f"longest loop CPU stretch {r['longest_loop_cpu_ms']:6.1f} ms   "
+                f"request {r['request_s']:6.2f} s   {r['answer']}"
+            )
         return 0
     if os.geteuid() != 0:
         print("vpncrypt.bench.uapi: needs root (network namespaces)", file=sys.stderr)
         return 1
 
     lab = Lab(log)
+    results = {
+        "wireguard_go": _wireguard_go_version(args.wireguard_go),
+        "lines": args.lines,
+        "peers": args.peers,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
 
-    def interrupted(signum, _frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, interrupted)
-    results = {"wireguard_go": _wireguard_go_version(args.wireguard_go), "lines": args.lines,
-               "peers": args.peers, "date": time.strftime("%Y-%m-%d", time.gmtime())}
-    try:
-        lab.setup()
-        if not args.skip_gaps:
-            results["gaps"] = {impl: run_gaps(lab, impl, i, args, log)
-                               for i, impl in enumerate(("vpncrypt", "wireguard-go"))}
-        if not args.skip_dump:
-            results["dump"] = run_dump(lab, args, log)
-    except KeyboardInterrupt:
-        print("vpncrypt.bench.uapi: interrupted", file=sys.stderr)
-        return 130
-    except BenchError as e:
-        print(f"vpncrypt.bench.uapi: {e}", file=sys.stderr)
-        return 1
-    finally:
-        lab.close()
+    def measure() -> dict:
+        try:
+            lab.setup()
+            if not args.skip_gaps:
+                results["gaps"] = {
+                    impl: run_gaps(lab, impl, i, args, log)
+                    for i, impl in enumerate(("vpncrypt", "wireguard-go"))
+                }
+            if not args.skip_dump:
+                results["dump"] = run_dump(lab, args, log)
+        finally:
+            lab.close()
+        return results
+
+    status, _ = guarded("vpncrypt.bench.uapi", measure)
+    if status is not None:
+        return status
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
@@ -414,12 +465,16 @@ def run(args) -> int:
         for name, r in windows.items():
             gaps = ", ".join(f"{g:.1f}" for g in r["longest_gap_ms"])
             took = ", ".join(f"{t:.2f}" for t in r["request_s"])
-            print(f"{impl:13} {name:5} longest probe gap (ms, per round) {gaps:>16}   "
-                  f"request (s) {took:>12}   {r['answer']}")
+            print(
+                f"{impl:13} {name:5} longest probe gap (ms, per round) {gaps:>16}   "
+                f"request (s) {took:>12}   {r['answer']}"
+            )
     for impl, r in results.get("dump", {}).items():
-        print(f"{impl:13} {args.peers} peers: wg setconf {r['setconf_s']:.2f} s, wg show dump "
-              f"min {r['dump_min_s']:.3f} s, median {r['dump_median_s']:.3f} s, daemon CPU "
-              f"per dump (median) {r['daemon_cpu_median_s']} s")
+        print(
+            f"{impl:13} {args.peers} peers: wg setconf {r['setconf_s']:.2f} s, wg show dump "
+            f"min {r['dump_min_s']:.3f} s, median {r['dump_median_s']:.3f} s, daemon CPU "
+            f"per dump (median) {r['daemon_cpu_median_s']} s"
+        )
     return 0
 
 

@@ -18,33 +18,35 @@ unchanged peers keep their handshakes.  What `wg set` changed is put back to
 what the file says (a removed peer comes back, a peer the file does not name
 goes, a moved port moves back); what the file does not say stays as it is.
 """
+
 from __future__ import annotations
 
-from .keys import PresharedKey, ZERO_KEY
+from typing import Any
+
+from . import ops as op
+from .keytypes import PresharedKey, PublicKey, ZERO_KEY
 from .model import Config, DEFAULT_MTU
-from .ops import (Operation, PeerUpdate, RemovePeer, ReplacePeers, SetAddresses,
-                  SetFwmark, SetListenPort, SetMTU, SetPrivateKey)
 
 
-def syncconf_operations(running, new: Config) -> list[Operation]:
+def syncconf_operations(running: Any, new: Config) -> list[op.Operation]:
     """Operations that `wg syncconf` would send to turn `running` (an
     InterfaceSnapshot: what `get=1` reports) into what `new` says."""
-    ops: list[Operation] = []
+    ops: list[op.Operation] = []
     ni = new.interface
     running_peers = {bytes(p.public_key): p for p in running.peers}
     file_keys = {bytes(p.public_key) for p in new.peers}
     if not new.peers:
-        ops.append(ReplacePeers())
+        ops.append(op.ReplacePeers())
     else:
         for pk in running_peers:
             if pk not in file_keys:
-                ops.append(RemovePeer(pk))
+                ops.append(op.RemovePeer(PublicKey(pk)))
     if ni.private_key is not None:
-        ops.append(SetPrivateKey(None if ni.private_key.is_zero() else ni.private_key))
+        ops.append(op.SetPrivateKey(None if ni.private_key.is_zero() else ni.private_key))
     if ni.listen_port is not None:
-        ops.append(SetListenPort(ni.listen_port))
+        ops.append(op.SetListenPort(ni.listen_port))
     if "FwMark" in ni.lines:
-        ops.append(SetFwmark(ni.fwmark))
+        ops.append(op.SetFwmark(ni.fwmark))
     for p in new.peers:
         r = running_peers.get(bytes(p.public_key))
         psk = p.preshared_key
@@ -53,23 +55,30 @@ def syncconf_operations(running, new: Config) -> list[Operation]:
         keepalive = p.persistent_keepalive if "PersistentKeepalive" in p.lines else None
         if keepalive is None and r is not None and r.persistent_keepalive:
             keepalive = 0
-        ops.append(PeerUpdate(public_key=p.public_key, preshared_key=psk, endpoint=p.endpoint,
-                              persistent_keepalive=keepalive, replace_allowed_ips=True,
-                              allowed_ips=tuple(p.allowed_ips)))
+        ops.append(
+            op.PeerUpdate(
+                public_key=p.public_key,
+                preshared_key=psk,
+                endpoint=p.endpoint,
+                persistent_keepalive=keepalive,
+                replace_allowed_ips=True,
+                allowed_ips=tuple(p.allowed_ips),
+            )
+        )
     return ops
 
 
-def extras_operations(old: Config, new: Config) -> list[Operation]:
+def extras_operations(old: Config, new: Config) -> list[op.Operation]:
     """The wg-quick extras that changed between the file last applied and
     `new`: MTU, and Address lines added or removed (addresses someone else
     put on the interface are never touched)."""
-    ops: list[Operation] = []
+    ops: list[op.Operation] = []
     oi, ni = old.interface, new.interface
     if (oi.mtu or DEFAULT_MTU) != (ni.mtu or DEFAULT_MTU):
-        ops.append(SetMTU(ni.mtu or DEFAULT_MTU))
+        ops.append(op.SetMTU(ni.mtu or DEFAULT_MTU))
     old_addr, new_addr = list(oi.addresses), list(ni.addresses)
     add = tuple(a for a in new_addr if a not in old_addr)
     remove = tuple(a for a in old_addr if a not in new_addr)
     if add or remove:
-        ops.append(SetAddresses(add=add, remove=remove))
+        ops.append(op.SetAddresses(add=add, remove=remove))
     return ops

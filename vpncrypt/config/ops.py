@@ -4,6 +4,7 @@ SIGHUP reload diff (vpncrypt.config.diff_configs).
 Both produce a list of these, applied in order by
 vpncrypt.daemon.uapi.apply_operations() through a Control object.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from ..endpoints import Endpoint  # noqa: F401  (re-exported: operations carry it)
-from .keys import PresharedKey, PrivateKey, PublicKey
+from .keytypes import PresharedKey, PrivateKey, PublicKey
 
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 IPInterface = Union[ipaddress.IPv4Interface, ipaddress.IPv6Interface]
@@ -70,9 +71,10 @@ class SetMTU:
 
 @dataclass(frozen=True)
 class SetAddresses:
-    add: tuple = ()     # IPInterface values to add to the TUN device
+    add: tuple = ()  # IPInterface values to add to the TUN device
     remove: tuple = ()  # IPInterface values to remove
 
 
-Operation = Union[SetPrivateKey, SetListenPort, SetFwmark, ReplacePeers,
-                  RemovePeer, PeerUpdate, SetMTU, SetAddresses]
+Operation = Union[
+    SetPrivateKey, SetListenPort, SetFwmark, ReplacePeers, RemovePeer, PeerUpdate, SetMTU, SetAddresses
+]

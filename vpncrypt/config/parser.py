@@ -13,36 +13,56 @@ twice in one section is an error, as is a second [Interface] section or a
 second [Peer] with the same PublicKey (wg merges them). Every problem raises
 ConfigError naming file, line and key; no message ever contains key material.
 """
+
 from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
+from typing import Any, Callable
 
 from ..endpoints import parse_config_endpoint
-from .keys import KeyFormatError, PresharedKey, PrivateKey, PublicKey
+from .keytypes import KeyFormatError, PresharedKey, PrivateKey, PublicKey
 from .model import Config, ConfigError, InterfaceConfig, PeerConfig
 from .prefixes import parse_interface, parse_network
 from .rttables import table_names
 
+# What a config key's name may be (the longest, PersistentKeepalive, has 19
+# letters): anything else before the first '=' is not named in an error, for
+# it may be key material (a key's base64 ends in '=')
+_KEY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,19}")
+
 log = logging.getLogger("vpncrypt.config")
 
-_INTERFACE_KEYS = {k.lower(): k for k in
-                   ("PrivateKey", "ListenPort", "FwMark", "Address", "MTU", "DNS", "Table")}
-_PEER_KEYS = {k.lower(): k for k in
-              ("PublicKey", "PresharedKey", "AllowedIPs", "Endpoint", "PersistentKeepalive")}
+_INTERFACE_KEYS = {
+    k.lower(): k for k in ("PrivateKey", "ListenPort", "FwMark", "Address", "MTU", "DNS", "Table")
+}
+_PEER_KEYS = {
+    k.lower(): k for k in ("PublicKey", "PresharedKey", "AllowedIPs", "Endpoint", "PersistentKeepalive")
+}
 _MULTI_KEYS = {"AllowedIPs", "Address", "DNS"}
 _REFUSED = {
-    "postup": ("PostUp", "running commands from the config file is not supported; "
-               "use ExecStartPost= in a systemd drop-in instead"),
-    "postdown": ("PostDown", "running commands from the config file is not supported; "
-                 "use ExecStopPost= in a systemd drop-in instead"),
-    "preup": ("PreUp", "running commands from the config file is not supported; "
-              "use ExecStartPre= in a systemd drop-in instead"),
-    "predown": ("PreDown", "running commands from the config file is not supported; "
-                "use ExecStop= in a systemd drop-in instead"),
-    "saveconfig": ("SaveConfig", "not supported (vpncrypt never rewrites its config "
-                   "file); remove the line"),
+    "postup": (
+        "PostUp",
+        "running commands from the config file is not supported; "
+        "use ExecStartPost= in a systemd drop-in instead",
+    ),
+    "postdown": (
+        "PostDown",
+        "running commands from the config file is not supported; "
+        "use ExecStopPost= in a systemd drop-in instead",
+    ),
+    "preup": (
+        "PreUp",
+        "running commands from the config file is not supported; "
+        "use ExecStartPre= in a systemd drop-in instead",
+    ),
+    "predown": (
+        "PreDown",
+        "running commands from the config file is not supported; use ExecStop= in a systemd drop-in instead",
+    ),
+    "saveconfig": ("SaveConfig", "not supported (vpncrypt never rewrites its config file); remove the line"),
 }
 MIN_MTU, MAX_MTU = 68, 65535
 # wg's char_is_space() less "\n", which ends the line
@@ -69,15 +89,13 @@ def _digits(v: str) -> bool:
     return v.isascii() and v.isdigit()
 
 
-def _parse_int(v: str, lo: int, hi: int, *, allow_off: bool = False,
-               allow_hex: bool = False) -> int:
+def _parse_int(v: str, lo: int, hi: int, *, allow_off: bool = False, allow_hex: bool = False) -> int:
     """``off`` (any case, as wg's strcasecmp), decimal digits, or (with
     allow_hex) a lowercase ``0x`` and hex digits, as wg's parse_fwmark: no
     sign, no ``0X``, no ``_`` as int() would allow."""
     if allow_off and v.lower() == "off":
         return 0
-    if allow_hex and v.startswith("0x") and len(v) > 2 and \
-            all(c in "0123456789abcdefABCDEF" for c in v[2:]):
+    if allow_hex and v.startswith("0x") and len(v) > 2 and all(c in "0123456789abcdefABCDEF" for c in v[2:]):
         n = int(v[2:], 16)
     elif _digits(v):
         n = int(v, 10)
@@ -105,6 +123,13 @@ def _lines(data: bytes, ctx: _Ctx):
             raise ctx.err(lineno, None, None, "not valid UTF-8") from None
 
 
+def _key_name_at_start(text: str) -> str | None:
+    """The config key `text` begins with (as it is spelled: "PrivateKey"), or None."""
+    low = text.lower()
+    names = {**_INTERFACE_KEYS, **_PEER_KEYS, **{k: v[0] for k, v in _REFUSED.items()}}
+    return next((names[k] for k in sorted(names, key=len, reverse=True) if low.startswith(k)), None)
+
+
 def parse_config(text: str | bytes, path: str = "<string>") -> Config:
     """Parse a config file's contents (bytes as read, or text)."""
     ctx = _Ctx(path)
@@ -117,8 +142,8 @@ def parse_config(text: str | bytes, path: str = "<string>") -> Config:
     iface: dict = {}
     iface_lines: dict = {}
     peers: list[tuple[int, dict, dict]] = []  # (header line, values, key lines)
-    cur: dict | None = None
-    cur_lines: dict | None = None
+    cur: dict = {}  # the section being read (set with `section`)
+    cur_lines: dict = {}
 
     for lineno, line in _lines(text, ctx):
         if line.startswith("["):
@@ -127,8 +152,12 @@ def parse_config(text: str | bytes, path: str = "<string>") -> Config:
             name = line[1:-1].lower()
             if name == "interface":
                 if seen_interface_line:
-                    raise ctx.err(lineno, "Interface", None,
-                                  f"second [Interface] section (first on line {seen_interface_line})")
+                    raise ctx.err(
+                        lineno,
+                        "Interface",
+                        None,
+                        f"second [Interface] section (first on line {seen_interface_line})",
+                    )
                 seen_interface_line = lineno
                 section, cur, cur_lines = "Interface", iface, iface_lines
             elif name == "peer":
@@ -136,21 +165,28 @@ def parse_config(text: str | bytes, path: str = "<string>") -> Config:
                 cur, cur_lines = {}, {}
                 peers.append((lineno, cur, cur_lines))
             else:
-                raise ctx.err(lineno, None, None,
-                              f"unknown section [{line[1:-1]}] "
-                              "(expected [Interface] or [Peer])")
+                raise ctx.err(
+                    lineno, None, None, f"unknown section [{line[1:-1]}] (expected [Interface] or [Peer])"
+                )
             continue
         key_raw, sep, value = line.partition("=")
         if not sep:
-            raise ctx.err(lineno, section, None,
-                          "expected 'Key = Value' or a [Section] header")
+            raise ctx.err(lineno, section, None, "expected 'Key = Value' or a [Section] header")
+        if not _KEY_NAME.fullmatch(key_raw):
+            # e.g. "PrivateKey: <key>=": what precedes the first '=' holds the
+            # key itself (its base64 ends in '='); only its leading word is named
+            raise ctx.err(
+                lineno,
+                section,
+                _key_name_at_start(key_raw),
+                "expected 'Key = Value' (the rest of the line is not shown: it may hold a key)",
+            )
         key_l = key_raw.lower()
         if key_l in _REFUSED:
             canon, why = _REFUSED[key_l]
             raise ctx.err(lineno, section, canon, why)
         if section is None:
-            raise ctx.err(lineno, None, key_raw,
-                          "outside of any section (put [Interface] or [Peer] first)")
+            raise ctx.err(lineno, None, key_raw, "outside of any section (put [Interface] or [Peer] first)")
         table = _INTERFACE_KEYS if section == "Interface" else _PEER_KEYS
         key = table.get(key_l)
         if key is None:
@@ -160,8 +196,7 @@ def parse_config(text: str | bytes, path: str = "<string>") -> Config:
                 hint = f" (it belongs in [{'Peer' if section == 'Interface' else 'Interface'}])"
             raise ctx.err(lineno, section, key_raw, "unknown key" + hint)
         if key not in _MULTI_KEYS and key in cur:
-            raise ctx.err(lineno, section, key,
-                          f"given twice (first on line {cur_lines[key]})")
+            raise ctx.err(lineno, section, key, f"given twice (first on line {cur_lines[key]})")
         if not value and key not in ("AllowedIPs",):
             raise ctx.err(lineno, section, key, "empty value")
         cur_lines.setdefault(key, lineno)
@@ -174,8 +209,10 @@ def parse_config(text: str | bytes, path: str = "<string>") -> Config:
         else:
             cur[key] = parsed
         if key == "DNS":
-            warnings.append(f"{path}:{lineno}: [Interface] DNS is ignored by vpncrypt; "
-                            "configure resolvers separately (e.g. resolvectl)")
+            warnings.append(
+                f"{path}:{lineno}: [Interface] DNS is ignored by vpncrypt; "
+                "configure resolvers separately (e.g. resolvectl)"
+            )
 
     interface = InterfaceConfig(
         private_key=iface.get("PrivateKey"),
@@ -191,6 +228,7 @@ def parse_config(text: str | bytes, path: str = "<string>") -> Config:
     if interface.private_key is not None and not interface.private_key.is_zero():
         try:
             from nacl.bindings import crypto_scalarmult_base
+
             own_public = crypto_scalarmult_base(bytes(interface.private_key))
         except Exception:  # pragma: no cover - pynacl is a dependency
             own_public = None
@@ -202,45 +240,61 @@ def parse_config(text: str | bytes, path: str = "<string>") -> Config:
         if pk is None:
             raise ctx.err(header, "Peer", None, "missing PublicKey")
         if pk in first_line:
-            raise ctx.err(lines["PublicKey"], "Peer", "PublicKey",
-                          f"the same peer is already defined on line {first_line[pk]} "
-                          "(wg would merge the two [Peer] sections; vpncrypt refuses)")
+            raise ctx.err(
+                lines["PublicKey"],
+                "Peer",
+                "PublicKey",
+                f"the same peer is already defined on line {first_line[pk]} "
+                "(wg would merge the two [Peer] sections; vpncrypt refuses)",
+            )
         first_line[pk] = header
         if own_public is not None and pk == own_public:
-            warnings.append(f"{path}:{lines['PublicKey']}: [Peer] PublicKey: is this "
-                            "interface's own public key; the peer is ignored (as wg does)")
+            warnings.append(
+                f"{path}:{lines['PublicKey']}: [Peer] PublicKey: is this "
+                "interface's own public key; the peer is ignored (as wg does)"
+            )
             continue
         allowed = []
         for net in vals.get("AllowedIPs", []):
             if net not in allowed:
                 allowed.append(net)
-        out_peers.append(PeerConfig(
-            public_key=pk,
-            preshared_key=vals.get("PresharedKey"),
-            allowed_ips=tuple(allowed),
-            endpoint=vals.get("Endpoint"),
-            persistent_keepalive=vals.get("PersistentKeepalive", 0),
-            line=header,
-            lines=dict(lines),
-        ))
-    cfg = Config(interface=interface, peers=tuple(out_peers), path=path,
-                 warnings=tuple(warnings))
+        out_peers.append(
+            PeerConfig(
+                public_key=pk,
+                preshared_key=vals.get("PresharedKey"),
+                allowed_ips=tuple(allowed),
+                endpoint=vals.get("Endpoint"),
+                persistent_keepalive=vals.get("PersistentKeepalive", 0),
+                line=header,
+                lines=dict(lines),
+            )
+        )
+    cfg = Config(interface=interface, peers=tuple(out_peers), path=path, warnings=tuple(warnings))
     log.debug("parsed %s: %r, %d peer(s)", path, cfg.interface, len(cfg.peers))
     for p in cfg.peers:
         log.debug("  peer %r", p)
     return cfg
 
 
+def _parse_list(value: str, parse: Callable[[str], Any], what: str) -> list:
+    """Each item of a comma list through `parse`; the first bad one is named."""
+    out = []
+    for item in value.split(","):
+        try:
+            out.append(parse(item))
+        except ValueError as e:
+            raise ValueError(f"'{item}' is not {what} ({e})") from None
+    return out
+
+
 def _parse_value(key: str, value: str):
     if key in ("PrivateKey", "PublicKey", "PresharedKey"):
-        cls = {"PrivateKey": PrivateKey, "PublicKey": PublicKey,
-               "PresharedKey": PresharedKey}[key]
+        cls = {"PrivateKey": PrivateKey, "PublicKey": PublicKey, "PresharedKey": PresharedKey}[key]
         try:
             return cls.from_base64(value)
         except KeyFormatError as e:
             # never echo the value: it may be (a mangled) secret
-            tool = {"PrivateKey": "wg genkey", "PublicKey": "wg pubkey",
-                    "PresharedKey": "wg genpsk"}[key]
+            tool = {"PrivateKey": "wg genkey", "PublicKey": "wg pubkey", "PresharedKey": "wg genpsk"}[key]
             raise ValueError(f"{e} (44 characters of base64, as printed by `{tool}`)") from None
     if key == "ListenPort":
         try:
@@ -268,24 +322,9 @@ def _parse_value(key: str, value: str):
         except ValueError as e:
             raise ValueError(f"'{value}': {e}") from None
     if key == "AllowedIPs":
-        out = []
-        if not value:
-            return out
-        for item in value.split(","):
-            try:
-                out.append(parse_network(item))
-            except ValueError as e:
-                raise ValueError(f"'{item}' is not an IP network ({e})") from None
-        return out
+        return _parse_list(value, parse_network, "an IP network") if value else []
     if key == "Address":
-        out = []
-        for item in value.split(","):
-            try:
-                out.append(parse_interface(item))
-            except ValueError as e:
-                raise ValueError(f"'{item}' is not an IP address with an optional "
-                                 f"/prefix ({e})") from None
-        return out
+        return _parse_list(value, parse_interface, "an IP address with an optional /prefix")
     if key == "DNS":
         return [item for item in value.split(",") if item]
     if key == "Table":
@@ -298,9 +337,11 @@ def _parse_value(key: str, value: str):
             if 0 < int(value) < 1 << 32:
                 return int(value)
         elif value in table_names():
-            return value          # `ip` would fail on any other name, after the interface is up
-        raise ValueError(f"'{value}' is not 'off', 'auto', a table number (1-4294967295) "
-                         "or a table name from iproute2's rt_tables files")
+            return value  # `ip` would fail on any other name, after the interface is up
+        raise ValueError(
+            f"'{value}' is not 'off', 'auto', a table number (1-4294967295) "
+            "or a table name from iproute2's rt_tables files"
+        )
     raise AssertionError(key)  # pragma: no cover
 
 
@@ -323,8 +364,7 @@ def load_config(path: str | os.PathLike) -> Config:
     finally:
         os.close(fd)
     cfg = parse_config(data, path)
-    has_secret = cfg.interface.private_key is not None or any(
-        p.preshared_key is not None for p in cfg.peers)
+    has_secret = cfg.interface.private_key is not None or any(p.preshared_key is not None for p in cfg.peers)
     if has_secret:
         problem = secret_file_problem(path, st)
         if problem:

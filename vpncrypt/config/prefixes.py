@@ -10,6 +10,7 @@ rule; `wg` also takes a leading zero in a file (strtoul), which vpncrypt
 refuses there as well, so that a prefix means the same in a file and over
 the UAPI.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -38,15 +39,16 @@ def split_prefix(text: str, *, need_bits: bool) -> tuple:
     if not slash:
         return addr, addr.max_prefixlen
     if not _decimal(bits_text):
-        raise ValueError(f"the prefix length must be a number 0-{addr.max_prefixlen} "
-                         "(decimal, no leading zero)")
+        raise ValueError(
+            f"the prefix length must be a number 0-{addr.max_prefixlen} (decimal, no leading zero)"
+        )
     bits = int(bits_text)
     if bits > addr.max_prefixlen:
         raise ValueError(f"the prefix length must be 0-{addr.max_prefixlen}")
     return addr, bits
 
 
-def parse_network(text: str, *, need_bits: bool = False):
+def parse_network(text: str, *, need_bits: bool = False) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     """An IPv4Network/IPv6Network with the host bits cleared."""
     fast = _ipv4_network(text)
     if fast is not None:
@@ -54,7 +56,7 @@ def parse_network(text: str, *, need_bits: bool = False):
     return ipaddress.ip_network(split_prefix(text, need_bits=need_bits), strict=False)
 
 
-def _ipv4_network(text: str):
+def _ipv4_network(text: str) -> ipaddress.IPv4Network | None:
     """The common case, ``a.b.c.d/n``, without the ipaddress module's string
     parsing (a UAPI request may carry hundreds of thousands of them, parsed
     on the event loop): inet_pton takes exactly the dotted quads that
@@ -72,6 +74,6 @@ def _ipv4_network(text: str):
     return ipaddress.IPv4Network((int.from_bytes(packed, "big") & mask, bits))
 
 
-def parse_interface(text: str):
+def parse_interface(text: str) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
     """An IPv4Interface/IPv6Interface (an address with its prefix length)."""
     return ipaddress.ip_interface(split_prefix(text, need_bits=False))

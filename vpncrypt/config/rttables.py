@@ -7,14 +7,15 @@ configuration directories (/etc/iproute2 first, then the distribution's
 defaults); lines are ``NUMBER NAME``, ``#`` starts a comment. A few names are
 built into `ip` itself and work with no file at all.
 """
+
 from __future__ import annotations
 
 import glob
 import os
+from typing import Iterable
 
 # base files; each one's ".d" directory is read too
-RT_TABLES_FILES = ("/etc/iproute2/rt_tables", "/usr/share/iproute2/rt_tables",
-                   "/usr/lib/iproute2/rt_tables")
+RT_TABLES_FILES = ("/etc/iproute2/rt_tables", "/usr/share/iproute2/rt_tables", "/usr/lib/iproute2/rt_tables")
 BUILTIN_NAMES = frozenset({"unspec", "default", "main", "local"})
 
 
@@ -32,7 +33,7 @@ def _names_in(path: str) -> set:
     return names
 
 
-def table_names(files=None) -> frozenset:
+def table_names(files: Iterable[str] | None = None) -> frozenset:
     """Every table name defined in the iproute2 files (``files``: the base
     rt_tables paths to read, default RT_TABLES_FILES), plus `ip`'s built-in ones."""
     names = set(BUILTIN_NAMES)

@@ -27,7 +27,9 @@ adiantum(xchacha20,aes)):
 AES-256 for Adiantum's one block a message is OpenSSL's libcrypto, loaded at
 run time (adiantum_aes_available()).
 """
+
 import os
+from typing import TYPE_CHECKING, Union
 
 from vpncrypt.crypto.errors import AuthenticationError, CounterOverflowError
 from vpncrypt.crypto.native import (
@@ -56,29 +58,58 @@ from vpncrypt.crypto.native import (
 )
 
 __all__ = [
-    "AuthenticationError", "CounterOverflowError", "get_backend", "backends",
-    "seal", "open", "xseal", "xopen", "seal_batch", "open_batch", "AEAD", "XAEAD",
-    "chacha20_xor", "hchacha20", "poly1305",
-    "implementations", "active_implementation", "use_implementation",
-    "poly1305_implementations", "active_poly1305_implementation", "use_poly1305_implementation",
+    "AuthenticationError",
+    "CounterOverflowError",
+    "get_backend",
+    "backends",
+    "seal",
+    "open",
+    "xseal",
+    "xopen",
+    "seal_batch",
+    "open_batch",
+    "AEAD",
+    "XAEAD",
+    "chacha20_xor",
+    "hchacha20",
+    "poly1305",
+    "implementations",
+    "active_implementation",
+    "use_implementation",
+    "poly1305_implementations",
+    "active_poly1305_implementation",
+    "use_poly1305_implementation",
     "last_kernels",
-    "nhpoly1305", "Adiantum", "adiantum_encrypt", "adiantum_decrypt", "adiantum_aes_available",
-    "nh_implementations", "active_nh_implementation", "use_nh_implementation", "last_nh_kernel",
+    "nhpoly1305",
+    "Adiantum",
+    "adiantum_encrypt",
+    "adiantum_decrypt",
+    "adiantum_aes_available",
+    "nh_implementations",
+    "active_nh_implementation",
+    "use_nh_implementation",
+    "last_nh_kernel",
 ]
 
+if TYPE_CHECKING:
+    from vpncrypt.crypto.pynacl import PynaclBackend
+
+Backend = Union[NativeBackend, "PynaclBackend"]  # the same methods on both
+
 _native = NativeBackend()
-_backends = {"native": _native}
+_backends: dict[str, Backend] = {"native": _native}
 
 
 def backends() -> list[str]:
     return ["native", "pynacl"]
 
 
-def get_backend(name: str = "native"):
+def get_backend(name: str = "native") -> Backend:
     """The backend called `name`: "native" (this project's C core) or "pynacl"."""
     if name not in _backends:
         if name == "pynacl":
             from vpncrypt.crypto.pynacl import PynaclBackend
+
             _backends[name] = PynaclBackend()
         else:
             raise ValueError(f"unknown crypto backend {name!r}; choose from {backends()}")
@@ -86,11 +117,14 @@ def get_backend(name: str = "native"):
 
 
 from vpncrypt.crypto.native import open, seal, xopen, xseal  # noqa: E402,A001 - the API's names
+
 seal_batch = _native.seal_batch
 open_batch = _native.open_batch
 
-for _var, _use in (("VPNCRYPT_CHACHA_IMPL", use_implementation),
-                   ("VPNCRYPT_POLY1305_IMPL", use_poly1305_implementation),
-                   ("VPNCRYPT_NH_IMPL", use_nh_implementation)):
+for _var, _use in (
+    ("VPNCRYPT_CHACHA_IMPL", use_implementation),
+    ("VPNCRYPT_POLY1305_IMPL", use_poly1305_implementation),
+    ("VPNCRYPT_NH_IMPL", use_nh_implementation),
+):
     if os.environ.get(_var):
         _use(os.environ[_var])

@@ -1,8 +1,10 @@
 """The native backend: vpncrypt's own C core, through cffi (kernel selection,
 batches) and through the C-API module vpncrypt._oneshot (one-message calls)."""
-from array import array
 
-from vpncrypt import _oneshot
+from array import array
+from typing import Any
+
+import vpncrypt._oneshot as _oneshot
 from vpncrypt._native import ffi, lib
 from vpncrypt.crypto import args
 from vpncrypt.crypto.errors import AuthenticationError, CounterOverflowError
@@ -11,53 +13,59 @@ _from = ffi.from_buffer
 _EMPTY = b""
 
 
-def _impls(count, name, available):
-    return [ffi.string(name(i)).decode() for i in range(count()) if available(i)]
+class _KernelChoice:
+    """The run-time kernel choice of one primitive, through the C core's
+    vc_<prefix>_impl_count/_name/_available/_active/_select entry points."""
+
+    def __init__(self, kind: str, prefix: str):
+        self.kind = kind
+        self._count = getattr(lib, f"vc_{prefix}_impl_count")
+        self._name = getattr(lib, f"vc_{prefix}_impl_name")
+        self._available = getattr(lib, f"vc_{prefix}_impl_available")
+        self._active = getattr(lib, f"vc_{prefix}_impl_active")
+        self._select = getattr(lib, f"vc_{prefix}_impl_select")
+
+    def name_of(self, index: int) -> str:
+        return ffi.string(self._name(index)).decode()
+
+    def implementations(self) -> list[str]:
+        """The kernels this build has that can run on this CPU."""
+        return [self.name_of(i) for i in range(self._count()) if self._available(i)]
+
+    def active(self) -> str:
+        return self.name_of(self._active())
+
+    def use(self, name: str) -> None:
+        """Select kernel `name`; ValueError if the build lacks it or the CPU cannot run it."""
+        if not isinstance(name, str):
+            raise TypeError(f"implementation name must be a str, not {type(name).__name__}")
+        every = [self.name_of(i) for i in range(self._count())]
+        if name not in every:
+            raise ValueError(f"unknown {self.kind} implementation {name!r}; this build has {every}")
+        if self._select(every.index(name)) != lib.VC_OK:
+            raise ValueError(
+                f"{self.kind} implementation {name!r} cannot run on this CPU; "
+                f"available: {self.implementations()}"
+            )
 
 
-def _select(kind: str, name: str, count, namefn, available, select) -> None:
-    if not isinstance(name, str):
-        raise TypeError(f"implementation name must be a str, not {type(name).__name__}")
-    every = [ffi.string(namefn(i)).decode() for i in range(count())]
-    if name not in every:
-        raise ValueError(f"unknown {kind} implementation {name!r}; this build has {every}")
-    if select(every.index(name)) != lib.VC_OK:
-        raise ValueError(f"{kind} implementation {name!r} cannot run on this CPU; "
-                         f"available: {_impls(count, namefn, available)}")
+_CHACHA = _KernelChoice("ChaCha", "chacha")
+_POLY1305 = _KernelChoice("Poly1305", "poly1305")
+_NH = _KernelChoice("NH", "nh")
 
-
-def chacha_implementations() -> list[str]:
-    return _impls(lib.vc_chacha_impl_count, lib.vc_chacha_impl_name, lib.vc_chacha_impl_available)
-
-
-def active_chacha_implementation() -> str:
-    return ffi.string(lib.vc_chacha_impl_name(lib.vc_chacha_impl_active())).decode()
-
-
-def use_chacha_implementation(name: str) -> None:
-    _select("ChaCha", name, lib.vc_chacha_impl_count, lib.vc_chacha_impl_name,
-            lib.vc_chacha_impl_available, lib.vc_chacha_impl_select)
-
-
-def poly1305_implementations() -> list[str]:
-    return _impls(lib.vc_poly1305_impl_count, lib.vc_poly1305_impl_name, lib.vc_poly1305_impl_available)
-
-
-def active_poly1305_implementation() -> str:
-    return ffi.string(lib.vc_poly1305_impl_name(lib.vc_poly1305_impl_active())).decode()
-
-
-def use_poly1305_implementation(name: str) -> None:
-    _select("Poly1305", name, lib.vc_poly1305_impl_count, lib.vc_poly1305_impl_name,
-            lib.vc_poly1305_impl_available, lib.vc_poly1305_impl_select)
+chacha_implementations = _CHACHA.implementations
+active_chacha_implementation = _CHACHA.active
+use_chacha_implementation = _CHACHA.use
+poly1305_implementations = _POLY1305.implementations
+active_poly1305_implementation = _POLY1305.active
+use_poly1305_implementation = _POLY1305.use
 
 
 # One message per call: the hot path of the Python API, served by the C-API
 # module vpncrypt._oneshot (native/pyext/oneshot.c) instead of cffi.  It links
 # no crypto code: it calls this module's C core through the table of entry
 # points bound here, so the kernel selection above is the one it uses.
-_oneshot._bind(int(ffi.cast("uintptr_t", lib.vc_oneshot_table())),
-               AuthenticationError, CounterOverflowError)
+_oneshot._bind(int(ffi.cast("uintptr_t", lib.vc_oneshot_table())), AuthenticationError, CounterOverflowError)
 
 seal = _oneshot.seal
 open = _oneshot.open  # noqa: A001 - the API's name
@@ -72,8 +80,7 @@ def last_kernels() -> tuple[str | None, str | None]:
     """The (ChaCha, Poly1305) kernels that served this thread's last native
     operation, whichever binding made it; None for a primitive it did not use."""
     c, p = lib.vc_last_chacha_impl(), lib.vc_last_poly1305_impl()
-    return (ffi.string(lib.vc_chacha_impl_name(c)).decode() if c >= 0 else None,
-            ffi.string(lib.vc_poly1305_impl_name(p)).decode() if p >= 0 else None)
+    return (_CHACHA.name_of(c) if c >= 0 else None, _POLY1305.name_of(p) if p >= 0 else None)
 
 
 class NativeBackend:
@@ -86,53 +93,59 @@ class NativeBackend:
     xseal = staticmethod(xseal)
     xopen = staticmethod(xopen)
 
-    def seal_batch(self, key, nonces, plaintexts, aad=_EMPTY) -> list[bytes]:
+    def seal_batch(self, key: Any, nonces: Any, plaintexts: Any, aad: Any = _EMPTY) -> list[bytes]:
         """Seal many messages under one key in one native call."""
         key = args.buf("key", key, 32)
         aad = args.buf("aad", aad)
         lens = args.batch(nonces, plaintexts, 12, sealed_in=False)
-        n = len(lens)
-        if n == 0:
+        out = _packed(lib.vc_aead_seal_packed, key, nonces, plaintexts, lens, aad, 16)
+        if out is None:
             return []
-        total = sum(lens) + 16 * n
-        out = bytearray(total)
-        status = ffi.new("int32_t[]", n)
-        ok = lib.vc_aead_seal_packed(_from(out), _from(b"".join(plaintexts)),
-                                     _from("uint32_t[]", array("I", lens)), n, _from(b"".join(nonces)),
-                                     _from(aad), len(aad), _from(key), status)
-        if ok != n:
+        if any(s != lib.VC_OK for s in out[1]):
             raise ValueError("a plaintext in the batch is too long for one message")
-        view = memoryview(out)
-        res, pos = [], 0
-        for ln in lens:
-            end = pos + ln + 16
-            res.append(view[pos:end].tobytes())
-            pos = end
-        return res
+        return out[0]
 
-    def open_batch(self, key, nonces, sealed, aad=_EMPTY) -> list:
+    def open_batch(self, key: Any, nonces: Any, sealed: Any, aad: Any = _EMPTY) -> list[bytes | None]:
         """Open many messages under one key in one native call; a message that
         fails to authenticate gives None in its place."""
         key = args.buf("key", key, 32)
         aad = args.buf("aad", aad)
         lens = args.batch(nonces, sealed, 12, sealed_in=True)
-        n = len(lens)
-        if n == 0:
+        out = _packed(lib.vc_aead_open_packed, key, nonces, sealed, lens, aad, -16)
+        if out is None:
             return []
-        out = bytearray(sum(lens) - 16 * n)
-        status = ffi.new("int32_t[]", n)
-        lib.vc_aead_open_packed(_from(out), _from(b"".join(sealed)), _from("uint32_t[]", array("I", lens)), n,
-                                _from(b"".join(nonces)), _from(aad), len(aad), _from(key), status)
-        view = memoryview(out)
-        res, pos = [], 0
-        for i, ln in enumerate(lens):
-            end = pos + ln - 16
-            res.append(view[pos:end].tobytes() if status[i] == lib.VC_OK else None)
-            pos = end
-        return res
+        return [m if s == lib.VC_OK else None for m, s in zip(*out)]
 
 
-def hchacha20(key, nonce16, rounds=20) -> bytes:
+def _packed(fn: Any, key: Any, nonces: Any, messages: Any, lens: list[int], aad: Any, grow: int) -> Any:
+    """One vc_aead_seal_packed / vc_aead_open_packed call (`grow`: +16 or -16 bytes a
+    message; the arguments checked): (the output messages, their statuses), or None
+    for an empty batch."""
+    n = len(lens)
+    if n == 0:
+        return None
+    out = bytearray(sum(lens) + grow * n)
+    status = ffi.new("int32_t[]", n)
+    fn(
+        _from(out),
+        _from(b"".join(messages)),
+        _from("uint32_t[]", array("I", lens)),
+        n,
+        _from(b"".join(nonces)),
+        _from(aad),
+        len(aad),
+        _from(key),
+        status,
+    )
+    view = memoryview(out)
+    res, pos = [], 0
+    for ln in lens:
+        res.append(view[pos : pos + ln + grow].tobytes())
+        pos += ln + grow
+    return res, list(status)
+
+
+def hchacha20(key: Any, nonce16: Any, rounds: int = 20) -> bytes:
     key = args.buf("key", key, 32)
     nonce16 = args.buf("nonce16", nonce16, 16)
     rounds = args.rounds(rounds)
@@ -141,7 +154,7 @@ def hchacha20(key, nonce16, rounds=20) -> bytes:
     return ffi.buffer(out)[:]
 
 
-def poly1305(key, message) -> bytes:
+def poly1305(key: Any, message: Any) -> bytes:
     key = args.buf("key", key, 32)
     message = args.buf("message", message)
     out = ffi.new("uint8_t[16]")
@@ -151,26 +164,19 @@ def poly1305(key, message) -> bytes:
 
 # ---- NHPoly1305 and Adiantum ----
 
-def nh_implementations() -> list[str]:
-    return _impls(lib.vc_nh_impl_count, lib.vc_nh_impl_name, lib.vc_nh_impl_available)
 
-
-def active_nh_implementation() -> str:
-    return ffi.string(lib.vc_nh_impl_name(lib.vc_nh_impl_active())).decode()
-
-
-def use_nh_implementation(name: str) -> None:
-    _select("NH", name, lib.vc_nh_impl_count, lib.vc_nh_impl_name,
-            lib.vc_nh_impl_available, lib.vc_nh_impl_select)
+nh_implementations = _NH.implementations
+active_nh_implementation = _NH.active
+use_nh_implementation = _NH.use
 
 
 def last_nh_kernel() -> str | None:
     """The NH kernel that served this thread's last NHPoly1305 or Adiantum call."""
     n = lib.vc_last_nh_impl()
-    return ffi.string(lib.vc_nh_impl_name(n)).decode() if n >= 0 else None
+    return _NH.name_of(n) if n >= 0 else None
 
 
-def nhpoly1305(key, message) -> bytes:
+def nhpoly1305(key: Any, message: Any) -> bytes:
     """NHPoly1305 (the kernel's "nhpoly1305"): a 1088-byte key (16 bytes of
     Poly1305 r, then the 1072-byte NH key), any message, a 16-byte hash."""
     key = args.buf("key", key, 1088)
@@ -188,7 +194,7 @@ class Adiantum:
 
     __slots__ = ("_key", "rounds")
 
-    def __init__(self, key, rounds: int = 12):
+    def __init__(self, key: Any, rounds: int = 12) -> None:
         key = args.buf("key", key, 32)
         rounds = args.rounds(rounds)
         self._key = ffi.new("vc_adiantum_key *")
@@ -210,29 +216,31 @@ class Adiantum:
         out = bytearray(len(data))
         rc = fn(self._key, _from(out), _from(data), len(data), _from(tweak), len(tweak))
         if rc == lib.VC_ERR_AES:
-            raise RuntimeError("Adiantum needs AES-256 from OpenSSL's libcrypto (libcrypto.so.3 "
-                               "or libcrypto.so.1.1), which could not be loaded")
+            raise RuntimeError(
+                "Adiantum needs AES-256 from OpenSSL's libcrypto (libcrypto.so.3 "
+                "or libcrypto.so.1.1), which could not be loaded"
+            )
         if rc == lib.VC_ERR_COUNTER:
             raise CounterOverflowError("data too long for the 32-bit ChaCha block counter")
         if rc != lib.VC_OK:
             raise ValueError(f"Adiantum failed with status {rc}")
         return bytes(out)
 
-    def encrypt(self, tweak, data) -> bytes:
+    def encrypt(self, tweak: Any, data: Any) -> bytes:
         return self._run(lib.vc_adiantum_encrypt, tweak, data)
 
-    def decrypt(self, tweak, data) -> bytes:
+    def decrypt(self, tweak: Any, data: Any) -> bytes:
         return self._run(lib.vc_adiantum_decrypt, tweak, data)
 
 
-def adiantum_encrypt(key, tweak, data, rounds: int = 12) -> bytes:
+def adiantum_encrypt(key: Any, tweak: Any, data: Any, rounds: int = 12) -> bytes:
     """Adiantum encryption (rounds 12: adiantum(xchacha12,aes); 20:
     adiantum(xchacha20,aes)); for many messages under one key, Adiantum(key)
     derives the subkeys once."""
     return Adiantum(key, rounds).encrypt(tweak, data)
 
 
-def adiantum_decrypt(key, tweak, data, rounds: int = 12) -> bytes:
+def adiantum_decrypt(key: Any, tweak: Any, data: Any, rounds: int = 12) -> bytes:
     return Adiantum(key, rounds).decrypt(tweak, data)
 
 

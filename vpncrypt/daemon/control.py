@@ -12,6 +12,7 @@ any of it is applied (off the loop), upsert_peer_steps() applies one peer in
 pieces and snapshot_parts() reads the device in pieces.  The defaults do
 each at once; a Control over a big device overrides them.
 """
+
 from __future__ import annotations
 
 import abc
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from ..config.ops import PeerUpdate
+from ..endpoints import Endpoint
 
 
 class ControlError(Exception):
@@ -28,14 +30,14 @@ class ControlError(Exception):
         self.errno = errno
 
 
-@dataclass(slots=True)         # a get of 50,000 peers makes 50,000
+@dataclass(slots=True)  # a get of 50,000 peers makes 50,000
 class PeerSnapshot:
     public_key: bytes
-    preshared_key: Optional[bytes] = None      # None or all-zero: no PSK
-    endpoint: object = None                    # None, Endpoint, "host:port" or (host, port[, ...])
-    persistent_keepalive: int = 0              # seconds, 0 = off
-    allowed_ips: Sequence = ()                 # ip_network objects, or their str() (as the table lists them)
-    last_handshake_time_sec: int = 0           # wall clock (Unix time); 0 = never
+    preshared_key: Optional[bytes] = None  # None or all-zero: no PSK
+    endpoint: Endpoint | tuple | str | None = None  # None, Endpoint, "host:port" or (host, port[, ...])
+    persistent_keepalive: int = 0  # seconds, 0 = off
+    allowed_ips: Sequence = ()  # ip_network objects, or their str() (as the table lists them)
+    last_handshake_time_sec: int = 0  # wall clock (Unix time); 0 = never
     last_handshake_time_nsec: int = 0
     rx_bytes: int = 0
     tx_bytes: int = 0

@@ -7,9 +7,11 @@ routes + sd_notify, on one asyncio (uvloop) event loop.
 Startup, in an order that leaves nothing behind when a step fails: catch
 SIGTERM/SIGINT/SIGHUP (before anything on the host changes), read the
 config (a config error touches nothing), open the UDP socket (dual-stack
-IPv6, or IPv4), resolve the endpoints' host names (once: what is applied is
-the address found), create the TUN device or attach to a persistent one, add
-its Address lines, build the data plane (adapter.py), serve the UAPI on
+IPv6, or IPv4; with N queues, N sockets of one SO_REUSEPORT group on one
+port), resolve the endpoints' host names (once: what is applied is the
+address found), create the TUN device or attach to a persistent one (with N
+queues, a multi-queue one: a descriptor per queue), add its Address lines,
+build the data plane (data_plane.py), serve the UAPI on
 /var/run/wireguard/IFACE.sock, serve the metrics if asked (metrics.py; a
 port that cannot be bound fails the start), remove what an earlier run left
 behind and add the routes, then send READY=1.  A SIGTERM during startup undoes what was
@@ -30,6 +32,7 @@ cleans up and exits 1.
 A startup failure is one line on stderr (``FILE:LINE: [Section] Key:
 reason`` for config errors) and exit status 1.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,25 +43,44 @@ import signal
 import socket
 import threading
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar
 
-from ..config import (Config, ConfigError, SetAddresses, extras_operations, load_config,
-                      syncconf_operations)
+from ..config import Config, ConfigError, SetAddresses, extras_operations, load_config, syncconf_operations
 from ..endpoints import Endpoint, resolve_endpoint
-from ..protocol.timers import TimerConfig
+from ..protocol.timers import ProtocolConfig
 from . import notify
-from .adapter import DataPlane, DeviceControl
+from .data_plane import DataPlane
+from .device_control import DeviceControl
 from .control import ControlError
 from .logsetup import report_failure
 from .routes import Routes
-from .testtimers import TEST_TIMERS_ENV
 from .tun import TunDevice
-from .udpsocket import open_udp_socket, set_fwmark
-from .uapi import DEFAULT_SOCKET_DIR, apply_operations, socket_path, start_uapi_server
+from .udpsocket import open_udp_sockets, set_fwmark
+from .uapi import DEFAULT_SOCKET_DIR, UAPIServer, apply_operations, socket_path, start_uapi_server
+
+if TYPE_CHECKING:  # loaded with --metrics only
+    from .metrics import MetricsServer
 
 log = logging.getLogger("vpncrypt.daemon")
 
-TICK = 1.0          # seconds between housekeeping rounds (interface check, MTU, STATUS=)
+_T = TypeVar("_T")
+
+
+class _Started(Generic[_T]):
+    """A part of the daemon that start() makes (the attribute `name`), for
+    the steps that run after it: RuntimeError if start() has not made it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, daemon: object, owner: Optional[type] = None) -> _T:
+        part = getattr(daemon, self.name)
+        if part is None:
+            raise RuntimeError(f"the daemon's {self.name} is not there: start() has not made it")
+        return part
+
+
+TICK = 1.0  # seconds between housekeeping rounds (interface check, MTU, STATUS=)
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -81,26 +103,41 @@ def describe(e: BaseException) -> str:
 
 
 class Daemon:
-    def __init__(self, interface: str, config_path: Optional[str] = None, *,
-                 socket_dir: str = DEFAULT_SOCKET_DIR,
-                 timer_config: Optional[TimerConfig] = None,
-                 on_ready: Optional[Callable[[], None]] = None,
-                 threads: int = 1, tun_offloads: bool = True,
-                 metrics_address: Optional[tuple] = None):
+    def __init__(
+        self,
+        interface: str,
+        config_path: Optional[str] = None,
+        *,
+        socket_dir: str = DEFAULT_SOCKET_DIR,
+        protocol_config: Optional[ProtocolConfig] = None,
+        on_ready: Optional[Callable[[], None]] = None,
+        threads: int = 1,
+        tun_offloads: bool = True,
+        metrics_address: Optional[tuple] = None,
+        queues: int = 1,
+        queue_fallback: bool = False,
+        fair_queue: bool = False,
+    ):
         self.interface = interface
-        self.metrics_address = metrics_address     # (host, port), checked; None: no metrics
-        self.metrics = None
+        # (UDP socket, TUN queue) pairs; queue_fallback: a persistent TUN made
+        # without multi_queue gets one (else it is a startup error)
+        self.queues = queues
+        self.queue_fallback = queue_fallback
+        self.metrics_address = metrics_address  # (host, port), checked; None: no metrics
+        self.metrics: Optional[MetricsServer] = None
         self.threads = threads
         self.tun_offloads = tun_offloads
+        self.fair_queue = fair_queue
         self.config_path = config_path
         self.socket_dir = socket_dir
-        self.timer_config = timer_config
+        self.protocol_config = protocol_config
         self.on_ready = on_ready
         self.config: Config = Config()
         self.tun: Optional[TunDevice] = None
-        self.udp = None
+        self.udp: Any = None  # the data plane's (first) batch socket (DataPlane.udp_socket)
+        self.udps: list = []  # every queue's batch socket, self.udp first
         self.dataplane: Optional[DataPlane] = None
-        self.uapi = None
+        self.uapi: Optional[UAPIServer] = None
         self.routes: Optional[Routes] = None
         self.control = DeviceControl(self)
         self.listen_port = 0
@@ -110,19 +147,27 @@ class Daemon:
         self.exit_code = 0
         self.up = False
         self.loop: Optional[asyncio.AbstractEventLoop] = None
-        self._stop: Optional[asyncio.Event] = None
-        self._status = None
-        self._timers = {}      # purpose -> the one pending TimerHandle
-        self._early = {}       # signal -> what it was set to before start() caught it
+        self._stop = asyncio.Event()
+        self._status: Optional[str] = None
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # purpose -> the one pending TimerHandle
+        self._early: dict[int, Any] = {}  # signal -> what it was set to before start() caught it
         self._early_stop = ""  # the stop signal that arrived during startup
         self._early_reload = False
-        self._reload_lock: Optional[asyncio.Lock] = None
+        self._reload_lock = asyncio.Lock()
         self._reload_waiting = False
         self._tasks: set = set()
-        self._home = True      # whether the interface is in the daemon's namespace
+        self._home = True  # whether the interface is in the daemon's namespace
         self._mtu_unknown = False  # warned that the MTU cannot be read where it is
 
     # ------------------------------------------------------------ helpers
+
+    # What start() made, for the steps that run only after it made them.
+    _loop: _Started[asyncio.AbstractEventLoop] = _Started("loop")
+    _dp: _Started[DataPlane] = _Started("dataplane")
+    _tun: _Started[TunDevice] = _Started("tun")
+    _routes: _Started[Routes] = _Started("routes")
+    _uapi: _Started[UAPIServer] = _Started("uapi")
+    _udp: _Started[Any] = _Started("udp")
 
     @property
     def device(self):
@@ -142,38 +187,56 @@ class Daemon:
             self.dataplane.trace.endpoint_set(public_key, endpoint)
 
     def counters(self, peer_drops: bool = True) -> dict:
-        return self.dataplane.counters(self.udp, loop=self.loop, pending_timers=len(self._timers),
-                                       peer_drops=peer_drops)
+        return self._dp.counters(
+            self.udp, loop=self.loop, pending_timers=len(self._timers), peer_drops=peer_drops
+        )
 
     def rebind(self, port: int) -> None:
+        """Every queue's socket to `port` (0: a random one, the same for
+        all), together; the old ones closed once the new ones are in."""
         if port and port == self.listen_port:
             return
-        sock = open_udp_socket(port, self.fwmark)
-        old = self.udp
-        self.udp = self.dataplane.udp_socket(sock)
-        self.v6 = sock.family == socket.AF_INET6
-        self.listen_port = sock.getsockname()[1]
-        self.dataplane.set_listen_port(self.listen_port)
-        self.dataplane.replace_udp(self.udp)
-        if old is not None:
-            old.sock.close()
-        log.info("listening on UDP port %d (%s)", self.listen_port,
-                 "IPv4+IPv6" if self.v6 else "IPv4 only")
+        socks = open_udp_sockets(port, self.fwmark, count=max(1, len(self.udps)))
+        old = self.udps
+        self._use_sockets(socks)
+        self._dp.replace_udp(self.udps)
+        for u in old:
+            u.sock.close()
+        log.info("listening on UDP port %d (%s)", self.listen_port, "IPv4+IPv6" if self.v6 else "IPv4 only")
+
+    def _use_sockets(self, socks: list) -> None:
+        self.udps = self._dp.udp_sockets(socks)
+        self.udp = self.udps[0]
+        self.v6 = socks[0].family == socket.AF_INET6
+        self.listen_port = socks[0].getsockname()[1]
+        self._dp.set_listen_port(self.listen_port)
 
     def set_fwmark(self, fwmark: int) -> None:
-        set_fwmark(self.udp.sock, fwmark)
+        """On every queue's socket, or (if one refuses it) on none."""
+        done = []
+        try:
+            for u in self.udps or [self._udp]:
+                set_fwmark(u.sock, fwmark)
+                done.append(u)
+        except OSError:
+            for u in done:
+                set_fwmark(u.sock, self.fwmark)
+            raise
         self.fwmark = fwmark
 
     def check_mtu(self) -> None:
         try:
-            mtu = self.tun.get_mtu()      # wherever the interface is
+            mtu = self._tun.get_mtu()  # wherever the interface is
         except OSError as e:
             if not self._home and not self._mtu_unknown:
                 # joining the other namespace takes CAP_SYS_ADMIN and setns,
                 # which the systemd unit does not grant
-                log.warning("cannot read the MTU of %s in its network namespace (%s): "
-                            "packets stay padded to MTU %d", self.tun.name, describe(e),
-                            self.mtu)
+                log.warning(
+                    "cannot read the MTU of %s in its network namespace (%s): packets stay padded to MTU %d",
+                    self._tun.name,
+                    describe(e),
+                    self.mtu,
+                )
                 self._mtu_unknown = True
             return
         self._mtu_unknown = False
@@ -181,11 +244,11 @@ class Daemon:
             if self.mtu:
                 log.info("interface %s: MTU %d -> %d", self.interface, self.mtu, mtu)
             self.mtu = mtu
-            self.dataplane.set_mtu(mtu)
+            self._dp.set_mtu(mtu)
 
     def _status_text(self) -> str:
-        n = self.dataplane.peer_count()
-        last = self.dataplane.last_handshake()
+        n = self._dp.peer_count()
+        last = self._dp.last_handshake()
         text = f"{n} peer{'s' if n != 1 else ''}"
         if last:
             text += ", last handshake " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last))
@@ -220,11 +283,11 @@ class Daemon:
                     addr = found[ep.host]
                 except OSError as e:
                     line = p.line_of("Endpoint")
-                    raise ConfigError(f"{cfg.path}:{line}: [Peer] Endpoint: {describe(e)}",
-                                      path=cfg.path, line=line) from None
+                    raise ConfigError(
+                        f"{cfg.path}:{line}: [Peer] Endpoint: {describe(e)}", path=cfg.path, line=line
+                    ) from None
                 host = addr[0] if len(addr) < 4 or not addr[3] else f"{addr[0]}%{addr[3]}"
-                p = dataclasses.replace(p, endpoint=Endpoint(host=host, port=ep.port,
-                                                             text=ep.text))
+                p = dataclasses.replace(p, endpoint=Endpoint(host=host, port=ep.port, text=ep.text))
             peers.append(p)
         return dataclasses.replace(cfg, peers=tuple(peers))
 
@@ -238,13 +301,14 @@ class Daemon:
             if done:
                 return task.result()
             if self._early_stop:
-                task.cancel()             # the thread's answer, if it ever comes, is dropped
+                task.cancel()  # the thread's answer, if it ever comes, is dropped
                 self._checkpoint()
 
     async def _in_thread(self, fn, *args):
         """fn(*args) in a thread of its own (a daemon thread: a resolver that
         hangs does not hold up the exit); its result on the loop."""
-        loop, fut = self.loop, self.loop.create_future()
+        loop = self._loop
+        fut = loop.create_future()
 
         def settle(ok, value):
             if not fut.done():
@@ -253,31 +317,29 @@ class Daemon:
         def work():
             try:
                 ok, value = True, fn(*args)
-            except BaseException as e:          # noqa: BLE001 - raised on the loop
+            except BaseException as e:  # noqa: BLE001 - raised on the loop
                 ok, value = False, e
             try:
                 loop.call_soon_threadsafe(settle, ok, value)
-            except RuntimeError:                # the loop is closed: nobody waits
+            except RuntimeError:  # the loop is closed: nobody waits
                 pass
+
         threading.Thread(target=work, name="vpncrypt-resolve", daemon=True).start()
         return await fut
 
     def _open_socket(self, cfg: Config) -> None:
         port = cfg.interface.listen_port or 0
         try:
-            sock = open_udp_socket(port, self.fwmark)
+            socks = open_udp_sockets(port, self.fwmark, count=self.queues)
         except OSError as e:
             line = cfg.interface.line_of("ListenPort")
             if line:
-                raise ConfigError(f"{cfg.path}:{line}: [Interface] ListenPort: {describe(e)}",
-                                  path=cfg.path, line=line) from None
+                raise ConfigError(
+                    f"{cfg.path}:{line}: [Interface] ListenPort: {describe(e)}", path=cfg.path, line=line
+                ) from None
             raise StartupError(describe(e)) from None
-        self.udp = self.dataplane.udp_socket(sock)
-        self.v6 = sock.family == socket.AF_INET6
-        self.listen_port = sock.getsockname()[1]
-        self.dataplane.set_listen_port(self.listen_port)
-        log.debug("listening on UDP port %d (%s)", self.listen_port,
-                  "IPv4+IPv6" if self.v6 else "IPv4 only")
+        self._use_sockets(socks)
+        log.debug("listening on UDP port %d (%s)", self.listen_port, "IPv4+IPv6" if self.v6 else "IPv4 only")
 
     # Signals during startup: a Python handler that only takes note (it may
     # run at any point); the steps check between them, so a step that
@@ -307,56 +369,72 @@ class Daemon:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        self._reload_lock = asyncio.Lock()
         self._catch_signals_early()
         cfg = self._read_config()
         iface = cfg.interface
         self.fwmark = iface.fwmark or 0
-        self.dataplane = DataPlane(bytes(iface.private_key) if iface.private_key is not None
-                                   else None, timer_config=self.timer_config, threads=self.threads,
-                                   tun_offloads=self.tun_offloads)
-        if self.timer_config is not None:
-            log.warning("test-only protocol timers in use (%s): %s", TEST_TIMERS_ENV,
-                        os.environ.get(TEST_TIMERS_ENV, ""))
+        self.dataplane = DataPlane(
+            bytes(iface.private_key) if iface.private_key is not None else None,
+            protocol_config=self.protocol_config,
+            threads=self.threads,
+            tun_offloads=self.tun_offloads,
+            fair_queue=self.fair_queue,
+        )
+        if self.protocol_config is not None:
+            changed = _protocol_changes(self.protocol_config)
+            if changed:
+                log.warning("protocol timers and limits other than WireGuard's: %s", changed)
         self._open_socket(cfg)
         cfg = self.config = await self._resolve_at_start(cfg)
         self._checkpoint()
-        self.tun = TunDevice.create(self.interface, mtu=iface.mtu if iface.mtu else None,
-                                    addresses=iface.addresses, up=True, vnet_hdr=True)
-        self.mtu = self.tun.get_mtu()
+        self.tun = TunDevice.create(
+            self.interface,
+            mtu=iface.mtu if iface.mtu else None,
+            addresses=iface.addresses,
+            up=True,
+            vnet_hdr=True,
+            queues=len(self.udps),
+            queue_fallback=self.queue_fallback,
+        )
+        queues = len(self._tun.queue_fds())
+        if queues < len(self.udps):  # a persistent TUN of one queue (queue_fallback)
+            for u in self.udps[queues:]:
+                u.sock.close()
+            del self.udps[queues:]
+        self.mtu = self._tun.get_mtu()
         if iface.addresses:
-            log.info("interface %s: addresses %s", self.tun.name,
-                     ", ".join(str(a) for a in iface.addresses))
+            log.info("interface %s: addresses %s", self._tun.name, ", ".join(str(a) for a in iface.addresses))
         self._checkpoint()
         apply_operations(syncconf_operations(self.control.snapshot(), cfg), self.control)
-        self.dataplane.start(self.udp, self.tun.fileno(), loop=self.loop, mtu=self.mtu,
-                             on_fatal=self._on_fatal)
+        self._dp.start(
+            self.udps, self._tun.queue_fds(), loop=self.loop, mtu=self.mtu, on_fatal=self._on_fatal
+        )
         self._checkpoint()
-        self.uapi = await start_uapi_server(socket_path(self.tun.name, self.socket_dir),
-                                            self.control, extensions_in_get=False)
+        self.uapi = await start_uapi_server(
+            socket_path(self._tun.name, self.socket_dir), self.control, extensions_in_get=False
+        )
         self._checkpoint()
         if self.metrics_address is not None:
             await self._start_metrics(*self.metrics_address)
             self._checkpoint()
-        self.routes = Routes(self.tun.name, iface.table, get_fwmark=lambda: self.fwmark,
-                             set_fwmark=self.set_fwmark)
-        self.routes.remove_leftovers()
+        self.routes = Routes(
+            self._tun.name, iface.table, get_fwmark=lambda: self.fwmark, set_fwmark=self.set_fwmark
+        )
+        self._routes.remove_leftovers()
         self._checkpoint()
-        self.routes.sync(self.dataplane.allowed_ips())
+        self._routes.sync(self._dp.allowed_ips())
         self._checkpoint()
         for sig in STOP_SIGNALS:
-            self.loop.add_signal_handler(sig, self.stop, 0, signal.Signals(sig).name)
-        self.loop.add_signal_handler(signal.SIGHUP, self.reload)
-        self._checkpoint()             # one that came while the loop's handlers went in
+            self._loop.add_signal_handler(sig, self.stop, 0, signal.Signals(sig).name)
+        self._loop.add_signal_handler(signal.SIGHUP, self.reload)
+        self._checkpoint()  # one that came while the loop's handlers went in
         self._schedule_tick()
         wd = notify.watchdog_interval()
         if wd:
             self._schedule_watchdog(wd)
         self._status = self._status_text()
         self.up = True
-        log.info("%s up: %s, UDP port %d, MTU %d", self.tun.name, self._status,
-                 self.listen_port, self.mtu)
+        log.info("%s up: %s, UDP port %d, MTU %d", self._tun.name, self._status, self.listen_port, self.mtu)
         notify.ready(self._status)
         if self.on_ready is not None:
             self.on_ready()
@@ -366,6 +444,7 @@ class Daemon:
 
     async def _start_metrics(self, host: str, port: int) -> None:
         from .metrics import start_metrics_server
+
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             self.metrics = await start_metrics_server(self, host, port)
@@ -376,13 +455,13 @@ class Daemon:
     # ------------------------------------------------------------ running
 
     def _schedule_tick(self) -> None:
-        self._timers["tick"] = self.loop.call_later(TICK, self._tick)
+        self._timers["tick"] = self._loop.call_later(TICK, self._tick)
 
     def _tick(self) -> None:
         if self._stop.is_set():
             return
-        if self.tun.gone():
-            log.error("interface %s was deleted; shutting down", self.tun.name)
+        if self._tun.gone():
+            log.error("interface %s was deleted; shutting down", self._tun.name)
             self.stop(1)
             return
         self._check_namespace()
@@ -398,26 +477,32 @@ class Daemon:
             if self._stop.is_set():
                 return
             notify.watchdog()
-            self._timers["watchdog"] = self.loop.call_later(interval, ping)
+            self._timers["watchdog"] = self._loop.call_later(interval, ping)
+
         ping()
 
     def _check_namespace(self) -> None:
         try:
-            home = self.tun.in_home_namespace()
+            home = self._tun.in_home_namespace()
         except OSError:
-            return                      # cannot tell now: nothing to say
+            return  # cannot tell now: nothing to say
         if home != self._home:
             self._home = home
             if home:
-                log.info("interface %s is back in the daemon's network namespace (the moves "
-                         "dropped its addresses and routes)", self.tun.name)
+                log.info(
+                    "interface %s is back in the daemon's network namespace (the moves "
+                    "dropped its addresses and routes)",
+                    self._tun.name,
+                )
             else:
-                log.info("interface %s moved to another network namespace; its UDP socket "
-                         "stays in this one", self.tun.name)
+                log.info(
+                    "interface %s moved to another network namespace; its UDP socket stays in this one",
+                    self._tun.name,
+                )
 
     def _on_fatal(self, exc) -> None:
-        if self.tun.gone():
-            log.error("interface %s was deleted; shutting down", self.tun.name)
+        if self._tun.gone():
+            log.error("interface %s was deleted; shutting down", self._tun.name)
         else:
             log.error("data plane failed (%s); shutting down", describe(exc))
         self.stop(1)
@@ -440,7 +525,7 @@ class Daemon:
         if self._reload_waiting:
             return
         self._reload_waiting = True
-        task = self.loop.create_task(self._reload_in_turn())
+        task = self._loop.create_task(self._reload_in_turn())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -454,31 +539,34 @@ class Daemon:
         notify.reloading()
         try:
             new = self._read_config()
-            new = await self._in_thread(self._resolve, new)     # the loop keeps serving
+            new = await self._in_thread(self._resolve, new)  # the loop keeps serving
             if self._stop.is_set():
                 return
             # held apart from UAPI requests: a set applied in slices is never
             # met halfway, and a get never shows half a reload
             extras = extras_operations(self.config, new)
-            if any(isinstance(op, SetAddresses) for op in extras) \
-                    and not self.tun.in_home_namespace():
+            if any(isinstance(op, SetAddresses) for op in extras) and not self._tun.in_home_namespace():
                 # (checked before anything is applied: a request is whole or nothing)
-                log.warning("reload: %s is in another network namespace; its Address lines "
-                            "are for that namespace to set", self.tun.name)
+                log.warning(
+                    "reload: %s is in another network namespace; its Address lines "
+                    "are for that namespace to set",
+                    self._tun.name,
+                )
                 extras = [op for op in extras if not isinstance(op, SetAddresses)]
-            async with self.uapi.exclusive():
+            async with self._uapi.exclusive():
                 ops = syncconf_operations(self.control.snapshot(), new)
                 apply_operations(ops + extras, self.control)
             self.config = new
-            if new.interface.table != self.routes.table:
+            if new.interface.table != self._routes.table:
                 log.warning("reload: a changed Table takes effect at the next start")
-            if self.tun.in_home_namespace():
-                self.routes.sync(self.dataplane.allowed_ips())
+            if self._tun.in_home_namespace():
+                self._routes.sync(self._dp.allowed_ips())
             else:
-                log.warning("reload: %s is in another network namespace; its routes are for "
-                            "that namespace to set", self.tun.name)
-            log.info("reloaded %s like `wg syncconf`: %d peer(s)", self.config_path,
-                     self.dataplane.peer_count())
+                log.warning(
+                    "reload: %s is in another network namespace; its routes are for that namespace to set",
+                    self._tun.name,
+                )
+            log.info("reloaded %s like `wg syncconf`: %d peer(s)", self.config_path, self._dp.peer_count())
         except (ConfigError, ControlError, OSError, ValueError) as e:
             log.error("reload failed, keeping the running configuration: %s", describe(e))
         finally:
@@ -532,7 +620,7 @@ class Daemon:
         if self.routes is not None:
             self.routes.clear(interface_here=here)
             self.routes = None
-        for name in ("metrics", "uapi"):      # the servers: the metrics first, then the UAPI
+        for name in ("metrics", "uapi"):  # the servers: the metrics first, then the UAPI
             server = getattr(self, name)
             if server is not None:
                 server.close()
@@ -543,9 +631,10 @@ class Daemon:
                 setattr(self, name, None)
         if self.dataplane is not None:
             self.dataplane.stop()
-        if self.udp is not None:
-            self.udp.sock.close()
-            self.udp = None
+        for u in self.udps:
+            u.sock.close()
+        self.udps = []
+        self.udp = None
         if self.tun is not None:
             self.tun.close()
             self.tun = None
@@ -571,10 +660,22 @@ class Daemon:
         return code
 
 
+def _protocol_changes(config: ProtocolConfig) -> str:
+    """The fields of `config` that differ from WireGuard's, as "name=value, ..."."""
+    default = ProtocolConfig()
+    return ", ".join(
+        f"{f.name}={getattr(config, f.name)}"
+        for f in dataclasses.fields(ProtocolConfig)
+        if getattr(config, f.name) != getattr(default, f.name)
+    )
+
+
 def run_daemon(daemon: Daemon) -> int:
-    """Run on uvloop when it is installed."""
+    """Run on uvloop (a default dependency), else on asyncio's own loop."""
     try:
         import uvloop
     except ImportError:
+        log.debug("event loop: asyncio (uvloop is not installed)")
         return asyncio.run(daemon.run())
+    log.debug("event loop: uvloop %s", uvloop.__version__)
     return uvloop.run(daemon.run())

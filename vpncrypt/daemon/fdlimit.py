@@ -9,6 +9,7 @@ missing (the event loop, a `ip` subprocess, the TUN): the floor covers the
 standard streams, the TUN and UDP sockets, the event loop's own descriptors,
 a route command's pipes and the 32 UAPI clients served at a time.
 """
+
 from __future__ import annotations
 
 import resource
@@ -25,8 +26,9 @@ def raise_open_files_limit() -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
         except (OSError, ValueError):
-            pass                          # keep the soft limit we have
+            pass  # keep the soft limit we have
     if soft != resource.RLIM_INFINITY and soft < MIN_OPEN_FILES:
-        raise ValueError(f"the open files limit (ulimit -n) is {soft}; vpncrypt needs at "
-                         f"least {MIN_OPEN_FILES}")
+        raise ValueError(
+            f"the open files limit (ulimit -n) is {soft}; vpncrypt needs at least {MIN_OPEN_FILES}"
+        )
     return soft

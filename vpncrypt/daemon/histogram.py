@@ -1,6 +1,7 @@
 """A histogram's counts, kept without a metrics library: what the Prometheus
 collector (metrics.py) reads at scrape time.  Observing is a bisect and two
 additions; there is no lock (every observer runs on the event loop)."""
+
 from __future__ import annotations
 
 import bisect
@@ -9,8 +10,7 @@ import bisect
 # the 5 s REKEY_TIMEOUT after which it is retried (few buckets: one histogram
 # per peer); a UAPI request's
 RTT_BUCKETS = (0.001, 0.0025, 0.01, 0.05, 0.25, 1.0, 5.0)
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                   2.5, 5.0)
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class Histogram:
@@ -18,7 +18,7 @@ class Histogram:
 
     def __init__(self, bounds=LATENCY_BUCKETS):
         self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)   # the last one: above every bound
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound
         self.total = 0.0
         self.count = 0
 

@@ -4,23 +4,31 @@ stderr is the journal (JOURNAL_STREAM matches), plain lines otherwise.
 Every line goes through redact(): anything shaped like a WireGuard key
 (44-character base64 ending in '=', or 64 hex digits) is replaced, so key
 material never reaches the log even if code logs it by mistake. Key objects
-from vpncrypt.config.keys already print as a fingerprint or <redacted>.
+from vpncrypt.config.keytypes already print as a fingerprint or <redacted>.
 """
+
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import re
 import sys
-from typing import Optional, TextIO
+from typing import Mapping, Optional, TextIO
 
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-          "error": logging.ERROR, "critical": logging.CRITICAL}
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
 
 _SYSLOG_PRIORITY = [  # (min level, priority)
-    (logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4),
-    (logging.INFO, 6), (0, 7),
+    (logging.CRITICAL, 2),
+    (logging.ERROR, 3),
+    (logging.WARNING, 4),
+    (logging.INFO, 6),
+    (0, 7),
 ]
 
 _B64_KEY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=")
@@ -59,7 +67,7 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def stderr_is_journal(stream: TextIO = None, env=None) -> bool:
+def stderr_is_journal(stream: Optional[TextIO] = None, env: Optional[Mapping[str, str]] = None) -> bool:
     """True if JOURNAL_STREAM names the device:inode of ``stream``."""
     env = os.environ if env is None else env
     value = env.get("JOURNAL_STREAM", "")
@@ -83,8 +91,9 @@ def parse_level(level) -> int:
         raise ValueError(f"unknown log level {level!r} (use one of {', '.join(LEVELS)})") from None
 
 
-def setup_logging(level="info", *, stream: Optional[TextIO] = None,
-                  journal: Optional[bool] = None, env=None) -> logging.Handler:
+def setup_logging(
+    level="info", *, stream: Optional[TextIO] = None, journal: Optional[bool] = None, env=None
+) -> logging.Handler:
     """Configure the ``vpncrypt`` logger (and the root logger) to write to
     ``stream`` (stderr). ``journal=None`` detects journald via JOURNAL_STREAM.
     Returns the handler. Calling it again replaces the previous handler."""
@@ -134,6 +143,7 @@ class RateLimitedLog:
 
     def __init__(self, logger: logging.Logger, interval: float = 10.0, clock=None):
         import time
+
         self.logger = logger
         self.interval = interval
         self.clock = clock or time.monotonic
@@ -166,6 +176,7 @@ class TokenBucketFilter(logging.Filter):
     def __init__(self, rate: float = 20.0, burst: int = 100, clock=None):
         super().__init__()
         import time
+
         self.rate = rate
         self.burst = burst
         self.clock = clock or time.monotonic
@@ -182,17 +193,10 @@ class TokenBucketFilter(logging.Filter):
             return False
         self.tokens -= 1
         if self.dropped:
-            record.msg = f"{record.getMessage()} ({self.dropped} trace message" \
-                         f"{'' if self.dropped == 1 else 's'} dropped by the rate limit)"
+            record.msg = (
+                f"{record.getMessage()} ({self.dropped} trace message"
+                f"{'' if self.dropped == 1 else 's'} dropped by the rate limit)"
+            )
             record.args = None
             self.dropped = 0
         return True
-
-
-def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--log-level`` (default: $VPNCRYPT_LOG_LEVEL or info)."""
-    default = os.environ.get("VPNCRYPT_LOG_LEVEL", "info").lower()
-    if default not in LEVELS:
-        default = "info"
-    parser.add_argument("--log-level", choices=list(LEVELS), default=default,
-                        help="log verbosity (default: %(default)s)")

@@ -18,6 +18,7 @@ read: ``wireguard_sent_bytes_total``, ``wireguard_received_bytes_total``
 (counters) and ``wireguard_latest_handshake_seconds`` (a gauge, Unix time),
 labelled ``interface``, ``public_key``, ``allowed_ips`` (comma-separated).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,17 +26,17 @@ import base64
 import concurrent.futures
 import ipaddress
 import logging
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from ..dataplane.engine import BATCH_SIZE_BOUNDS
 
 log = logging.getLogger("vpncrypt.daemon")
 
-DEFAULT_PORT = 9586           # what prometheus_wireguard_exporter listens on
-MAX_CLIENTS = 8               # scrapers served at a time; more are closed at once
-REQUEST_TIMEOUT = 5.0         # seconds to send a whole request head
-MAX_HEAD = 8192               # bytes of request line and headers
-PART = 256                    # peers read per turn of the loop
+DEFAULT_PORT = 9586  # what prometheus_wireguard_exporter listens on
+MAX_CLIENTS = 8  # scrapers served at a time; more are closed at once
+REQUEST_TIMEOUT = 5.0  # seconds to send a whole request head
+MAX_HEAD = 8192  # bytes of request line and headers
+PART = 256  # peers read per turn of the loop
 
 
 class MetricsAddressError(ValueError):
@@ -62,7 +63,8 @@ def parse_address(text: str, allow_remote: bool = False) -> tuple:
     if not addr.is_loopback and not allow_remote:
         raise MetricsAddressError(
             f"--metrics {text}: {host} is not a loopback address; the metrics name every peer "
-            "and endpoint, so serving them to other hosts needs --metrics-allow-remote")
+            "and endpoint, so serving them to other hosts needs --metrics-allow-remote"
+        )
     return str(addr), int(port)
 
 
@@ -73,20 +75,21 @@ def _b64(key: bytes) -> str:
 # --------------------------------------------------------------------------
 # what a scrape reads (on the loop), and the families made from it (anywhere)
 
+
 async def read_state(daemon, part: int = PART) -> dict:
     """The daemon's state for one scrape: plain data, read on the loop, the
     peers ``part`` at a time with the loop let run between parts."""
     dp = daemon.dataplane
-    from .adapter import kernels
+    from .data_plane import kernels
+
     state = {
         "interface": daemon.interface,
         "listen_port": daemon.listen_port,
         "public_key": _b64(dp.device.public_key) if dp.device.public_key else None,
         "counters": daemon.counters(peer_drops=False),
         "kernels": kernels(dp.engine),
-        "batch_sizes": dp.engine.counters.batch_sizes() if dp.engine is not None else {},
-        "uapi": {k: h.as_dict() for k, h in daemon.uapi.latency.items()}
-        if daemon.uapi is not None else {},
+        "batch_sizes": dp.engine_counters().batch_sizes(),
+        "uapi": {k: h.as_dict() for k, h in daemon.uapi.latency.items()} if daemon.uapi is not None else {},
         "peers": [],
     }
     peers = state["peers"]
@@ -96,12 +99,66 @@ async def read_state(daemon, part: int = PART) -> dict:
     return state
 
 
+# The interface's families read from the device's counters: (family, name,
+# help, counter, value when the counter is missing).
+_INTERFACE_COUNTERS = (
+    (
+        "counter",
+        "vpncrypt_handshakes_initiated",
+        "Handshake initiations sent (retries included).",
+        "handshakes_sent",
+        0,
+    ),
+    (
+        "counter",
+        "vpncrypt_handshakes_completed",
+        "Handshakes completed (as initiator or responder).",
+        "handshakes_completed",
+        0,
+    ),
+    (
+        "counter",
+        "vpncrypt_handshakes_failed",
+        "Handshakes given up after REKEY_ATTEMPT_TIME without a response.",
+        "handshakes_failed",
+        0,
+    ),
+    (
+        "counter",
+        "vpncrypt_cookie_replies_sent",
+        "Cookie replies sent to handshake messages that came without a valid mac2 under load.",
+        "drop_cookie_sent",
+        0,
+    ),
+    (
+        "gauge",
+        "vpncrypt_under_load",
+        "1 while the device is under load (handshake messages need a cookie), else 0.",
+        "under_load",
+        0,
+    ),
+    (
+        "counter",
+        "vpncrypt_keepalives_sent",
+        "Keepalives sent (passive and persistent).",
+        "keepalives_sent",
+        0,
+    ),
+    ("gauge", "vpncrypt_open_fds", "File descriptors the daemon has open.", "open_fds", -1),
+)
+
+
 def _families(state: dict):
     """The families of one scrape, made one at a time (each is freed once
     written: freeing them all at once would hold the interpreter lock, and
     so the loop, for tens of milliseconds at 10,000 peers)."""
-    from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                        HistogramMetricFamily, InfoMetricFamily)
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        InfoMetricFamily,
+    )
+
     iface = state["interface"]
     c = state["counters"]
 
@@ -118,37 +175,28 @@ def _families(state: dict):
     # ---- the interface
     yield gauge("vpncrypt_listen_port", "UDP port the interface listens on.", state["listen_port"])
     yield gauge("vpncrypt_peers", "Peers configured on the interface.", len(state["peers"]))
-    yield counter("vpncrypt_handshakes_initiated", "Handshake initiations sent (retries included).",
-            c.get("handshakes_sent", 0))
-    yield counter("vpncrypt_handshakes_completed", "Handshakes completed (as initiator or responder).",
-            c.get("handshakes_completed", 0))
-    yield counter("vpncrypt_handshakes_failed",
-            "Handshakes given up after REKEY_ATTEMPT_TIME without a response.",
-            c.get("handshakes_failed", 0))
-    yield counter("vpncrypt_cookie_replies_sent",
-            "Cookie replies sent to handshake messages that came without a valid mac2 under load.",
-            c.get("drop_cookie_sent", 0))
-    yield gauge("vpncrypt_under_load",
-          "1 while the device is under load (handshake messages need a cookie), else 0.",
-          c.get("under_load", 0))
-    yield counter("vpncrypt_keepalives_sent", "Keepalives sent (passive and persistent).",
-            c.get("keepalives_sent", 0))
-    yield gauge("vpncrypt_open_fds", "File descriptors the daemon has open.", c.get("open_fds", -1))
-    drops = CounterMetricFamily("vpncrypt_drops", "Messages and packets dropped, by reason.",
-                                labels=["interface", "reason"])
+    for family, name, doc, key, missing in _INTERFACE_COUNTERS:
+        yield (counter if family == "counter" else gauge)(name, doc, c.get(key, missing))
+    drops = CounterMetricFamily(
+        "vpncrypt_drops", "Messages and packets dropped, by reason.", labels=["interface", "reason"]
+    )
     for k, v in sorted(c.items()):
         if k.startswith("drop_") and k != "drop_cookie_sent":
             drops.add_metric([iface, k[5:]], v)
     yield drops
-    batches = CounterMetricFamily("vpncrypt_dataplane_batches",
-                                  "Batches the data plane moved, by direction.",
-                                  labels=["interface", "direction"])
+    batches = CounterMetricFamily(
+        "vpncrypt_dataplane_batches",
+        "Batches the data plane moved, by direction.",
+        labels=["interface", "direction"],
+    )
     batches.add_metric([iface, "rx"], c.get("engine_rx_batches", 0))
     batches.add_metric([iface, "tx"], c.get("engine_tx_batches", 0))
     yield batches
-    sizes = HistogramMetricFamily("vpncrypt_dataplane_batch_size",
-                                  "Packets per batch the data plane moved, by direction.",
-                                  labels=["interface", "direction"])
+    sizes = HistogramMetricFamily(
+        "vpncrypt_dataplane_batch_size",
+        "Packets per batch the data plane moved, by direction.",
+        labels=["interface", "direction"],
+    )
     for direction, (counts, packets) in sorted(state.get("batch_sizes", {}).items()):
         running, buckets = 0, []
         for bound, n in zip([*map(str, BATCH_SIZE_BOUNDS), "+Inf"], counts):
@@ -156,84 +204,137 @@ def _families(state: dict):
             buckets.append((bound, running))
         sizes.add_metric([iface, direction], buckets, packets)
     yield sizes
-    errors = CounterMetricFamily("vpncrypt_dataplane_errors",
-                                 "Send and write failures the data plane saw, by kind.",
-                                 labels=["interface", "kind"])
+    errors = CounterMetricFamily(
+        "vpncrypt_dataplane_errors",
+        "Send and write failures the data plane saw, by kind.",
+        labels=["interface", "kind"],
+    )
     for k in ("tx_send_errors", "tx_dropped", "inner_write_errors", "inner_dropped"):
         errors.add_metric([iface, k], c.get("engine_" + k, 0))
     yield errors
-    tun = CounterMetricFamily("vpncrypt_tun_offload",
-                              "TUN offload counters (TSO/USO splits on reads, GRO coalescing "
-                              "on writes), by direction and counter.",
-                              labels=["interface", "direction", "counter"])
+    tun = CounterMetricFamily(
+        "vpncrypt_tun_offload",
+        "TUN offload counters (TSO/USO splits on reads, GRO coalescing on writes), by direction and counter.",
+        labels=["interface", "direction", "counter"],
+    )
     for k, v in sorted(c.items()):
         if k.startswith("tun_rx_") or k.startswith("tun_tx_"):
             tun.add_metric([iface, k[4:6], k[7:]], v)
     yield tun
-    info = InfoMetricFamily("vpncrypt_crypto_kernels",
-                            "The ChaCha20 and Poly1305 kernels selected, and those the data "
-                            "path ran last.", labels=["interface"])
+    info = InfoMetricFamily(
+        "vpncrypt_crypto_kernels",
+        "The ChaCha20 and Poly1305 kernels selected, and those the data path ran last.",
+        labels=["interface"],
+    )
     k = state["kernels"]
-    info.add_metric([iface], {"chacha20": k.get("chacha", ""), "poly1305": k.get("poly1305", ""),
-                              "data_chacha20": k.get("data_chacha", ""),
-                              "data_poly1305": k.get("data_poly1305", "")})
+    info.add_metric(
+        [iface],
+        {
+            "chacha20": k.get("chacha", ""),
+            "poly1305": k.get("poly1305", ""),
+            "data_chacha20": k.get("data_chacha", ""),
+            "data_poly1305": k.get("data_poly1305", ""),
+        },
+    )
     yield info
-    uapi_n = CounterMetricFamily("vpncrypt_uapi_requests", "UAPI requests served, by operation.",
-                                 labels=["interface", "operation"])
-    uapi_t = HistogramMetricFamily("vpncrypt_uapi_request_duration_seconds",
-                                   "Seconds from a UAPI request read to its answer sent.",
-                                   labels=["interface", "operation"])
+    uapi_n = CounterMetricFamily(
+        "vpncrypt_uapi_requests", "UAPI requests served, by operation.", labels=["interface", "operation"]
+    )
+    uapi_t = HistogramMetricFamily(
+        "vpncrypt_uapi_request_duration_seconds",
+        "Seconds from a UAPI request read to its answer sent.",
+        labels=["interface", "operation"],
+    )
     for op, h in sorted(state["uapi"].items()):
         if op not in ("get", "set") and not h["count"]:
-            continue                        # requests of no known operation: only once seen
+            continue  # requests of no known operation: only once seen
         uapi_n.add_metric([iface, op], h["count"])
         uapi_t.add_metric([iface, op], list(h["buckets"].items()), h["sum"])
     yield uapi_n
     yield uapi_t
 
 
-
 # The per-peer metrics: (type, name, help, label names after interface and
 # public_key's order is taken into account, value).  Bytes and the latest
 # handshake are served under the common exporters' names only.
-_PEER_METRICS = (
-    ("gauge", "vpncrypt_peer_info",
-     "The peer's endpoint and allowed IPs (comma-separated); always 1.", "info",
-     lambda r: 1),
-    ("counter", "vpncrypt_peer_received_packets",
-     "Messages received from the peer (transport data and handshake).", "peer",
-     lambda r: r.rx_packets),
-    ("counter", "vpncrypt_peer_sent_packets",
-     "Messages sent to the peer (transport data and handshake).", "peer",
-     lambda r: r.tx_packets),
-    ("counter", "vpncrypt_peer_keepalives_sent", "Keepalives sent to the peer.", "peer",
-     lambda r: r.keepalives_sent),
-    ("gauge", "vpncrypt_peer_staged_packets", "Packets waiting for a handshake to complete.",
-     "peer", lambda r: r.staged),
-    ("histogram", "vpncrypt_peer_handshake_rtt_seconds",
-     "Seconds from a handshake initiation sent to the response that completed it.", "peer",
-     lambda r: r.handshake_rtt),
-    ("counter", "wireguard_sent_bytes", "Bytes sent to the peer (whole datagrams, as wg show)",
-     "compat", lambda r: r.tx_bytes),
-    ("counter", "wireguard_received_bytes",
-     "Bytes received from the peer (whole datagrams, as wg show)", "compat",
-     lambda r: r.rx_bytes),
-    ("gauge", "wireguard_latest_handshake_seconds",
-     "Unix time of the latest handshake with the peer (0: none yet)", "compat",
-     lambda r: int(r.latest_handshake)),
+_PEER_METRICS: tuple[tuple[str, str, str, str, Callable[[Any], Any]], ...] = (
+    (
+        "gauge",
+        "vpncrypt_peer_info",
+        "The peer's endpoint and allowed IPs (comma-separated); always 1.",
+        "info",
+        lambda r: 1,
+    ),
+    (
+        "counter",
+        "vpncrypt_peer_received_packets",
+        "Messages received from the peer (transport data and handshake).",
+        "peer",
+        lambda r: r.rx_packets,
+    ),
+    (
+        "counter",
+        "vpncrypt_peer_sent_packets",
+        "Messages sent to the peer (transport data and handshake).",
+        "peer",
+        lambda r: r.tx_packets,
+    ),
+    (
+        "counter",
+        "vpncrypt_peer_keepalives_sent",
+        "Keepalives sent to the peer.",
+        "peer",
+        lambda r: r.keepalives_sent,
+    ),
+    (
+        "gauge",
+        "vpncrypt_peer_staged_packets",
+        "Packets waiting for a handshake to complete.",
+        "peer",
+        lambda r: r.staged,
+    ),
+    (
+        "histogram",
+        "vpncrypt_peer_handshake_rtt_seconds",
+        "Seconds from a handshake initiation sent to the response that completed it.",
+        "peer",
+        lambda r: r.handshake_rtt,
+    ),
+    (
+        "counter",
+        "wireguard_sent_bytes",
+        "Bytes sent to the peer (whole datagrams, as wg show)",
+        "compat",
+        lambda r: r.tx_bytes,
+    ),
+    (
+        "counter",
+        "wireguard_received_bytes",
+        "Bytes received from the peer (whole datagrams, as wg show)",
+        "compat",
+        lambda r: r.rx_bytes,
+    ),
+    (
+        "gauge",
+        "wireguard_latest_handshake_seconds",
+        "Unix time of the latest handshake with the peer (0: none yet)",
+        "compat",
+        lambda r: int(r.latest_handshake),
+    ),
 )
-_LABELS = {"peer": ["interface", "public_key"],
-           "compat": ["interface", "public_key", "allowed_ips"],
-           "info": ["interface", "public_key", "endpoint", "allowed_ips"]}
+_LABELS = {
+    "peer": ["interface", "public_key"],
+    "compat": ["interface", "public_key", "allowed_ips"],
+    "info": ["interface", "public_key", "endpoint", "allowed_ips"],
+}
 
 
 def _peer_families(state: dict):
     """The per-peer families as prometheus_client's MetricFamily objects
     (the reference for _peer_lines)."""
-    from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                        HistogramMetricFamily)
-    make = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily,
-            "histogram": HistogramMetricFamily}
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+    make = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
     iface, peers = state["interface"], state["peers"]
     for kind, name, doc, labels, value in _PEER_METRICS:
         family = make[kind](name, doc, labels=_LABELS[labels])
@@ -257,7 +358,7 @@ def _esc(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
-FLUSH = 4096               # sample lines joined into one chunk of bytes
+FLUSH = 4096  # sample lines joined into one chunk of bytes
 
 
 class _Lines:
@@ -273,22 +374,22 @@ class _Lines:
 
 
 def _peer_lines(state: dict):
-    from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                        HistogramMetricFamily)
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
     from prometheus_client.utils import floatToGoString as num
-    make = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily,
-            "histogram": HistogramMetricFamily}
+
+    make = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
     iface, peers = _esc(state["interface"]), state["peers"]
     keys = [_esc(_b64(r.public_key)) for r in peers]
     ips = [_esc(",".join(r.allowed_ips)) for r in peers]
     for kind, name, doc, labels, value in _PEER_METRICS:
         out = _Lines(make[kind](name, doc, labels=_LABELS[labels]))
-        lines = []
+        lines: list[str] = []
         add = lines.append
 
-        def flush():
+        def flush(out=out, lines=lines):
             out.chunks.append("".join(lines).encode())
             lines.clear()
+
         if kind == "histogram":
             for pk, r in zip(keys, peers):
                 h = value(r)
@@ -307,11 +408,15 @@ def _peer_lines(state: dict):
                 if labels == "peer":
                     add(f'{sample}{{interface="{iface}",public_key="{pk}"}} {num(value(r))}\n')
                 elif labels == "compat":
-                    add(f'{sample}{{allowed_ips="{ips[i]}",interface="{iface}",public_key="{pk}"}} '
-                        f'{num(value(r))}\n')
+                    add(
+                        f'{sample}{{allowed_ips="{ips[i]}",interface="{iface}",public_key="{pk}"}} '
+                        f'{num(value(r))}\n'
+                    )
                 else:
-                    add(f'{sample}{{allowed_ips="{ips[i]}",endpoint="{_esc(r.endpoint or "")}",'
-                        f'interface="{iface}",public_key="{pk}"}} {num(value(r))}\n')
+                    add(
+                        f'{sample}{{allowed_ips="{ips[i]}",endpoint="{_esc(r.endpoint or "")}",'
+                        f'interface="{iface}",public_key="{pk}"}} {num(value(r))}\n'
+                    )
                 if len(lines) >= FLUSH:
                     flush()
         flush()
@@ -342,10 +447,14 @@ def choose(accept: str, fast: bool = True) -> tuple:
     import functools
     from prometheus_client.exposition import choose_encoder
     from prometheus_client.openmetrics import exposition as om
+
     encoder, content_type = choose_encoder(accept)
     keywords = getattr(encoder, "keywords", None) or {}
-    if (fast and getattr(encoder, "func", None) is om.generate_latest
-            and keywords.get("escaping") == getattr(om, "UNDERSCORES", None)):
+    if (
+        fast
+        and getattr(encoder, "func", None) is om.generate_latest
+        and keywords.get("escaping") == getattr(om, "UNDERSCORES", None)
+    ):
         encoder = functools.partial(om.generate_latest, **{**keywords, "escaping": om.ALLOWUTF8})
     return encoder, content_type
 
@@ -361,7 +470,7 @@ def render(state: dict, accept: str = "", fast: bool = True) -> tuple:
     for family in _families(state):
         chunks.append(_encoded(encoder, family))
         del family
-    for family in (_peer_lines(state) if fast else _peer_families(state)):
+    for family in _peer_lines(state) if fast else _peer_families(state):
         if isinstance(family, _Lines):
             chunks.append(_encoded(encoder, family.head))
             chunks.extend(family.chunks)
@@ -388,11 +497,12 @@ def render_and_free(box: list, accept: str = "") -> tuple:
 
 def _encoded(encoder, family) -> bytes:
     chunk = encoder(_One(family))
-    return chunk[:-len(_EOF)] if chunk.endswith(_EOF) else chunk   # OpenMetrics: one at the end
+    return chunk[: -len(_EOF)] if chunk.endswith(_EOF) else chunk  # OpenMetrics: one at the end
 
 
 # --------------------------------------------------------------------------
 # the HTTP server
+
 
 class MetricsServer:
     def __init__(self, daemon, host: str, port: int):
@@ -401,7 +511,7 @@ class MetricsServer:
         self._server: Optional[asyncio.AbstractServer] = None
         self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._clients = 0
-        self._lock: Optional[asyncio.Lock] = None
+        self._lock = asyncio.Lock()  # one scrape at a time
         self.scrapes = 0
 
     @property
@@ -409,9 +519,7 @@ class MetricsServer:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     async def start(self) -> "MetricsServer":
-        self._lock = asyncio.Lock()
-        self._server = await asyncio.start_server(self._client, self.host, self.port,
-                                                  reuse_address=True)
+        self._server = await asyncio.start_server(self._client, self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vpncrypt-metrics")
         log.info("metrics on http://%s/metrics", self.address)
@@ -436,10 +544,15 @@ class MetricsServer:
         self._clients += 1
         try:
             await self._serve(reader, writer)
-        except (asyncio.TimeoutError, ConnectionError, asyncio.IncompleteReadError,
-                asyncio.LimitOverrunError, ValueError):
+        except (
+            asyncio.TimeoutError,
+            ConnectionError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ValueError,
+        ):
             pass
-        except Exception:             # noqa: BLE001 - a scrape never takes the daemon down
+        except Exception:  # noqa: BLE001 - a scrape never takes the daemon down
             log.exception("metrics: scrape failed")
         finally:
             self._clients -= 1
@@ -464,6 +577,7 @@ class MetricsServer:
         if method not in ("GET", "HEAD"):
             return await self._reply(writer, 405, b"method not allowed\n", extra="Allow: GET, HEAD\r\n")
         from .uapi import _cyclic_gc_paused, _short_switch_interval
+
         # one scrape at a time; meanwhile the cyclic collector waits (it
         # would traverse every peer of the device while holding the loop)
         # and the interpreter lock passes between the writer thread and the
@@ -475,17 +589,34 @@ class MetricsServer:
                 if worker is None:
                     return
                 body, ctype = await asyncio.get_running_loop().run_in_executor(
-                    worker, render_and_free, box, headers.get("accept", ""))
+                    worker, render_and_free, box, headers.get("accept", "")
+                )
             self.scrapes += 1
         await self._reply(writer, 200, body, ctype, head_only=method == "HEAD")
 
     @staticmethod
-    async def _reply(writer, status: int, body: bytes, ctype: str = "text/plain; charset=utf-8",
-                     *, extra: str = "", head_only: bool = False) -> None:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-                  431: "Request Header Fields Too Large"}[status]
-        writer.write((f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\n"
-                      f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n").encode())
+    async def _reply(
+        writer,
+        status: int,
+        body: bytes,
+        ctype: str = "text/plain; charset=utf-8",
+        *,
+        extra: str = "",
+        head_only: bool = False,
+    ) -> None:
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            431: "Request Header Fields Too Large",
+        }[status]
+        writer.write(
+            (
+                f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+            ).encode()
+        )
         if not head_only:
             writer.write(body)
         await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT)
@@ -493,4 +624,3 @@ class MetricsServer:
 
 async def start_metrics_server(daemon, host: str, port: int) -> MetricsServer:
     return await MetricsServer(daemon, host, port).start()
-

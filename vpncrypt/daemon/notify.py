@@ -3,6 +3,7 @@
 All functions are no-ops (returning False) when not run by systemd with
 Type=notify, so the daemon can call them unconditionally.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,10 +17,10 @@ def _address(env: Mapping[str, str]) -> Optional[str]:
     if not addr:
         return None
     if addr.startswith("@"):
-        return "\0" + addr[1:]   # abstract namespace
+        return "\0" + addr[1:]  # abstract namespace
     if addr.startswith("/"):
         return addr
-    return None                  # vsock etc.: not supported
+    return None  # vsock etc.: not supported
 
 
 def notify(state: str, env: Optional[Mapping[str, str]] = None) -> bool:
@@ -30,12 +31,11 @@ def notify(state: str, env: Optional[Mapping[str, str]] = None) -> bool:
         return False
     # Never blocks: a receiver that stops reading (its queue full) must not stall
     # the daemon's event loop, and with it the tunnel.  The message is dropped.
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
-                       | socket.SOCK_NONBLOCK) as s:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK) as s:
         try:
             s.connect(addr)
             s.send(state.encode("utf-8"))
-        except OSError:          # EAGAIN (queue full), ECONNREFUSED, ENOENT, ...
+        except OSError:  # EAGAIN (queue full), ECONNREFUSED, ENOENT, ...
             return False
     return True
 

@@ -30,7 +30,8 @@ SIGKILL (or a crash) left behind:
   ``not fwmark T lookup T`` rule whose table T held only routes through the
   interface (it was this interface's full tunnel) or is empty (its TUN went
   with the kill), with the ``suppress_prefixlength 0`` rule when no other
-  full tunnel's rule remains, and the interface's own nft tables.  On a persistent TUN the earlier run's default route
+  full tunnel's rule remains, and the interface's own nft tables.  On a
+  persistent TUN the earlier run's default route
   would otherwise keep the host in a tunnel that nothing serves, and its
   `not fwmark T lookup T` rule would capture the new run's UDP, which
   carries another mark;
@@ -41,6 +42,7 @@ If the interface was moved to another network namespace, its routes went
 with it (the kernel drops them): clear() then removes the rules and the nft
 tables, which stay in the daemon's namespace, and says so.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -50,6 +52,8 @@ import subprocess
 from typing import Callable, Iterable, Optional, Union
 
 from .tunnelfilter import TunnelFilter
+
+Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
 log = logging.getLogger("vpncrypt.routes")
 
@@ -98,14 +102,20 @@ def _delete_rule_copies(v: str, rule) -> int:
 
 
 class Routes:
-    def __init__(self, interface: str, table: Union[None, str, int], *,
-                 get_fwmark: Callable[[], int], set_fwmark: Callable[[int], None]):
+    def __init__(
+        self,
+        interface: str,
+        table: object,
+        *,
+        get_fwmark: Callable[[], int],
+        set_fwmark: Callable[[int], None],
+    ):
         self.interface = interface
-        self.table = table               # None: auto; "off"; or a table number/name
+        self.table = table  # the config's Table: None (auto), "off", or a table number or name
         self.get_fwmark = get_fwmark
         self.set_fwmark = set_fwmark
-        self.routes: dict = {}           # network -> table it was added to (None: main)
-        self.rules: list = []            # [(family flag, rule args...)] in the order added
+        self.routes: dict = {}  # network -> table it was added to (None: main)
+        self.rules: list = []  # [(family flag, rule args...)] in the order added
         self.default_table: Optional[int] = None
         self.filter = TunnelFilter(interface)
 
@@ -119,32 +129,39 @@ class Routes:
         thousand (wg-quick runs `ip route` once per network)."""
         if self.table == "off":
             return
-        want = {}
+        want: dict[Network, None] = {}
         for n in networks:
             want.setdefault(ipaddress.ip_network(n, strict=False), None)
-        for net in [n for n in self.routes if n not in want]:
-            self._remove_route(net)
+        self._remove_routes([n for n in self.routes if n not in want])
         existing = self._interface_routes() if self.table is None else []
-        batch = []
+        batch: list[tuple[Network, list[str], object]] = []  # (network, `ip` arguments, table)
         # longest prefixes first, as wg-quick (`sort -nr -k 2 -t /`)
         for net in sorted(want, key=lambda n: -n.prefixlen):
             if net in self.routes:
                 continue
             if self.table is not None:
-                batch.append((net, ["route", "add", str(net), "dev", self.interface,
-                                    "table", str(self.table)], self.table))
+                batch.append(
+                    (
+                        net,
+                        ["route", "add", str(net), "dev", self.interface, "table", str(self.table)],
+                        self.table,
+                    )
+                )
             elif net.prefixlen == 0:
                 self._add_default(net)
             else:
-                cover = next((r for r in existing if r.version == net.version and net.subnet_of(r)),
-                             None)
+                cover = next((r for r in existing if r.version == net.version and net.subnet_of(r)), None)
                 if cover is not None:
                     log.debug("route %s: already covered by %s", net, cover)
                     continue
                 batch.append((net, ["route", "add", str(net), "dev", self.interface], None))
         if batch:
-            r = subprocess.run(["ip", "-batch", "-"], capture_output=True, text=True,
-                               input="".join(" ".join(args) + "\n" for _, args, _ in batch))
+            r = subprocess.run(
+                ["ip", "-batch", "-"],
+                capture_output=True,
+                text=True,
+                input="".join(" ".join(args) + "\n" for _, args, _ in batch),
+            )
             if r.returncode != 0:
                 # which ones went in: the kernel's word for it
                 present = set(self._interface_routes(self.table))
@@ -155,14 +172,17 @@ class Routes:
             for net, _, table in batch:
                 self.routes[net] = table
             for net, _, table in batch[:20]:
-                log.info("route %s dev %s%s", net, self.interface,
-                         f" table {table}" if table is not None else "")
+                log.info(
+                    "route %s dev %s%s", net, self.interface, f" table {table}" if table is not None else ""
+                )
             if len(batch) > 20:
                 log.info("... and %d more routes dev %s", len(batch) - 20, self.interface)
         # the full tunnel's nft table, made again after each change: a reload
         # may have changed the interface's addresses
-        for net in [n for n in self.routes if n.prefixlen == 0 and self.table is None]:
-            self.filter.apply(net.version, self.default_table)
+        mark = self.default_table  # set by _add_default, with the first default route
+        if mark is not None and self.table is None:
+            for net in [n for n in self.routes if n.prefixlen == 0]:
+                self.filter.apply(net.version, mark)
 
     def _interface_routes(self, table=None) -> list:
         """The networks routed through the interface (main table, or `table`)."""
@@ -181,9 +201,11 @@ class Routes:
                 if not dst or dst == "default":
                     continue
                 try:
-                    out.append(ipaddress.ip_network(dst if "/" in dst else
-                                                    f"{dst}/{32 if v == '-4' else 128}",
-                                                    strict=False))
+                    out.append(
+                        ipaddress.ip_network(
+                            dst if "/" in dst else f"{dst}/{32 if v == '-4' else 128}", strict=False
+                        )
+                    )
                 except ValueError:
                     continue
         return out
@@ -194,24 +216,31 @@ class Routes:
             table = self.get_fwmark()
             if not table:
                 table = FIRST_AUTO_TABLE
-                while (_ip("-4", "route", "show", "table", str(table), check=False).stdout.strip()
-                       or _ip("-6", "route", "show", "table", str(table),
-                              check=False).stdout.strip()):
+                while (
+                    _ip("-4", "route", "show", "table", str(table), check=False).stdout.strip()
+                    or _ip("-6", "route", "show", "table", str(table), check=False).stdout.strip()
+                ):
                     table += 1
                 self.set_fwmark(table)
-                log.info("fwmark 0x%x on the tunnel's UDP socket, so that it bypasses "
-                         "table %d", table, table)
+                log.info("fwmark 0x%x on the tunnel's UDP socket, so that it bypasses table %d", table, table)
             self.default_table = table
         v = f"-{net.version}"
-        for rule in (("not", "fwmark", str(table), "table", str(table)),
-                     ("table", "main", "suppress_prefixlength", "0")):
+        for rule in (
+            ("not", "fwmark", str(table), "table", str(table)),
+            ("table", "main", "suppress_prefixlength", "0"),
+        ):
             if (v, rule) not in self.rules:
                 # copies left by a daemon that was killed (SIGKILL, a crash)
                 # would otherwise stay for good, one more pair per restart
                 stale = _delete_rule_copies(v, rule)
                 if stale:
-                    log.info("removed %d leftover %s of `ip %s rule %s`", stale,
-                             "copy" if stale == 1 else "copies", v, " ".join(rule))
+                    log.info(
+                        "removed %d leftover %s of `ip %s rule %s`",
+                        stale,
+                        "copy" if stale == 1 else "copies",
+                        v,
+                        " ".join(rule),
+                    )
                 _ip(v, "rule", "add", *rule)
                 self.rules.append((v, rule))
                 log.info("ip %s rule add %s", v, " ".join(rule))
@@ -220,8 +249,11 @@ class Routes:
                 with open(SRC_VALID_MARK, "w") as f:
                     f.write("1")
             except OSError as e:
-                log.warning("cannot set %s (%s): replies may be filtered by the reverse "
-                            "path check", SRC_VALID_MARK, e.strerror)
+                log.warning(
+                    "cannot set %s (%s): replies may be filtered by the reverse path check",
+                    SRC_VALID_MARK,
+                    e.strerror,
+                )
         _ip(v, "route", "add", str(net), "dev", self.interface, "table", str(table))
         self.routes[net] = table
 
@@ -238,10 +270,8 @@ class Routes:
             # (`dev` given, iproute2 leaves it out of each entry)
             mine = _json(v, "route", "show", "table", "all", "dev", self.interface)
             owned = set()
-            for table in {str(r.get("table", "main")) for r in mine} - {"main", "local",
-                                                                          "default"}:
-                if all(r.get("dev") == self.interface
-                       for r in _json(v, "route", "show", "table", table)):
+            for table in {str(r.get("table", "main")) for r in mine} - {"main", "local", "default"}:
+                if all(r.get("dev") == self.interface for r in _json(v, "route", "show", "table", table)):
                     owned.add(table)
             # a full tunnel's rule over a table left empty (its non-persistent
             # TUN went with the kill, and the kernel took the routes): dead
@@ -249,8 +279,12 @@ class Routes:
             rules = _json(v, "rule", "show")
             for rule in rules:
                 table = str(rule.get("table", ""))
-                if (table.isdigit() and table not in owned and _own_rule(rule, table)
-                        and not _json(v, "route", "show", "table", table)):
+                if (
+                    table.isdigit()
+                    and table not in owned
+                    and _own_rule(rule, table)
+                    and not _json(v, "route", "show", "table", table)
+                ):
                     owned.add(table)
             gone = []
             for r in mine:
@@ -258,7 +292,7 @@ class Routes:
                 if table == "local" or r.get("protocol") == "kernel":
                     continue
                 if self.table == "off" and table not in owned:
-                    continue            # `Table = off`: only an earlier full tunnel's table
+                    continue  # `Table = off`: only an earlier full tunnel's table
                 args = ["route", "del"]
                 if r.get("type") not in (None, "unicast"):
                     args.append(r["type"])
@@ -267,29 +301,48 @@ class Routes:
                     args += ["metric", str(r["metric"])]
                 gone.append((f"{r.get('dst', 'default')} table {table}", args))
             if gone:
-                res = subprocess.run(["ip", "-force", v, "-batch", "-"], capture_output=True,
-                                     text=True,
-                                     input="".join(" ".join(a) + "\n" for _, a in gone))
+                res = subprocess.run(
+                    ["ip", "-force", v, "-batch", "-"],
+                    capture_output=True,
+                    text=True,
+                    input="".join(" ".join(a) + "\n" for _, a in gone),
+                )
                 if res.returncode != 0:
-                    log.warning("removing leftover IPv%d routes dev %s: %s", version,
-                                self.interface, res.stderr.strip()[:500])
-                log.info("removed %d leftover IPv%d route%s dev %s (an earlier run): %s%s",
-                         len(gone), version, "" if len(gone) == 1 else "s", self.interface,
-                         ", ".join(w for w, _ in gone[:10]), ", ..." if len(gone) > 10 else "")
+                    log.warning(
+                        "removing leftover IPv%d routes dev %s: %s",
+                        version,
+                        self.interface,
+                        res.stderr.strip()[:500],
+                    )
+                log.info(
+                    "removed %d leftover IPv%d route%s dev %s (an earlier run): %s%s",
+                    len(gone),
+                    version,
+                    "" if len(gone) == 1 else "s",
+                    self.interface,
+                    ", ".join(w for w, _ in gone[:10]),
+                    ", ..." if len(gone) > 10 else "",
+                )
             removed_full_tunnel = False
             for rule in rules:
                 table = str(rule.get("table", ""))
                 if table not in owned or "priority" not in rule or not _own_rule(rule, table):
                     continue
-                res = _ip(v, "rule", "del", "priority", str(rule["priority"]), "table", table,
-                          check=False)
+                res = _ip(v, "rule", "del", "priority", str(rule["priority"]), "table", table, check=False)
                 if res.returncode == 0:
                     removed_full_tunnel = True
-                    log.info("removed the leftover rule `ip %s rule ... lookup %s` (priority %d): "
-                             "table %s was %s's full tunnel", v, table, rule["priority"], table,
-                             self.interface)
-            if removed_full_tunnel and not any("not" in r and "fwmark" in r
-                                               for r in _json(v, "rule", "show")):
+                    log.info(
+                        "removed the leftover rule `ip %s rule ... lookup %s` (priority %d): "
+                        "table %s was %s's full tunnel",
+                        v,
+                        table,
+                        rule["priority"],
+                        table,
+                        self.interface,
+                    )
+            if removed_full_tunnel and not any(
+                "not" in r and "fwmark" in r for r in _json(v, "rule", "show")
+            ):
                 # the earlier run's `lookup main suppress_prefixlength 0`, unless
                 # another full tunnel (wg-quick's, say) still relies on one
                 n = _delete_rule_copies(v, ("table", "main", "suppress_prefixlength", "0"))
@@ -297,6 +350,44 @@ class Routes:
                     log.info("removed %d leftover `ip %s rule ... suppress_prefixlength 0`", n, v)
 
     # ------------------------------------------------------------ removing
+
+    def _remove_routes(self, nets: list) -> None:
+        """Remove routes this object added: a full tunnel's default route
+        with its rules and nft table, one by one; all the others with one
+        `ip -force -batch` (a reload from ten thousand peers to one, or a
+        stop, is one command, not ten thousand, as adding them is)."""
+        plain = []
+        for net in nets:
+            if net.prefixlen == 0 and self.table is None:
+                self._remove_route(net)
+            else:
+                plain.append(net)
+        if not plain:
+            return
+        lines = []
+        for net in plain:
+            table = self.routes.pop(net)
+            args = ["route", "del", str(net), "dev", self.interface]
+            if table is not None:
+                args += ["table", str(table)]
+            lines.append(" ".join(args) + "\n")
+        r = subprocess.run(
+            ["ip", "-force", "-batch", "-"], capture_output=True, text=True, input="".join(lines)
+        )
+        if r.returncode != 0:
+            # a route already gone (with its interface, or by hand) is no error
+            errors = [
+                e
+                for e in r.stderr.splitlines()
+                if e.strip()
+                and not e.startswith("Command failed")
+                and "No such" not in e
+                and "Cannot find" not in e
+            ]
+            if errors:
+                log.warning(
+                    "removing %d route(s) dev %s: %s", len(plain), self.interface, "; ".join(errors[:5])[:500]
+                )
 
     def _remove_route(self, net) -> None:
         table = self.routes.pop(net)
@@ -321,14 +412,16 @@ class Routes:
         interface of the same name here is not ours to delete."""
         if not interface_here:
             if self.routes:
-                log.info("%s is in another network namespace: its %d route(s) went with it; "
-                         "removing the policy rules and nft tables here", self.interface,
-                         len(self.routes))
+                log.info(
+                    "%s is in another network namespace: its %d route(s) went with it; "
+                    "removing the policy rules and nft tables here",
+                    self.interface,
+                    len(self.routes),
+                )
             for net in [n for n in self.routes if n.prefixlen == 0 and self.table is None]:
                 self.filter.remove(net.version)
             self.routes.clear()
-        for net in list(self.routes):
-            self._remove_route(net)
+        self._remove_routes(list(self.routes))
         for v, rule in self.rules:
             _delete_rule_copies(v, rule)
         self.rules.clear()

@@ -24,6 +24,7 @@ descriptor, never by a name or index looked up in the daemon's namespace
   last descriptor);
   addresses vpncrypt added to a persistent device are removed only while
   the device is in the daemon's namespace (a move drops them anyway)."""
+
 from __future__ import annotations
 
 import errno
@@ -37,16 +38,18 @@ import socket
 import struct
 import subprocess
 import threading
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional, TypeVar
+
+from vpncrypt.dataplane.io import IFF_NO_PI, IFF_TUN, IFF_VNET_HDR, TUNSETIFF, set_txqueuelen
+from vpncrypt.wire import DEFAULT_MTU
 
 log = logging.getLogger("vpncrypt.tun")
+T = TypeVar("T")
 
+# TUNSETIFF and the IFF_TUN, IFF_NO_PI, IFF_VNET_HDR flags are vpncrypt.dataplane.io's
+# (IFF_VNET_HDR: a virtio_net_hdr before each packet, for the TUN offloads TSO/USO and GRO).
 TUN_PATH = "/dev/net/tun"
-TUNSETIFF = 0x400454CA
-IFF_TUN = 0x0001
-IFF_NO_PI = 0x1000
-IFF_VNET_HDR = 0x4000     # a virtio_net_hdr before each packet: the TUN offloads (TSO/USO, GRO)
-TXQUEUELEN = 4096         # packets the kernel queues for us to read (the default 500 drops bursts)
+TXQUEUELEN = 4096  # packets the kernel queues for us to read (the default 500 drops bursts)
 IFF_UP = 0x1
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
@@ -55,16 +58,17 @@ SIOCSIFMTU = 0x8922
 SIOCGIFNAME = 0x8910
 SIOCGIFINDEX = 0x8933
 TUNGETIFF = 0x800454D2
-TUNGETDEVNETNS = 0x54E3   # _IO('T', 227): an fd of the device's network namespace (Linux 5.2)
+TUNGETDEVNETNS = 0x54E3  # _IO('T', 227): an fd of the device's network namespace (Linux 5.2)
 CLONE_NEWNET = 0x40000000
 IFF_PERSIST = 0x0800
+IFF_MULTI_QUEUE = 0x0100  # <linux/if_tun.h>: one descriptor per queue, each attached by TUNSETIFF
+MAX_QUEUES = 64  # what vpncrypt opens at most (the kernel's limit is 256 queues)
 IFNAMSIZ = 16
-DEFAULT_MTU = 1420
 RTM_DELLINK = 17
 NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
 NLMSG_ERROR = 2
 _GONE = (errno.ENODEV, errno.ENXIO)
-_DETACHED = (errno.EBADFD,)       # TUNGETIFF on a descriptor whose device was deleted
+_DETACHED = (errno.EBADFD,)  # TUNGETIFF on a descriptor whose device was deleted
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_=+.-]{1,15}$")
 
@@ -75,8 +79,7 @@ class TunError(OSError):
 
 def validate_interface_name(name: str) -> str:
     if not _NAME_RE.match(name) or name in (".", ".."):
-        raise ValueError(f"invalid interface name {name!r}: 1-15 characters "
-                         "of letters, digits and _=+.-")
+        raise ValueError(f"invalid interface name {name!r}: 1-15 characters of letters, digits and _=+.-")
     return name
 
 
@@ -96,62 +99,120 @@ class TunDevice:
     loop.add_reader() or read()/write() directly.  ``created`` tells whether
     vpncrypt made the interface (else it attached to a persistent one)."""
 
-    def __init__(self, name: str, fd: int, *, created: bool = True, ctl=None):
+    def __init__(self, name: str, fd: int, *, created: bool = True, ctl: socket.socket | None = None):
         self.name = name
         self._fd = fd
         self.created = created
-        self._ctl = ctl if ctl is not None else socket.socket(socket.AF_INET, socket.SOCK_DGRAM
-                                                              | socket.SOCK_CLOEXEC)
-        self._home = _ns_key("/proc/thread-self/ns/net")   # the daemon's namespace
-        self.ifindex = self._index_of(name)   # at creation, in the daemon's namespace
-        self._added: list = []      # addresses this process added (removed again on close)
+        self._ctl = (
+            ctl if ctl is not None else socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        )
+        self._home = _ns_key("/proc/thread-self/ns/net")  # the daemon's namespace
+        self.ifindex = self._index_of(name)  # at creation, in the daemon's namespace
+        self._added: list = []  # addresses this process added (removed again on close)
+        self._queue_fds: list[int] = []  # the queues after the first (a multi-queue device)
+        self._lock: Optional[int] = None  # the name's lock file (_name_lock), held while open
 
     @classmethod
-    def create(cls, name: str, *, mtu: Optional[int] = DEFAULT_MTU, up: bool = True,
-               addresses: Iterable = (), vnet_hdr: bool = False) -> "TunDevice":
+    def create(
+        cls,
+        name: str,
+        *,
+        mtu: Optional[int] = DEFAULT_MTU,
+        up: bool = True,
+        addresses: Iterable = (),
+        vnet_hdr: bool = False,
+        queues: int = 1,
+        queue_fallback: bool = False,
+    ) -> "TunDevice":
         """Create interface `name`, or attach to the persistent TUN device of
         that name.  `mtu` None: leave an attached device's MTU as it is
-        (a created one gets 1420).  `vnet_hdr`: open it with IFF_VNET_HDR
-        (for the TUN offloads; a kernel without it gets a plain TUN)."""
+        (a created one gets DEFAULT_MTU, 1420).  `vnet_hdr`: open it with IFF_VNET_HDR
+        (for the TUN offloads; a kernel without it gets a plain TUN).
+
+        `queues` > 1: a multi-queue device (IFF_MULTI_QUEUE), one descriptor
+        per queue (queue_fds()).  A persistent device made without
+        multi_queue takes one queue only: with `queue_fallback` it is opened
+        with one (and a warning says so), else TunError names the fix.  A
+        persistent device made with multi_queue is attached to as one too,
+        with as many queues as asked (one included)."""
         validate_interface_name(name)
-        ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        if not 1 <= queues <= MAX_QUEUES:
+            raise ValueError(f"queues {queues} out of range (1-{MAX_QUEUES})")
+        lock = _name_lock(name)  # vpncrypt's own starts of this name: one at a time, for life
         try:
-            existed = _exists(ctl, name)
-            try:
-                fd = os.open(TUN_PATH, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError as e:
-                raise TunError(e.errno, f"cannot open {TUN_PATH}: {e.strerror}") from None
+            ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         except BaseException:
-            ctl.close()
+            _unlock(lock)
             raise
         try:
+            existed = _exists(ctl, name)
+            fd = _open_tun_path()
+        except BaseException:
+            ctl.close()
+            _unlock(lock)
+            raise
+        extra: list[int] = []
+        try:
+            if existed and _held(name):
+                # a multi-queue device lets anyone attach one more queue (and
+                # take a share of its packets): refuse it before, as the
+                # kernel refuses a busy single-queue one (EBUSY)
+                raise TunError(errno.EBUSY, f"cannot use interface {name}: another process is using it")
             try:
-                try:
-                    ifr = fcntl.ioctl(fd, TUNSETIFF, _ifreq(name, "H", IFF_TUN | IFF_NO_PI
-                                                            | (IFF_VNET_HDR if vnet_hdr else 0)))
-                except OSError as e:
-                    if not vnet_hdr or e.errno != errno.EINVAL:
-                        raise
-                    ifr = fcntl.ioctl(fd, TUNSETIFF, _ifreq(name, "H", IFF_TUN | IFF_NO_PI))
+                ifr, flags_set = _attach_first(fd, name, vnet_hdr, multi_queue=queues > 1, existed=existed)
             except OSError as e:
                 if existed:
-                    why = {errno.EBUSY: "another process is using it",
-                           errno.EINVAL: "it exists and is not a TUN device vpncrypt can "
-                                         "attach to (make one with `ip tuntap add NAME mode tun`)",
-                           }.get(e.errno, e.strerror)
+                    reasons: dict[int | None, str | None] = {
+                        errno.EBUSY: "another process is using it",
+                        errno.EINVAL: "it exists and is not a TUN device vpncrypt can "
+                        "attach to (make one with `ip tuntap add NAME mode tun`)",
+                    }
+                    why = reasons.get(e.errno, e.strerror)
                     raise TunError(e.errno, f"cannot use interface {name}: {why}") from None
                 raise TunError(e.errno, f"cannot create TUN device {name}: {e.strerror}") from None
             actual = ifr[:IFNAMSIZ].split(b"\0", 1)[0].decode()
+            if queues > 1 and not flags_set & IFF_MULTI_QUEUE:
+                # only a persistent device made without multi_queue gets here
+                if not queue_fallback:
+                    raise TunError(
+                        errno.EINVAL,
+                        f"cannot open {queues} queues on interface {actual}: the persistent TUN "
+                        "device was made without multi_queue (make it with `ip tuntap add "
+                        f"{actual} mode tun multi_queue`, or use 1 queue)",
+                    )
+                log.warning(
+                    "the persistent TUN device %s was made without multi_queue: using 1 queue, not %d",
+                    actual,
+                    queues,
+                )
+            elif flags_set & IFF_MULTI_QUEUE:
+                for _ in range(queues - 1):
+                    q = _open_tun_path()
+                    extra.append(q)
+                    try:
+                        fcntl.ioctl(q, TUNSETIFF, _ifreq(actual, "H", flags_set))
+                    except OSError as e:
+                        raise TunError(
+                            e.errno, f"cannot open queue {len(extra) + 1} of {actual}: {e.strerror}"
+                        ) from None
             flags = struct.unpack_from("H", fcntl.ioctl(fd, TUNGETIFF, bytes(40)), IFNAMSIZ)[0]
+            info = _tun_info(actual)
+            if flags & IFF_MULTI_QUEUE and info is not None and info.get("numqueues", 0) > 1 + len(extra):
+                # someone attached to it between the check above and ours
+                raise TunError(errno.EBUSY, f"cannot use interface {actual}: another process is using it")
             created = not (existed and flags & IFF_PERSIST)
             dev = cls(actual, fd, created=created, ctl=ctl)
+            dev._queue_fds = extra
+            dev._lock = lock
         except BaseException:
+            for q in extra:
+                os.close(q)
             os.close(fd)
             ctl.close()
+            _unlock(lock)
             raise
         try:
             if created:
-                from ..dataplane.io import set_txqueuelen
                 set_txqueuelen(actual, TXQUEUELEN)
             if mtu is not None or created:
                 dev.set_mtu(mtu or DEFAULT_MTU)
@@ -162,12 +223,22 @@ class TunDevice:
         except BaseException:
             dev.close()
             raise
+        n = len(dev.queue_fds())
+        queued = f", {n} queues" if n > 1 else ""
         if created:
-            log.info("created TUN device %s (mtu %d)", actual, dev.get_mtu())
+            log.info("created TUN device %s (mtu %d%s)", actual, dev.get_mtu(), queued)
         else:
-            log.info("attached to the persistent TUN device %s (mtu %d); it stays when "
-                     "vpncrypt stops", actual, dev.get_mtu())
+            log.info(
+                "attached to the persistent TUN device %s (mtu %d%s); it stays when vpncrypt stops",
+                actual,
+                dev.get_mtu(),
+                queued,
+            )
         return dev
+
+    def queue_fds(self) -> list[int]:
+        """The descriptor of every queue, the first one (fileno()) first."""
+        return [self.fileno(), *self._queue_fds]
 
     def fileno(self) -> int:
         if self._fd < 0:
@@ -186,8 +257,7 @@ class TunDevice:
         """(current name, TUN flags) from the descriptor itself (TUNGETIFF),
         wherever the device lives; OSError(EBADFD) once it was deleted."""
         res = fcntl.ioctl(self.fileno(), TUNGETIFF, bytes(40))
-        return (res[:IFNAMSIZ].split(b"\0", 1)[0].decode(),
-                struct.unpack_from("H", res, IFNAMSIZ)[0])
+        return (res[:IFNAMSIZ].split(b"\0", 1)[0].decode(), struct.unpack_from("H", res, IFNAMSIZ)[0])
 
     def current_name(self) -> Optional[str]:
         """The interface's name now (it may have been renamed or moved to
@@ -217,7 +287,7 @@ class TunDevice:
             fd = fcntl.ioctl(self.fileno(), TUNGETDEVNETNS)
         except OSError as e:
             if e.errno in (errno.ENOTTY, errno.EINVAL, errno.EPERM):
-                return None             # cannot tell: taken to be here, as before Linux 5.2
+                return None  # cannot tell: taken to be here, as before Linux 5.2
             raise
         try:
             if _ns_key(fd) == self._home:
@@ -248,9 +318,11 @@ class TunDevice:
         if fd is None:
             return fn(self._ctl, name)
         try:
+
             def there():
                 with socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
                     return fn(s, name)
+
             return run_in_namespace(fd, there)
         finally:
             os.close(fd)
@@ -271,14 +343,12 @@ class TunDevice:
         if not 68 <= mtu <= 65535:
             raise ValueError(f"MTU {mtu} out of range (68-65535)")
         try:
-            self._with_ctl(lambda ctl, name: fcntl.ioctl(ctl.fileno(), SIOCSIFMTU,
-                                                         _ifreq(name, "i", mtu)))
+            self._with_ctl(lambda ctl, name: fcntl.ioctl(ctl.fileno(), SIOCSIFMTU, _ifreq(name, "i", mtu)))
         except OSError as e:
             raise TunError(e.errno, f"cannot set MTU {mtu} on {self.name}: {e.strerror}") from None
 
     def get_mtu(self) -> int:
-        res = self._with_ctl(lambda ctl, name: fcntl.ioctl(ctl.fileno(), SIOCGIFMTU,
-                                                           _ifreq(name, "i", 0)))
+        res = self._with_ctl(lambda ctl, name: fcntl.ioctl(ctl.fileno(), SIOCGIFMTU, _ifreq(name, "i", 0)))
         return struct.unpack_from("i", res, IFNAMSIZ)[0]
 
     def set_up(self, up: bool = True) -> None:
@@ -287,6 +357,7 @@ class TunDevice:
             flags = struct.unpack_from("H", res, IFNAMSIZ)[0]
             flags = (flags | IFF_UP) if up else (flags & ~IFF_UP)
             fcntl.ioctl(ctl.fileno(), SIOCSIFFLAGS, _ifreq(name, "H", flags))
+
         try:
             self._with_ctl(change)
         except OSError as e:
@@ -294,13 +365,13 @@ class TunDevice:
 
     def _here(self, what: str) -> None:
         if not self.in_home_namespace():
-            raise TunError(errno.EXDEV, f"cannot {what} {self.name}: the interface is in "
-                           "another network namespace")
+            raise TunError(
+                errno.EXDEV, f"cannot {what} {self.name}: the interface is in another network namespace"
+            )
 
     def addresses(self) -> list:
         """The addresses on the interface now (ip_interface values)."""
-        r = subprocess.run(["ip", "-j", "address", "show", "dev", self.name],
-                           capture_output=True, text=True)
+        r = subprocess.run(["ip", "-j", "address", "show", "dev", self.name], capture_output=True, text=True)
         if r.returncode != 0:
             raise TunError(errno.EIO, f"`ip address show dev {self.name}` failed: {r.stderr.strip()}")
         out = []
@@ -343,8 +414,13 @@ class TunDevice:
                 self._leave()
         finally:
             fd, self._fd = self._fd, -1
+            extra, self._queue_fds = self._queue_fds, []
+            for q in extra:
+                os.close(q)
             os.close(fd)
             self._ctl.close()
+            lock, self._lock = self._lock, None
+            _unlock(lock)
 
     def _delete(self) -> None:
         """Delete the device vpncrypt created, wherever it is: by the index
@@ -359,8 +435,11 @@ class TunDevice:
             self._with_ctl(lambda ctl, name: delete_link(_index(ctl, name)))
         except OSError as e:
             if e.errno not in _GONE + _DETACHED:
-                log.warning("cannot delete interface %s: %s (closing its descriptor deletes "
-                            "it)", self.name, e.strerror)
+                log.warning(
+                    "cannot delete interface %s: %s (closing its descriptor deletes it)",
+                    self.name,
+                    e.strerror,
+                )
                 return
         log.info("removed TUN device %s", self.name)
 
@@ -372,36 +451,45 @@ class TunDevice:
             name = self.current_name()
             here = name is not None and self.in_home_namespace()
         except OSError as e:
-            log.warning("cannot tell where the persistent TUN device %s is (%s): the addresses "
-                        "vpncrypt added stay", self.name, e.strerror)
+            log.warning(
+                "cannot tell where the persistent TUN device %s is (%s): the addresses vpncrypt added stay",
+                self.name,
+                e.strerror,
+            )
             return
         if name is None:
             log.info("the persistent TUN device %s was deleted", self.name)
             return
         if not here and self._added:
-            log.info("the persistent TUN device %s is in another network namespace: the "
-                     "addresses vpncrypt added here went with the move", name)
+            log.info(
+                "the persistent TUN device %s is in another network namespace: the "
+                "addresses vpncrypt added here went with the move",
+                name,
+            )
         for iface in list(self._added) if here else ():
-            r = subprocess.run(["ip", f"-{iface.version}", "address", "del", str(iface),
-                                "dev", name], capture_output=True, text=True)
+            r = subprocess.run(
+                ["ip", f"-{iface.version}", "address", "del", str(iface), "dev", name],
+                capture_output=True,
+                text=True,
+            )
             if r.returncode != 0:
-                log.warning("cannot remove address %s from %s: %s", iface, name,
-                            r.stderr.strip())
+                log.warning("cannot remove address %s from %s: %s", iface, name, r.stderr.strip())
         self._added.clear()
         log.info("left the persistent TUN device %s in place", name)
 
-    def __enter__(self):
+    def __enter__(self) -> "TunDevice":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self):
         if getattr(self, "_fd", -1) >= 0:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
+            for fd in [self._fd, *getattr(self, "_queue_fds", [])]:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 def _exists(ctl: socket.socket, name: str) -> bool:
@@ -412,6 +500,93 @@ def _exists(ctl: socket.socket, name: str) -> bool:
             return False
         raise TunError(e.errno, f"cannot look up interface {name}: {e.strerror}") from None
     return True
+
+
+def _open_tun_path() -> int:
+    try:
+        return os.open(TUN_PATH, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise TunError(e.errno, f"cannot open {TUN_PATH}: {e.strerror}") from None
+
+
+def _setiff(fd: int, name: str, flags: int, vnet_hdr: bool) -> tuple[bytes, int]:
+    """TUNSETIFF with `flags` (+ IFF_VNET_HDR if asked, dropped again if
+    the kernel refuses it); the answer and the flags that took."""
+    if vnet_hdr:
+        try:
+            return fcntl.ioctl(fd, TUNSETIFF, _ifreq(name, "H", flags | IFF_VNET_HDR)), flags | IFF_VNET_HDR
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+    return fcntl.ioctl(fd, TUNSETIFF, _ifreq(name, "H", flags)), flags
+
+
+LOCK_DIR = "/run/vpncrypt"
+
+
+def _name_lock(name: str) -> Optional[int]:
+    """An exclusive lock on `name` in this network namespace among vpncrypt
+    processes (a file under LOCK_DIR, flock'ed until closed or the process
+    dies): two daemons started at once for one name would both see no
+    device, both attach to the multi-queue device the first created, and
+    both give up.  TunError (EBUSY) when another holds it; None where the
+    folder cannot be made (not root: the kernel's answers decide alone)."""
+    try:
+        os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
+        netns = os.stat("/proc/thread-self/ns/net").st_ino
+        fd = os.open(f"{LOCK_DIR}/tun-{netns}-{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise TunError(errno.EBUSY, f"cannot use interface {name}: another process is using it") from None
+        return None
+    return fd
+
+
+def _unlock(fd: Optional[int]) -> None:
+    if fd is not None:
+        os.close(fd)  # the lock goes with the descriptor
+
+
+def _tun_info(name: str) -> Optional[dict]:
+    """The kernel's TUN details of device `name` (IFLA_TUN_*: multi_queue,
+    numqueues, persist, ...) as `ip -d link` reads them; None where it is no
+    TUN device or `ip` cannot tell (then the kernel's answers decide)."""
+    try:
+        r = subprocess.run(
+            ["ip", "-d", "-j", "link", "show", "dev", name], capture_output=True, text=True, timeout=10
+        )
+        data = (json.loads(r.stdout or "[]") or [{}])[0].get("linkinfo", {})
+    except (OSError, ValueError, subprocess.SubprocessError, AttributeError, IndexError):
+        return None
+    info = data.get("info_data") if data.get("info_kind") == "tun" else None
+    return info if isinstance(info, dict) else None
+
+
+def _held(name: str) -> bool:
+    """Whether another process has TUN device `name` open: a device that is
+    not persistent lives only while its maker holds it; a persistent one
+    has its queues attached."""
+    info = _tun_info(name)
+    return info is not None and (not info.get("persist") or info.get("numqueues", 0) > 0)
+
+
+def _attach_first(fd: int, name: str, vnet_hdr: bool, *, multi_queue: bool, existed: bool):
+    """The first queue: a new device with IFF_MULTI_QUEUE as asked; an
+    existing one must be opened as it was made (the kernel answers EINVAL to
+    the other kind), so the other kind is tried too.  (answer, flags)."""
+    kinds = [multi_queue, not multi_queue] if existed else [multi_queue]
+    for i, mq in enumerate(kinds):
+        try:
+            return _setiff(fd, name, IFF_TUN | IFF_NO_PI | (IFF_MULTI_QUEUE if mq else 0), vnet_hdr)
+        except OSError as e:
+            if e.errno != errno.EINVAL or i == len(kinds) - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _index(ctl: socket.socket, name: str) -> int:
@@ -426,17 +601,18 @@ def _ns_key(ns) -> tuple:
 
 
 def _setns(fd: int) -> None:
-    if hasattr(os, "setns"):                    # Python 3.12
+    if hasattr(os, "setns"):  # Python 3.12
         os.setns(fd, CLONE_NEWNET)
         return
     import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.setns(fd, CLONE_NEWNET) != 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e))
 
 
-def run_in_namespace(ns_fd: int, fn):
+def run_in_namespace(ns_fd: int, fn: Callable[[], T]) -> T:
     """fn() in a short-lived thread that joined the network namespace
     `ns_fd`: the sockets it makes belong to that namespace (the process and
     its other threads stay where they are).  Its result, or its exception."""
@@ -446,8 +622,9 @@ def run_in_namespace(ns_fd: int, fn):
         try:
             _setns(ns_fd)
             out.append((True, fn()))
-        except BaseException as e:          # noqa: BLE001 - raised in the caller
+        except BaseException as e:  # noqa: BLE001 - raised in the caller
             out.append((False, e))
+
     t = threading.Thread(target=there, name="vpncrypt-netns", daemon=True)
     t.start()
     t.join()
@@ -460,10 +637,9 @@ def run_in_namespace(ns_fd: int, fn):
 def delete_link(ifindex: int) -> None:
     """Delete the interface with index `ifindex` (rtnetlink RTM_DELLINK).
     Raises OSError with the kernel's errno."""
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                       socket.NETLINK_ROUTE) as nl:
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE) as nl:
         nl.bind((0, 0))
-        body = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, ifindex, 0, 0)   # struct ifinfomsg
+        body = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, ifindex, 0, 0)  # struct ifinfomsg
         hdr = struct.pack("=IHHII", 16 + len(body), RTM_DELLINK, NLM_F_REQUEST | NLM_F_ACK, 1, 0)
         nl.sendto(hdr + body, (0, 0))
         while True:
@@ -479,6 +655,7 @@ def delete_link(ifindex: int) -> None:
                 off += (length + 3) & ~3
 
 
-def create_tun(name: str, *, mtu: Optional[int] = DEFAULT_MTU, addresses: Iterable = (),
-               up: bool = True) -> TunDevice:
+def create_tun(
+    name: str, *, mtu: Optional[int] = DEFAULT_MTU, addresses: Iterable = (), up: bool = True
+) -> TunDevice:
     return TunDevice.create(name, mtu=mtu, addresses=addresses, up=up)

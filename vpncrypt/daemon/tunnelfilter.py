@@ -19,6 +19,7 @@ transaction (so a copy left by a daemon that was killed goes away first), and
 deleted when the ``/0`` goes away or the daemon stops.  Without `nft` a
 warning says what is missing.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -44,8 +45,9 @@ def table_name(interface: str) -> str:
 
 
 def interface_addresses(interface: str, version: int) -> list:
-    r = subprocess.run(["ip", f"-{version}", "-j", "address", "show", "dev", interface],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["ip", f"-{version}", "-j", "address", "show", "dev", interface], capture_output=True, text=True
+    )
     try:
         links = json.loads(r.stdout or "[]")
     except ValueError:
@@ -63,30 +65,33 @@ def interface_addresses(interface: str, version: int) -> list:
 def script(interface: str, version: int, mark: int, addresses) -> str:
     """The `nft -f` input that (re)creates the table for one family."""
     pf, name = FAMILIES[version], table_name(interface)
-    drops = "".join(f'    iifname != "{interface}" {pf} daddr {a} fib saddr type != local drop\n'
-                    for a in addresses)
-    return (f"table {pf} {name}\n"
-            f"delete table {pf} {name}\n"
-            f"table {pf} {name} {{\n"
-            f"  chain preraw {{\n"
-            f"    type filter hook prerouting priority raw; policy accept;\n"
-            f"{drops}"
-            f"  }}\n"
-            f"  chain premangle {{\n"
-            f"    type filter hook prerouting priority mangle; policy accept;\n"
-            f"    meta l4proto udp meta mark set ct mark\n"
-            f"  }}\n"
-            f"  chain postmangle {{\n"
-            f"    type filter hook postrouting priority mangle; policy accept;\n"
-            f"    meta l4proto udp meta mark {mark} ct mark set meta mark\n"
-            f"  }}\n"
-            f"}}\n")
+    drops = "".join(
+        f'    iifname != "{interface}" {pf} daddr {a} fib saddr type != local drop\n' for a in addresses
+    )
+    return (
+        f"table {pf} {name}\n"
+        f"delete table {pf} {name}\n"
+        f"table {pf} {name} {{\n"
+        f"  chain preraw {{\n"
+        f"    type filter hook prerouting priority raw; policy accept;\n"
+        f"{drops}"
+        f"  }}\n"
+        f"  chain premangle {{\n"
+        f"    type filter hook prerouting priority mangle; policy accept;\n"
+        f"    meta l4proto udp meta mark set ct mark\n"
+        f"  }}\n"
+        f"  chain postmangle {{\n"
+        f"    type filter hook postrouting priority mangle; policy accept;\n"
+        f"    meta l4proto udp meta mark {mark} ct mark set meta mark\n"
+        f"  }}\n"
+        f"}}\n"
+    )
 
 
 class TunnelFilter:
     def __init__(self, interface: str):
         self.interface = interface
-        self.families: set = set()       # versions whose table is in place
+        self.families: set = set()  # versions whose table is in place
         self._warned = False
 
     def apply(self, version: int, mark: int) -> None:
@@ -95,34 +100,50 @@ class TunnelFilter:
         nft = shutil.which("nft")
         if nft is None:
             if not self._warned:
-                log.warning("nft not found: no rule restores the fwmark on the peer's replies, "
-                            "so a host with strict reverse path filtering (rp_filter=1) drops "
-                            "them and the full tunnel never completes a handshake; and the "
-                            "rule that keeps LAN neighbours from reaching %s's addresses from "
-                            "outside the tunnel is absent (install nftables)", self.interface)
+                log.warning(
+                    "nft not found: no rule restores the fwmark on the peer's replies, "
+                    "so a host with strict reverse path filtering (rp_filter=1) drops "
+                    "them and the full tunnel never completes a handshake; and the "
+                    "rule that keeps LAN neighbours from reaching %s's addresses from "
+                    "outside the tunnel is absent (install nftables)",
+                    self.interface,
+                )
                 self._warned = True
             return
-        text = script(self.interface, version, mark,
-                      interface_addresses(self.interface, version))
+        text = script(self.interface, version, mark, interface_addresses(self.interface, version))
         r = subprocess.run([nft, "-f", "-"], input=text, capture_output=True, text=True)
         if r.returncode != 0:
-            raise FilterError(f"`nft -f -` adding table {FAMILIES[version]} "
-                              f"{table_name(self.interface)} failed: {r.stderr.strip()}")
+            raise FilterError(
+                f"`nft -f -` adding table {FAMILIES[version]} "
+                f"{table_name(self.interface)} failed: {r.stderr.strip()}"
+            )
         if version not in self.families:
-            log.info("nft table %s %s: fwmark %d restored on incoming UDP; %s's addresses "
-                     "reachable only through it", FAMILIES[version], table_name(self.interface),
-                     mark, self.interface)
+            log.info(
+                "nft table %s %s: fwmark %d restored on incoming UDP; %s's addresses "
+                "reachable only through it",
+                FAMILIES[version],
+                table_name(self.interface),
+                mark,
+                self.interface,
+            )
         self.families.add(version)
 
     def remove(self, version: int) -> None:
         if version not in self.families:
             return
         self.families.discard(version)
-        r = subprocess.run(["nft", "delete", "table", FAMILIES[version],
-                            table_name(self.interface)], capture_output=True, text=True)
+        r = subprocess.run(
+            ["nft", "delete", "table", FAMILIES[version], table_name(self.interface)],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0 and "No such file" not in r.stderr:
-            log.warning("cannot delete nft table %s %s: %s", FAMILIES[version],
-                        table_name(self.interface), r.stderr.strip())
+            log.warning(
+                "cannot delete nft table %s %s: %s",
+                FAMILIES[version],
+                table_name(self.interface),
+                r.stderr.strip(),
+            )
 
     def clear(self) -> None:
         for version in list(self.families):
@@ -138,10 +159,16 @@ class TunnelFilter:
         for version in (4, 6):
             if version in self.families:
                 continue
-            r = subprocess.run([nft, "delete", "table", FAMILIES[version],
-                                table_name(self.interface)], capture_output=True, text=True)
+            r = subprocess.run(
+                [nft, "delete", "table", FAMILIES[version], table_name(self.interface)],
+                capture_output=True,
+                text=True,
+            )
             if r.returncode == 0:
                 n += 1
-                log.info("removed the leftover nft table %s %s (an earlier run)",
-                         FAMILIES[version], table_name(self.interface))
+                log.info(
+                    "removed the leftover nft table %s %s (an earlier run)",
+                    FAMILIES[version],
+                    table_name(self.interface),
+                )
         return n

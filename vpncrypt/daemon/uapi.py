@@ -31,6 +31,7 @@ vpncrypt extension: `get=vpncrypt\\n\\n` answers like `get=1` plus lines
 `get=1` answer by default: `wg` (tools 1.0.20210914) happens to skip unknown
 keys, but other UAPI clients may not.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -51,26 +52,36 @@ import sys
 import time
 from typing import Iterable, Iterator, Optional
 
-from ..endpoints import format_endpoint, parse_uapi_endpoint, zone_index
-from ..config.keys import KeyFormatError, PresharedKey, PrivateKey, PublicKey
+from ..config.keytypes import KeyFormatError, PresharedKey, PrivateKey, PublicKey
+from ..config.ops import PeerUpdate, RemovePeer, ReplacePeers, SetAddresses, SetFwmark
+from ..config.ops import SetListenPort, SetMTU, SetPrivateKey
 from ..config.prefixes import parse_network
-from ..config.ops import (Endpoint, PeerUpdate, RemovePeer, ReplacePeers,
-                          SetAddresses, SetFwmark, SetListenPort, SetMTU,
-                          SetPrivateKey)
+from ..endpoints import Endpoint, format_endpoint, parse_uapi_endpoint, zone_index
 from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
 from ..permissions import ensure_private_dir
 from .histogram import Histogram
 from .logsetup import RateLimitedLog
 
 __all__ = [
-    "UAPIError", "parse_set", "format_get", "check_operations", "apply_operations",
-    "apply_operations_async", "handle_request",
-    "start_uapi_server", "UAPIServer", "socket_path", "Control", "ControlError",
-    "InterfaceSnapshot", "PeerSnapshot", "DEFAULT_SOCKET_DIR",
+    "UAPIError",
+    "parse_set",
+    "format_get",
+    "check_operations",
+    "apply_operations",
+    "apply_operations_async",
+    "handle_request",
+    "start_uapi_server",
+    "UAPIServer",
+    "socket_path",
+    "Control",
+    "ControlError",
+    "InterfaceSnapshot",
+    "PeerSnapshot",
+    "DEFAULT_SOCKET_DIR",
 ]
 
 log = logging.getLogger("vpncrypt.uapi")
-trace = logging.getLogger("vpncrypt.trace")     # rate-limited (logsetup)
+trace = logging.getLogger("vpncrypt.trace")  # rate-limited (logsetup)
 
 DEFAULT_SOCKET_DIR = "/var/run/wireguard"
 # A set request's body is read whole before it is checked (a request is
@@ -104,6 +115,7 @@ def _invalid(msg: str) -> UAPIError:
 # --------------------------------------------------------------------------
 # (a) set=1 parser
 
+
 def _parse_uint(key: str, value: str, bits: int) -> int:
     if not (value.isascii() and value.isdigit()) or len(value) > 20:  # not "²": int() refuses it
         raise _invalid(f"{key}: not an unsigned integer")
@@ -129,7 +141,7 @@ def _parse_uapi_endpoint(value: str) -> Endpoint:
         try:
             zone_index(ep.host.split("%", 1)[1])
         except OSError as e:
-            raise UAPIError(e.errno, f"endpoint: {e.strerror}") from None
+            raise UAPIError(e.errno or errno.EINVAL, f"endpoint: {e.strerror}") from None
     return ep
 
 
@@ -158,17 +170,23 @@ def parse_set(text: str) -> list:
         if peer["remove"]:
             ops.append(RemovePeer(peer["public_key"]))
         else:
-            ops.append(PeerUpdate(
-                public_key=peer["public_key"], preshared_key=peer["preshared_key"],
-                endpoint=peer["endpoint"], persistent_keepalive=peer["keepalive"],
-                replace_allowed_ips=peer["replace_allowed_ips"],
-                allowed_ips=tuple(peer["allowed_ips"]), update_only=peer["update_only"]))
+            ops.append(
+                PeerUpdate(
+                    public_key=peer["public_key"],
+                    preshared_key=peer["preshared_key"],
+                    endpoint=peer["endpoint"],
+                    persistent_keepalive=peer["keepalive"],
+                    replace_allowed_ips=peer["replace_allowed_ips"],
+                    allowed_ips=tuple(peer["allowed_ips"]),
+                    update_only=peer["update_only"],
+                )
+            )
 
     for n, line in enumerate(lines, start=1):
         if not line:
             raise _invalid(f"line {n}: a blank line inside the request")
         key, sep, value = line.partition("=")
-        if not sep:     # wireguard-go: a protocol error, not an invalid value
+        if not sep:  # wireguard-go: a protocol error, not an invalid value
             raise UAPIError(errno.EPROTO, f"line {n}: expected key=value")
         if peer is None and key in ("private_key", "listen_port", "fwmark", "replace_peers"):
             if key == "private_key":
@@ -184,9 +202,16 @@ def parse_set(text: str) -> list:
             continue
         if key == "public_key":
             flush()
-            peer = dict(public_key=_parse_key(PublicKey, key, value), remove=False,
-                        update_only=False, preshared_key=None, endpoint=None,
-                        keepalive=None, replace_allowed_ips=False, allowed_ips=[])
+            peer = dict(
+                public_key=_parse_key(PublicKey, key, value),
+                remove=False,
+                update_only=False,
+                preshared_key=None,
+                endpoint=None,
+                keepalive=None,
+                replace_allowed_ips=False,
+                allowed_ips=[],
+            )
             continue
         if peer is None:
             raise _invalid(f"line {n}: unknown device key {key!r}")
@@ -222,6 +247,7 @@ def parse_set(text: str) -> list:
 # --------------------------------------------------------------------------
 # (b) get=1 formatter
 
+
 def format_head(snapshot: InterfaceSnapshot) -> str:
     """The device lines of a ``get=1`` answer."""
     out = []
@@ -237,19 +263,21 @@ def format_head(snapshot: InterfaceSnapshot) -> str:
 def format_peers(peers: Iterable[PeerSnapshot]) -> str:
     """The lines of these peers: one formatted string each (a get of 50,000
     peers is made of this loop)."""
-    out = []
+    out: list[str] = []
     add = out.append
     for p in peers:
         psk = p.preshared_key
         psk_line = f"preshared_key={bytes(psk).hex()}\n" if psk is not None and any(psk) else ""
         ep = format_endpoint(p.endpoint)
         ep_line = f"endpoint={ep}\n" if ep else ""
-        add(f"public_key={bytes(p.public_key).hex()}\n{psk_line}"
+        add(
+            f"public_key={bytes(p.public_key).hex()}\n{psk_line}"
             f"protocol_version={int(p.protocol_version)}\n{ep_line}"
             f"last_handshake_time_sec={int(p.last_handshake_time_sec)}\n"
             f"last_handshake_time_nsec={int(p.last_handshake_time_nsec)}\n"
             f"tx_bytes={int(p.tx_bytes)}\nrx_bytes={int(p.rx_bytes)}\n"
-            f"persistent_keepalive_interval={int(p.persistent_keepalive)}\n")
+            f"persistent_keepalive_interval={int(p.persistent_keepalive)}\n"
+        )
         # the table lists them normalized already: no parse of each one (a
         # get of 300,000 would spend a second on the event loop doing it)
         if p.allowed_ips:
@@ -263,7 +291,8 @@ _LINES_PER_PIECE = 4096
 def format_pieces(peers: Iterable[PeerSnapshot]) -> Iterator[str]:
     """format_peers() in pieces of at most a few thousand lines: a peer with
     many allowed IPs is cut between its allowed_ip lines."""
-    batch, lines = [], 0
+    batch: list[PeerSnapshot] = []
+    lines = 0
     for p in peers:
         ips = p.allowed_ips
         if len(ips) <= _LINES_PER_PIECE:
@@ -278,38 +307,37 @@ def format_pieces(peers: Iterable[PeerSnapshot]) -> Iterator[str]:
             batch, lines = [], 0
         yield format_peers([dataclasses.replace(p, allowed_ips=())])
         for i in range(0, len(ips), _LINES_PER_PIECE):
-            yield "".join([f"allowed_ip={net}\n" for net in ips[i:i + _LINES_PER_PIECE]])
+            yield "".join([f"allowed_ip={net}\n" for net in ips[i : i + _LINES_PER_PIECE]])
     if batch:
         yield format_peers(batch)
 
 
 def format_tail(snapshot: InterfaceSnapshot, *, extensions: bool = False) -> str:
     """The end of the answer: the extension lines if asked for, then errno=0."""
-    out = []
+    out: list[str] = []
     if extensions:
         for name, value in sorted(snapshot.counters.items()):
             if _COUNTER_NAME_RE.match(name):
                 out.append(f"vpncrypt_{name}={int(value)}\n")
-        for name, value in sorted(snapshot.info.items()):
-            if _COUNTER_NAME_RE.match(name) and _INFO_VALUE_RE.match(str(value)):
-                out.append(f"vpncrypt_info_{name}={value}\n")
+        for name, text in sorted(snapshot.info.items()):
+            if _COUNTER_NAME_RE.match(name) and _INFO_VALUE_RE.match(str(text)):
+                out.append(f"vpncrypt_info_{name}={text}\n")
     out.append("errno=0\n\n")
     return "".join(out)
 
 
 def format_get(snapshot: InterfaceSnapshot, *, extensions: bool = False) -> str:
     """The full answer to ``get=1`` (ending in ``errno=0\\n\\n``)."""
-    return (format_head(snapshot) + format_peers(snapshot.peers)
-            + format_tail(snapshot, extensions=extensions))
+    return format_head(snapshot) + format_peers(snapshot.peers) + format_tail(snapshot, extensions=extensions)
 
 
 # --------------------------------------------------------------------------
 # (c) check, then apply
 
-_PORT_MAX = 65535                 # 16-bit UDP ports
-_FWMARK_MAX = 0xFFFFFFFF          # SO_MARK is 32 bits
-_KEEPALIVE_MAX = 65535            # wireguard-go: a uint16 of seconds
-_MTU_MIN, _MTU_MAX = 68, 65535    # RFC 791's minimum; the kernel's maximum for a TUN
+_PORT_MAX = 65535  # 16-bit UDP ports
+_FWMARK_MAX = 0xFFFFFFFF  # SO_MARK is 32 bits
+_KEEPALIVE_MAX = 65535  # wireguard-go: a uint16 of seconds
+_MTU_MIN, _MTU_MAX = 68, 65535  # RFC 791's minimum; the kernel's maximum for a TUN
 _NETWORKS = (ipaddress.IPv4Network, ipaddress.IPv6Network)
 _INTERFACES = (ipaddress.IPv4Interface, ipaddress.IPv6Interface)
 
@@ -354,8 +382,7 @@ def check_operations(ops: Iterable) -> list:
             _check_key("public_key", op.public_key)
             _check_key("preshared_key", op.preshared_key, optional=True)
             if op.persistent_keepalive is not None:
-                _check_uint("persistent_keepalive_interval", op.persistent_keepalive,
-                            _KEEPALIVE_MAX)
+                _check_uint("persistent_keepalive_interval", op.persistent_keepalive, _KEEPALIVE_MAX)
             if op.endpoint is not None:
                 if not isinstance(op.endpoint, Endpoint):
                     raise _invalid(f"endpoint: {op.endpoint!r} is not an endpoint")
@@ -415,8 +442,7 @@ def apply_operations(ops: Iterable, control: Control) -> None:
         pass
 
 
-async def apply_operations_async(ops: list, control: Control, *,
-                                 slice_seconds: float = SLICE_SECONDS) -> int:
+async def apply_operations_async(ops: list, control: Control, *, slice_seconds: float = SLICE_SECONDS) -> int:
     """Apply operations already prepared (prepare_operations), letting the
     event loop run whenever a slice of work took ``slice_seconds``.  While
     it runs, control.busy is set (a reload waits for another time).  Returns
@@ -464,8 +490,7 @@ def _failure_reply(op_line: str, exc: Exception) -> bytes:
 _GET_LINES = ("get=1", "get=vpncrypt")
 
 
-def handle_request(op_line: str, body: str, control: Control, *,
-                   extensions_in_get: bool = False) -> bytes:
+def handle_request(op_line: str, body: str, control: Control, *, extensions_in_get: bool = False) -> bytes:
     """One request, all at once: ``op_line`` without its newline, ``body``
     the lines after it up to (not including) the blank line. Returns the
     full answer.  (The server serves the same requests in slices.)"""
@@ -509,15 +534,21 @@ _ACCEPT_RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOM
 
 
 class UAPIServer:
-    def __init__(self, path: str, control: Control, *,
-                 allowed_uids: Optional[Iterable[int]] = None,
-                 extensions_in_get: bool = False,
-                 max_clients: int = MAX_CLIENTS,
-                 request_timeout: float = REQUEST_TIMEOUT):
+    def __init__(
+        self,
+        path: str,
+        control: Control,
+        *,
+        allowed_uids: Optional[Iterable[int]] = None,
+        extensions_in_get: bool = False,
+        max_clients: int = MAX_CLIENTS,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ):
         self.path = path
         self.control = control
-        self.allowed_uids = (frozenset(allowed_uids) if allowed_uids is not None
-                             else frozenset({0, os.geteuid()}))
+        self.allowed_uids = (
+            frozenset(allowed_uids) if allowed_uids is not None else frozenset({0, os.geteuid()})
+        )
         self.extensions_in_get = extensions_in_get
         self.max_clients = max_clients
         self.request_timeout = request_timeout
@@ -528,12 +559,12 @@ class UAPIServer:
         self._ident: Optional[tuple] = None
         self._tasks: set = set()
         self._warn = RateLimitedLog(log, interval=10.0)
-        self._lock = asyncio.Lock()      # one request applied or read at a time
+        self._lock = asyncio.Lock()  # one request applied or read at a time
         self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.slice_seconds = SLICE_SECONDS
-        self.yields = 0           # times a request let the event loop run before it was done
-        self.refused = 0          # connections closed at once: too many clients
-        self.timed_out = 0        # clients closed for not completing a request in time
+        self.yields = 0  # times a request let the event loop run before it was done
+        self.refused = 0  # connections closed at once: too many clients
+        self.timed_out = 0  # clients closed for not completing a request in time
         # seconds from a whole request read to its answer sent, by operation
         # (for the metrics: vpncrypt.daemon.metrics)
         self.latency = {"get": Histogram(), "set": Histogram(), "other": Histogram()}
@@ -573,38 +604,45 @@ class UAPIServer:
 
     def _accept_on(self) -> None:
         self._resume = None
-        if self._sock is not None and not self._accepting:
+        if self._sock is not None and self._loop is not None and not self._accepting:
             self._loop.add_reader(self._sock.fileno(), self._on_accept)
             self._accepting = True
 
     def _accept_off(self) -> None:
-        if self._accepting:
+        if self._accepting and self._sock is not None and self._loop is not None:
             self._loop.remove_reader(self._sock.fileno())
             self._accepting = False
 
     def _on_accept(self) -> None:
+        sock, loop = self._sock, self._loop
+        if sock is None or loop is None:  # closed
+            return
         for _ in range(16):
             try:
-                conn, _addr = self._sock.accept()
+                conn, _addr = sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
                 # Never fatal: the daemon keeps running and serving the tunnel.
                 if e.errno in _ACCEPT_RESOURCE_ERRORS:
-                    self._warn.warning("UAPI: cannot accept a connection: %s; pausing for %.1f s",
-                                       e.strerror, ACCEPT_PAUSE)
+                    self._warn.warning(
+                        "UAPI: cannot accept a connection: %s; pausing for %.1f s", e.strerror, ACCEPT_PAUSE
+                    )
                     self._accept_off()
-                    self._resume = self._loop.call_later(ACCEPT_PAUSE, self._accept_on)
-                else:   # ECONNABORTED, EPROTO, EPERM (a security module): that one client only
+                    self._resume = loop.call_later(ACCEPT_PAUSE, self._accept_on)
+                else:  # ECONNABORTED, EPROTO, EPERM (a security module): that one client only
                     self._warn.warning("UAPI: a connection failed in accept(): %s", e.strerror)
                 return
             if len(self._tasks) >= self.max_clients:
                 conn.close()
                 self.refused += 1
-                self._warn.warning("UAPI: connection refused: already serving %d clients "
-                                   "(%d refused so far)", len(self._tasks), self.refused)
+                self._warn.warning(
+                    "UAPI: connection refused: already serving %d clients (%d refused so far)",
+                    len(self._tasks),
+                    self.refused,
+                )
                 continue
-            task = self._loop.create_task(self._client(conn))
+            task = loop.create_task(self._client(conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -686,8 +724,9 @@ class UAPIServer:
                 req = await asyncio.wait_for(_read_request(reader), self.request_timeout)
             except asyncio.TimeoutError:
                 self.timed_out += 1
-                log.debug("UAPI: closed a client that sent no complete request in %.0f s",
-                          self.request_timeout)
+                log.debug(
+                    "UAPI: closed a client that sent no complete request in %.0f s", self.request_timeout
+                )
                 return
             if req is None:
                 return
@@ -732,15 +771,15 @@ class UAPIServer:
             return await self._set_body(body)
 
     async def _set_body(self, body: str) -> bytes:
-        loop = self._loop
+        loop = asyncio.get_running_loop()
         parsed = ops = None
         try:
             parsed = await loop.run_in_executor(self._worker, parse_set, body)
             async with self._lock:
-                ops = await loop.run_in_executor(self._worker, prepare_operations, parsed,
-                                                 self.control)
-                self.yields += await apply_operations_async(ops, self.control,
-                                                            slice_seconds=self.slice_seconds)
+                ops = await loop.run_in_executor(self._worker, prepare_operations, parsed, self.control)
+                self.yields += await apply_operations_async(
+                    ops, self.control, slice_seconds=self.slice_seconds
+                )
             return _errno_reply(0)
         except Exception as e:
             return _failure_reply("set=1", e)
@@ -749,7 +788,7 @@ class UAPIServer:
             # slice at a time (freed at once here, they would hold the loop)
             garbage = [parsed, ops]
             parsed = ops = None
-            if self._worker is not None:          # not closed meanwhile
+            if self._worker is not None:  # not closed meanwhile
                 await loop.run_in_executor(self._worker, _dispose, garbage)
 
     async def _get(self, writer, extensions: bool) -> None:
@@ -783,7 +822,7 @@ class UAPIServer:
             chunks.append(format_tail(head, extensions=extensions))
             writer.write("".join(chunks).encode())
         except Exception as e:
-            writer.write(_failure_reply("get=1", e))     # what was written ends with a whole line
+            writer.write(_failure_reply("get=1", e))  # what was written ends with a whole line
 
 
 # A set=1 body this big pauses Python's cyclic garbage collector until it is
@@ -851,7 +890,7 @@ def _dispose(garbage: list) -> None:
         while ops:
             op = ops.pop()
             nets = list(getattr(op, "allowed_ips", ()))
-            del op                    # the tuple goes; the networks are still in nets
+            del op  # the tuple goes; the networks are still in nets
             while nets:
                 del nets[-_LINES_PER_PIECE:]
         del ops
@@ -887,11 +926,11 @@ async def _read_request(reader: asyncio.StreamReader):
         if op is None:
             return None, errno.EINVAL
         if not op:
-            return None                       # EOF between requests
+            return None  # EOF between requests
         if op.strip(b"\r\n"):
             break
     if not op.endswith(b"\n"):
-        return None                           # EOF in the middle of the operation line
+        return None  # EOF in the middle of the operation line
     if op in _GET_OPS:
         try:
             nxt = await reader.readexactly(1)
@@ -899,7 +938,7 @@ async def _read_request(reader: asyncio.StreamReader):
             return None
         if nxt == b"\n":
             return op[:-1].decode(), ""
-        await _read_body(reader)              # get takes no arguments: skip them, refuse it
+        await _read_body(reader)  # get takes no arguments: skip them, refuse it
         return op[:-1].decode(), "\x00"
     if op != b"set=1\n":
         # An unknown operation (`get=1\r\n` too) is refused at once, and the
@@ -921,14 +960,14 @@ async def _read_body(reader: asyncio.StreamReader):
     while True:
         line = await _read_line(reader)
         if line is None:
-            return errno.EIO                  # a line over the limit: wireguard-go's scanner says EIO
+            return errno.EIO  # a line over the limit: wireguard-go's scanner says EIO
         if not line or line == b"\n":
-            break                             # EOF or the blank line: the request is complete
+            break  # EOF or the blank line: the request is complete
         total += len(line)
         if total > MAX_REQUEST_BYTES:
             return errno.ENOMEM
         if not line.endswith(b"\n"):
-            line += b"\n"                     # the last line, cut by EOF
+            line += b"\n"  # the last line, cut by EOF
         lines.append(line)
         if not len(lines) % _LINES_PER_PIECE:
             # lines already buffered are read without a pause: make one
@@ -954,12 +993,18 @@ def _clear_stale_socket(path: str) -> None:
     raise OSError(errno.EADDRINUSE, f"{path}: another daemon is serving this interface")
 
 
-async def start_uapi_server(path: str, control: Control, *,
-                            allowed_uids: Optional[Iterable[int]] = None,
-                            extensions_in_get: bool = False, **limits) -> UAPIServer:
+async def start_uapi_server(
+    path: str,
+    control: Control,
+    *,
+    allowed_uids: Optional[Iterable[int]] = None,
+    extensions_in_get: bool = False,
+    **limits,
+) -> UAPIServer:
     """Serve the UAPI on ``path`` (mode 0600, parent created 0700 if
     missing). Close with ``server.close(); await server.wait_closed()`` or
     ``async with``; the socket file is removed on close."""
-    server = UAPIServer(path, control, allowed_uids=allowed_uids,
-                        extensions_in_get=extensions_in_get, **limits)
+    server = UAPIServer(
+        path, control, allowed_uids=allowed_uids, extensions_in_get=extensions_in_get, **limits
+    )
     return await server.start()

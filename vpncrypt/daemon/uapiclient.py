@@ -1,16 +1,18 @@
 """The client side of the WireGuard UAPI: one request over
 /var/run/wireguard/IFACE.sock, the answer as text or parsed.  Used by
-`vpncrypt show` and by the tests.
+`vpncrypt show`, `vpncrypt bench uapi` and the tests.
 
 wireguard-go answers ``get=1`` and ``set=1`` only; it hangs up on anything
 else (vpncrypt's ``get=vpncrypt`` extension included) without a word, so an
 answer that does not end in ``errno=N`` is an error here (UAPIProtocolError),
 never an empty device."""
+
 from __future__ import annotations
 
 import errno
 import os
 import socket
+from typing import Any
 
 from .uapi import DEFAULT_SOCKET_DIR, socket_path
 
@@ -54,15 +56,22 @@ def read_answer(sock: socket.socket) -> bytes:
     return buf
 
 
-def interface_request(interface: str, text: str, socket_dir: str = DEFAULT_SOCKET_DIR,
-                      **kw) -> str:
-    return request(socket_path(interface, socket_dir), text, **kw)
+def interface_request(
+    interface: str,
+    text: str,
+    socket_dir: str = DEFAULT_SOCKET_DIR,
+    *,
+    timeout: float = 5.0,
+    terminate: bool = True,
+) -> str:
+    """request() on the UAPI socket of `interface`."""
+    return request(socket_path(interface, socket_dir), text, timeout=timeout, terminate=terminate)
 
 
-def parse_get(text: str) -> dict:
+def parse_get(text: str) -> dict[str, Any]:
     """A get=1 / get=vpncrypt answer as {interface fields..., "peers": [...],
     "counters": {...}}.  Raises OSError for errno != 0."""
-    dev = {"peers": [], "counters": {}, "info": {}}
+    dev: dict[str, Any] = {"peers": [], "counters": {}, "info": {}}
     cur = dev
     for line in text.split("\n"):
         if not line:
@@ -78,16 +87,17 @@ def parse_get(text: str) -> dict:
         elif k == "allowed_ip":
             cur["allowed_ips"].append(v)
         elif k.startswith("vpncrypt_info_"):
-            dev["info"][k[len("vpncrypt_info_"):]] = v
+            dev["info"][k[len("vpncrypt_info_") :]] = v
         elif k.startswith("vpncrypt_"):
-            dev["counters"][k[len("vpncrypt_"):]] = int(v)
+            dev["counters"][k[len("vpncrypt_") :]] = int(v)
         else:
             cur[k] = v
     return dev
 
 
-def get_device(interface: str, socket_dir: str = DEFAULT_SOCKET_DIR, *,
-               extensions: bool = True) -> tuple[dict, bool]:
+def get_device(
+    interface: str, socket_dir: str = DEFAULT_SOCKET_DIR, *, extensions: bool = True
+) -> tuple[dict[str, Any], bool]:
     """The device behind `interface` as parse_get() gives it, and whether it
     answered vpncrypt's extension.  A daemon that hangs up on ``get=vpncrypt``
     (wireguard-go, or any other implementation) is asked ``get=1``."""
@@ -97,6 +107,6 @@ def get_device(interface: str, socket_dir: str = DEFAULT_SOCKET_DIR, *,
         except UAPIProtocolError:
             pass
         except OSError as e:
-            if e.errno != errno.EINVAL:      # a UAPI server that refuses the operation
+            if e.errno != errno.EINVAL:  # a UAPI server that refuses the operation
                 raise
     return parse_get(interface_request(interface, "get=1", socket_dir)), False

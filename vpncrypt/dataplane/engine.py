@@ -3,45 +3,97 @@ device, or the in-memory port of the loopback bench) and the sans-I/O
 protocol Device, in batches.
 
     engine = Engine(device, udp, inner, loop=loop, max_packet=65535, threads=1,
-                    handshake_threads=0, on_events=None, on_fatal=None)
+                    handshake_threads=0, on_events=None, on_fatal=None, queues=(),
+                    fair_queue=False)
     engine.start()            # the UDP (and TUN) fds to the loop, or to worker threads
     engine.send_inner(...)    # the inner side hands over a batch of IP packets
     engine.stop()
 
-On the native backend, transport data never goes through Python one message
-at a time: one call into the session table opens or seals a whole batch
-(vpncrypt.transport.native.Batch), and the batch results go to the Device in
-one call per wakeup (Device.on_transport).  The same open batch makes the
-cheap checks of handshake messages in C (sizes, mac1; under load mac2, with
-the cookie replies it makes, which the engine sends at once, and the
-per-source rate limit) and puts what passes into the table's bounded
-handshake queue.  Data comes first: each turn of the event loop serves the
-sockets, then one slice of at most HANDSHAKE_SLICE queued handshake messages
-(Device.serve_handshakes), and schedules the next slice for the next turn.
-With ``handshake_threads=N`` (native backend) the expensive part of a slice
-(the X25519 and hashing of each initiation, which changes no state) runs on
-N worker threads (vpncrypt.dataplane.handshake_workers) while the loop goes
+The engine holds descriptors (the UdpBatchSocket, the TUN's TunBatch or the
+bench's inner port), threads and one timer; it never interprets a packet and
+never reaches past the Device into the sessions (vpncrypt.transport).  The
+native backend's way through is a data-path object per thread from the Device (Device.batch_path:
+vpncrypt.protocol.datapath.BatchPath).
+
+One packet out (native backend, threads=1; with threads=2 the same on the
+worker's thread, its results posted to the loop):
+
+    _on_readable(tx)            the TUN fd is readable (the loop's reader)
+      Worker.rounds             this file
+        path.send_rounds(...)   protocol/datapath.py BatchPath -> transport/native.py Batch.send_rounds
+         vc_wg_send_rounds      ONE call into C (native/wg_rounds.c) for up to MAX_ROUNDS
+                                rounds while they are routine and full; each round:
+          vc_wg_send_round      read(2) from the TUN
+                                with the TSO/USO split (tun_offload.c), route, pad and seal
+                                (wg_data.c), sendmmsg with GSO (udp_batch.c)
+      device.fold(path, now)    protocol/datapath.py: the rounds' touches; one peer's
+                                routine results are held (no object made), the rest applied
+      emit(Output)              this file: datagrams, inner packets, events, sealing
+
+One packet in:
+
+    _on_readable(rx)            the UDP fd is readable
+      Worker.rounds
+        path.receive_rounds(...) BatchPath -> Batch.receive_rounds:
+         vc_wg_receive_rounds   ONE call into C for up to MAX_ROUNDS routine rounds; each:
+          vc_wg_receive_round   recvmmsg with GRO;
+                                replay window, open, AllowedIPs, and the handshake
+                                messages' cheap checks (sizes, mac1, under load mac2)
+                                and queue (wg_data.c, wg_admit.c); sendmmsg of the
+                                cookie replies made under load; write(2) to the TUN
+                                with GRO coalescing (tun_offload.c)
+      device.fold(path, now)    as above; Output.handshakes: messages wait in the queue
+      emit(Output)
+
+So a run of batches crosses into C once (I/O and the sessions together) and
+back, then into the Device once: the loop in C stops after a round that is
+not routine (handshake messages, replies, a short write or send, another
+peer, flags the Device must act on) or not full (Worker.more).  (Objects without a descriptor, such as the
+loopback bench's in-memory port, take the same steps as separate C calls.)
+A packet that finds no key waits in the Device (peer.staged) and goes out,
+like a keepalive, as an Output.sealing item: emit() seals it through the
+loop's own path (BatchPath.seal_staged: Batch.seal_send with the peer's id,
+the same C calls) and folds that round too.  What else the Device gives
+back emit() applies: datagrams to UDP (handshake messages), packets to the
+inner side, events to ``on_events``.
+
+Handshake messages: data comes first.  Each turn of the event loop serves
+the sockets, then one slice of at most HANDSHAKE_SLICE queued handshake
+messages (Device.serve_handshakes), and schedules the next slice for the
+next turn.  With ``handshake_threads=N`` the expensive part of a slice (the
+X25519 and hashing of each initiation, which changes no state) runs on N
+worker threads (vpncrypt.dataplane.handshake_workers) while the loop goes
 on; when a slice is computed, the loop applies it (Device.
-finish_handshake_work: the replay and rate checks on the peer's state, the
-session, the response).  At most HANDSHAKE_IN_FLIGHT slices are out at a
-time; they are applied in the order they were taken, so each is served newest
-first as without workers.  On the pynacl backend every packet goes through the
-Device's list-form calls: that is what ``--crypto pynacl`` measures.
+finish_handshake_work).  At most HANDSHAKE_IN_FLIGHT slices are out at a
+time, applied in the order they were taken.  On the pynacl backend every
+packet goes through the Device's list-form calls: that is what ``--crypto
+pynacl`` measures.
 
 Threads: with ``threads=1`` everything runs on the event loop.  With
-``threads=2`` (native backend) the two directions run on threads of their
-own: one receives UDP, opens and writes the TUN, the other reads the TUN,
-seals and sends UDP.  The table's batch calls release the GIL and the table
-is safe for that (a sending counter is taken atomically).  Each direction
-stays on one thread, so packets keep their order.  The Device stays on the
-event loop: the threads hand it their batch results and handshake messages
-through ``loop.call_soon_threadsafe``.
+``threads=2`` (native backend) each direction is a worker on a thread of its
+own, owning one (UDP object, inner object, batch path): one receives UDP,
+opens and writes the TUN, the other reads the TUN, seals and sends UDP.  The
+sessions are safe for that (a sending counter is taken atomically) and
+their batch calls release the GIL.  Each direction stays on one thread, so packets keep
+their order.  The Device stays on the event loop: a worker takes its round's
+results out of its path (path.results()) and posts them with
+``loop.call_soon_threadsafe``, one callback at a time; the loop hands them
+to Device.fold_results.
 
-The engine reads the clock (``loop.time()``: CLOCK_MONOTONIC, the same in
-every thread), turns it into the device's clock for batch calls
-(``table.clock``), and arms the Device's timer after every Device call.  It
-never interprets packets itself.
+Queues (native backend): ``queues=[(udp, inner), ...]`` adds pairs, each a
+socket of the same SO_REUSEPORT group and a queue of the same multi-queue
+inner side, with a receiving and a sending worker of their own (on the loop,
+or on two threads each with threads=2).  The kernel hashes each flow to one
+socket and one TUN queue, so a flow stays on one worker and in order; the
+sessions give every sealed message its own counter, whichever worker seals
+it.  ``send_inner(..., queue=k)`` seals through queue k's sending worker.
+
+Time: CLOCK_MONOTONIC seconds, the same in every thread (loop.time() for
+the Device, time.monotonic() for a round); after every Device call the engine arms its one timer for
+Device.next_deadline() (the protocol's timers and the flush of held
+results), which runs Device.handle_timers.
 """
+
 import errno
 import logging
 import os
@@ -51,18 +103,13 @@ import time
 from collections import deque
 
 from vpncrypt.dataplane.handshake_workers import HandshakeWorkers
-from vpncrypt.transport import status as S
-from vpncrypt.transport.model import Touch
+from vpncrypt.protocol.events import NOTHING
+from vpncrypt.wire import TRANSPORT_OVERHEAD
 
 log = logging.getLogger("vpncrypt.dataplane")
 
 # How many batches one readiness callback may take before yielding.
 MAX_ROUNDS = 16
-# Batch results that only say "data went in or out" (timers to restart) reach
-# the Device at most this long (10 ms) after the batch, merged per peer; anything else
-# (a key confirmed, a rekey due, roaming, packets without a key) at once.  The
-# held results are also handed over before the Device's timers run.
-HOLD = 0.01
 # Handshake messages the Device serves in one turn of the event loop (each
 # costs it up to 3 X25519 operations); the rest wait for the next turn, after
 # the sockets have been served again.
@@ -70,36 +117,65 @@ HANDSHAKE_SLICE = 16
 # With handshake worker threads: how many slices may be computing at once (one
 # being applied on the loop while the next computes keeps both cores busy).
 HANDSHAKE_IN_FLIGHT = 2
-_SEAL_ROOM = S.OVERHEAD + 16
+_SEAL_ROOM = TRANSPORT_OVERHEAD + 16  # the header, the tag and up to 15 bytes of padding
+# The loop's own path seals staged packets and keepalives, this many at a time.
+_STAGED_BATCH = 16
 _IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
-# Batch sizes are counted in buckets of at most 1, 2, 4, ... 64 packets, and more
-# (bucket (n - 1).bit_length(), the last one open): one addition per batch.
-BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64)
+# Batch sizes are counted in buckets of at most 1, 2, 4, ... 128 packets (the
+# daemon's batch), and more (bucket (n - 1).bit_length(), the last one open): one
+# addition per batch.
+BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128)
+# The bucket of a round of n packets, by lookup (n is at most a batch's capacity, 1024).
+_BUCKET = (0,) + tuple(min((n - 1).bit_length(), len(BATCH_SIZE_BOUNDS)) for n in range(1, 1025))
+
+
+def _bucket(n: int) -> int:
+    return _BUCKET[n] if n < len(_BUCKET) else len(BATCH_SIZE_BOUNDS)
 
 
 class EngineCounters:
-    """Drops the engine itself sees (the protocol and the session table count
+    """Drops the engine itself sees (the protocol and the sessions count
     the rest), and the batches it moved with their sizes."""
-    __slots__ = ("tx_send_errors", "tx_dropped", "inner_write_errors", "inner_dropped",
-                 "rx_batches", "tx_batches", "rx_batch_packets", "tx_batch_packets",
-                 "rx_batch_sizes", "tx_batch_sizes")
-    _LISTS = ("rx_batch_sizes", "tx_batch_sizes")
 
-    def __init__(self):
+    __slots__ = (
+        "tx_send_errors",
+        "tx_dropped",
+        "inner_write_errors",
+        "inner_dropped",
+        "rx_batches",
+        "tx_batches",
+        "rx_batch_packets",
+        "tx_batch_packets",
+        "rx_batch_sizes",
+        "tx_batch_sizes",
+    )
+    _LISTS = ("rx_batch_sizes", "tx_batch_sizes")
+    tx_send_errors: int
+    tx_dropped: int
+    inner_write_errors: int
+    inner_dropped: int
+    rx_batches: int
+    tx_batches: int
+    rx_batch_packets: int
+    tx_batch_packets: int
+    rx_batch_sizes: list[int]
+    tx_batch_sizes: list[int]
+
+    def __init__(self) -> None:
         for name in self.__slots__:
             setattr(self, name, [0] * (len(BATCH_SIZE_BOUNDS) + 1) if name in self._LISTS else 0)
 
     def rx_batch(self, n: int) -> None:
         self.rx_batches += 1
         self.rx_batch_packets += n
-        self.rx_batch_sizes[min((n - 1).bit_length(), len(BATCH_SIZE_BOUNDS))] += 1
+        self.rx_batch_sizes[_bucket(n)] += 1
 
     def tx_batch(self, n: int) -> None:
         self.tx_batches += 1
         self.tx_batch_packets += n
-        self.tx_batch_sizes[min((n - 1).bit_length(), len(BATCH_SIZE_BOUNDS))] += 1
+        self.tx_batch_sizes[_bucket(n)] += 1
 
     def add(self, other: "EngineCounters") -> None:
         for name in self.__slots__:
@@ -116,27 +192,168 @@ class EngineCounters:
 
     def batch_sizes(self) -> dict:
         """{"rx"/"tx": (counts per bucket of BATCH_SIZE_BOUNDS and one more, packets)}."""
-        return {"rx": (list(self.rx_batch_sizes), self.rx_batch_packets),
-                "tx": (list(self.tx_batch_sizes), self.tx_batch_packets)}
+        return {
+            "rx": (list(self.rx_batch_sizes), self.rx_batch_packets),
+            "tx": (list(self.tx_batch_sizes), self.tx_batch_packets),
+        }
 
 
-class _Direction:
-    """What one direction needs for itself: its own UDP and inner objects
-    (arrays, receive state), its table batch and its counters."""
+class _Watched:
+    """A Worker's udp or inner object: assigning one (a twin for a thread, a
+    new socket) makes the worker look again at what its rounds read from."""
 
-    def __init__(self, engine, udp, inner, batch):
-        self.engine = engine
-        self.udp = udp
-        self.inner = inner
-        self.batch = batch
+    def __set_name__(self, owner, name: str) -> None:
+        self.key = "_" + name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else obj.__dict__[self.key]
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.key] = value
+        obj._watch()
+
+
+class Worker:
+    """One direction of the data plane and what it owns: its UDP and inner
+    objects (their arrays and receive state), its batch path and its
+    counters.  It runs on the loop (threads=1) or on a thread of its own; a
+    worker is the unit of parallelism: its packets stay in order."""
+
+    def __init__(self, udp, inner, path, sending: bool):
+        self.path = path
+        self.sending = sending  # inner -> UDP; else UDP -> inner
         self.counters = EngineCounters()
+        self._udp = udp
+        self._inner = inner
+        self._watch()
+
+    udp = _Watched()
+    inner = _Watched()
+
+    def _watch(self) -> None:
+        """What more() asks of the object a round reads from: the largest
+        batch it returns and whether it holds back what it read.  An object
+        that cannot say (no holds()) is always asked again."""
+        src = self._inner if self.sending else self._udp
+        holds = getattr(src, "holds", None)
+        self._full = src.batch if holds is not None else 0
+        self._holds = holds if holds is not None else _always
+
+    @property
+    def fd(self):
+        """What it waits on: the inner side's fd when sending, else the socket's."""
+        return self._inner.fd if self.sending else self._udp.fd
+
+    def more(self, n: int) -> bool:
+        """After a round that took n: whether to run the next one at once.
+        Yes if the object holds back what it read (that does not make the
+        fd readable), or if the round took at least half a batch: traffic
+        that streams in is met sooner and cheaper by the next round than by
+        a turn of the loop.  After a smaller round (a burst ended: the
+        round read until EAGAIN) the fd signals what comes later, readiness
+        being level-triggered, and no empty round (a system call and a trip
+        through Python) is spent to learn that nothing waits."""
+        return 2 * n >= self._full or self._holds()
+
+    def round(self, now: float) -> int:
+        """One round (a batch through the sockets and the sessions), counted;
+        returns how many packets or datagrams it took (0: none waited).
+        now: time.monotonic() (one reading may serve several rounds)."""
+        path = self.path
+        if self.sending:
+            n = path.send(self._inner, self._udp, now)
+        else:
+            n = path.receive(self._udp, self._inner, now)
+        if n:
+            self._count(n)
+        return n
+
+    def rounds(self, now: float, k: int) -> int:
+        """Up to k rounds in one call into C while they are routine
+        (BatchPath.receive_rounds/send_rounds), counted as round() counts
+        each; returns what the last one took (path.rounds: how many ran; the
+        Device folds them at once).  The rounds before the last are routine:
+        nothing of theirs failed, was dropped or replied to."""
+        path = self.path
+        if self.sending:
+            n = path.send_rounds(self._inner, self._udp, now, k, self._full)
+        else:
+            n = path.receive_rounds(self._udp, self._inner, now, k, self._full)
+        used = path.rounds
+        if used > 1:  # (routine: only their sizes count)
+            count = self.counters.tx_batch if self.sending else self.counters.rx_batch
+            sizes = path.loop_sizes
+            for i in range(used - 1):
+                count(sizes[i])
+        if n:
+            self._count(n)
+        return n
+
+    def _count(self, n: int) -> None:
+        """A round of n (the last of a call) counted: its batch size, and
+        what its socket and TUN I/O did not do."""
+        c, io = self.counters, self.path.io
+        if self.sending:
+            c.tx_batch(n)
+            if io.sent < io.sealed or io.gso_off:
+                _count_sent(c, io)
+            return
+        c.rx_batch(n)
+        if io.replies:
+            _count_sent(c, io, io.replies, io.replies_sent)
+        if io.written < io.delivered:
+            c.inner_dropped += io.delivered - io.written
+            c.inner_write_errors += 1
+
+
+def _always() -> bool:
+    return True
+
+
+def _count_sent(c, io, made: int | None = None, sent: int | None = None) -> None:
+    """A round's send: what did not go counted (made/sent: a receive round's
+    cookie replies; by default the sealed messages), and GSO turned off by
+    the send logged."""
+    if made is None or sent is None:
+        made, sent = io.sealed, io.sent
+    if sent < made:
+        c.tx_dropped += made - sent
+        c.tx_send_errors += 1
+    if io.gso_off:
+        _gso_disabled(io.send_errno)
+
+
+def _gso_disabled(err: int) -> None:
+    """A UDP_SEGMENT send was refused (EMSGSIZE: the segments are larger
+    than the outer path MTU; the kernel fragments single datagrams, never
+    GSO segments; EIO or EINVAL: the route cannot segment).  Every datagram
+    went on its own, and the socket sends without GSO from now on (the
+    socket object turned it off: transport.native.Batch, UdpBatchSocket.send)."""
+    log.info(
+        "UDP GSO disabled: a segmented send failed with %s (datagrams larger than the path MTU, "
+        "or a route that cannot segment); sending datagram by datagram from now on",
+        errno.errorcode.get(err, err),
+    )
 
 
 class Engine:
-    def __init__(self, device, udp, inner, *, loop, max_packet: int = 65535, threads: int = 1,
-                 handshake_threads: int = 0, handshake_executor=None, on_fatal=None, on_events=None):
+    def __init__(
+        self,
+        device,
+        udp,
+        inner,
+        *,
+        loop,
+        max_packet: int = 65535,
+        threads: int = 1,
+        handshake_threads: int = 0,
+        handshake_executor=None,
+        on_fatal=None,
+        on_events=None,
+        queues=(),
+        fair_queue: bool = False,
+    ):
         self.device = device
-        self.table = device.table
         self.udp = udp
         self.inner = inner
         self.loop = loop
@@ -146,37 +363,50 @@ class Engine:
         self.on_events = on_events
         self._counters = EngineCounters()
         self._max_packet = max_packet
+        # opt-in: each send round's fair queue, CoDel on each receiving socket
+        self.fair_queue = bool(fair_queue) and self.native
+        self._aqm_retired = 0  # drop_aqm of the receive states a new socket or thread replaced
+        if not self.native and queues:
+            raise ValueError("queues are the native backend's")
+        # (UDP object, inner object, its receiving worker, its sending worker)
+        # for the given pair and each of `queues`: a socket of the same
+        # SO_REUSEPORT group and a queue of the same multi-queue TUN each, so
+        # the kernel pins each flow to one of them
+        self._pairs = (
+            [(u, i, *self._queue_workers(u, i)) for u, i in [(udp, inner), *queues]] if self.native else []
+        )
         if self.native:
-            self.rx = _Direction(self, udp, inner, self.table.batch(udp.batch, S.OVERHEAD))
-            # inner batches are at most as large as UDP ones; max_packet: the
-            # largest inner packet (the TUN's read size, not its current MTU)
-            self.tx = _Direction(self, udp, inner, self.table.batch(udp.batch, max_packet + _SEAL_ROOM))
+            _udp, _inner, self.rx, self.tx = self._pairs[0]
+            # the loop's own, for staged packets and keepalives
+            self._staged = device.batch_path(min(udp.batch, _STAGED_BATCH), max_packet + _SEAL_ROOM)
         self._timer = None
         self._timer_at = None
         self._running = False
-        self._threads = []
-        self._wake_r = self._wake_w = None
+        self._threads: list[threading.Thread] = []
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
         self._lock = threading.Lock()
-        self._pending = None          # [touches, waiting, handshakes?] from the threads
-        self._held = {}               # peer -> [received?, flags, messages, bytes, data batches]
-        self._held_timer = None
-        self._serving = None          # the handle of the next handshake slice
+        self._pending = None  # RoundResults posted by the threads, merged
+        self._serving = None  # the handle of the next handshake slice
         # handshake work off the loop (native backend): `handshake_executor`,
         # an Executor (tests give a synchronous one), or a pool of its own
-        self._hs_threads = max(1, int(handshake_threads)) if self.native and (
-            handshake_threads > 0 or handshake_executor is not None) else 0
+        self._hs_threads = (
+            max(1, int(handshake_threads))
+            if self.native and (handshake_threads > 0 or handshake_executor is not None)
+            else 0
+        )
         self._hs_executor = handshake_executor
-        self._workers = None          # HandshakeWorkers while started, with _hs_threads
-        self._slices = deque()        # [work, now, computed?] in the order taken
-        self.last_kernels = None      # (chacha, poly1305) that served a data thread last
+        self._workers: HandshakeWorkers | None = None  # while started, with _hs_threads
+        self._slices: deque[list] = deque()  # [work, now, computed?] in the order taken
+        self.last_kernels: tuple | None = None  # (chacha, poly1305) that served a data thread last
 
     @property
     def counters(self) -> EngineCounters:
-        """Every direction's counters, summed."""
+        """Every worker's counters, summed."""
         total = EngineCounters()
         parts = [self._counters]
-        if self.native:
-            parts += [self.rx.counters, self.tx.counters]
+        for _udp, _inner, rx, tx in self._pairs:
+            parts += [rx.counters, tx.counters]
         for part in parts:
             total.add(part)
         return total
@@ -187,29 +417,36 @@ class Engine:
         self._running = True
         if self._hs_threads and self._workers is None:
             self._workers = HandshakeWorkers(self.loop, self._hs_threads, self._hs_executor)
-        inner_fd = getattr(self.inner, "fd", None)
         if self.threads >= 2:
             self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-            self.rx.udp = self.udp.twin()
-            self._spawn("vpncrypt-rx", self._rx_thread)
-            if inner_fd is not None:
-                self.tx.inner = self.inner.twin()
-                self.tx.udp = self.udp.twin()
-                self._spawn("vpncrypt-tx", self._tx_thread)
+            for k, (udp, inner, rx, tx) in enumerate(self._pairs):
+                if rx.udp is not udp:  # a twin of an earlier start
+                    self._retire(rx.udp)
+                rx.udp = udp.twin()
+                self._spawn(f"vpncrypt-rx{k or ''}", rx)
+                if getattr(inner, "fd", None) is not None:
+                    tx.inner = inner.twin()
+                    tx.udp = udp.twin()
+                    self._spawn(f"vpncrypt-tx{k or ''}", tx)
+        elif self.native:
+            for udp, inner, rx, tx in self._pairs:
+                self.loop.add_reader(udp.fd, self._on_readable, rx)
+                if getattr(inner, "fd", None) is not None:
+                    self.loop.add_reader(inner.fd, self._on_readable, tx)
         else:
-            self.loop.add_reader(self.udp.fd, self._on_udp_readable)
-            if inner_fd is not None:
-                self.loop.add_reader(inner_fd, self._on_inner_readable)
+            self.loop.add_reader(self.udp.fd, self._receive_python)
+            if getattr(self.inner, "fd", None) is not None:
+                self.loop.add_reader(self.inner.fd, self._send_python)
         self.run_timers()
 
-    def _spawn(self, name, target):
-        t = threading.Thread(target=target, name=name, daemon=True)
+    def _spawn(self, name, worker):
+        t = threading.Thread(target=self._worker_thread, args=(worker,), name=name, daemon=True)
         self._threads.append(t)
         t.start()
 
     def stop(self) -> None:
         self._running = False
-        if self._threads:
+        if self._threads and self._wake_w is not None and self._wake_r is not None:
             try:
                 os.write(self._wake_w, b"x")
             except OSError:
@@ -218,22 +455,20 @@ class Engine:
                 if t is not threading.current_thread():
                     t.join(5)
             self._threads = []
-            for fd in (self._wake_r, self._wake_w):
-                os.close(fd)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
             self._wake_r = self._wake_w = None
         else:
-            for fd in (self.udp.fd, getattr(self.inner, "fd", None)):
-                if fd is not None:
+            pairs = [(u, i) for u, i, _rx, _tx in self._pairs] or [(self.udp, self.inner)]
+            for reader in [fd for u, i in pairs for fd in (u.fd, getattr(i, "fd", None))]:
+                if reader is not None:
                     try:
-                        self.loop.remove_reader(fd)
+                        self.loop.remove_reader(reader)
                     except (ValueError, OSError):
                         pass
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._held_timer is not None:
-            self._held_timer.cancel()
-            self._held_timer = None
         if self._serving is not None:
             self._serving.cancel()
             self._serving = None
@@ -244,19 +479,79 @@ class Engine:
             self._workers.close()
             self._workers = None
 
-    def replace_udp(self, udp) -> None:
-        """Switch to another UdpBatchSocket (same batch size), e.g. after a
-        listen-port change; the caller closes the old one."""
-        if udp.batch != self.udp.batch:
+    def replace_udp(self, udp, queues=()) -> None:
+        """Switch to other UdpBatchSockets (same batch size), e.g. after a
+        listen-port change: `udp` for the first queue and one in `queues` for
+        each further one (the sockets of the new SO_REUSEPORT group, in queue
+        order); the caller closes the old ones.  The workers, their counters
+        and the sessions stay."""
+        new = [udp, *queues]
+        if len(new) != max(len(self._pairs), 1):
+            raise ValueError(f"{len(new)} UDP sockets for {max(len(self._pairs), 1)} queues")
+        if any(u.batch != self.udp.batch for u in new):
             raise ValueError("the new socket must have the same batch size")
         running = self._running
         if running:
             self.stop()
         self.udp = udp
-        if self.native:
-            self.rx.udp = self.tx.udp = udp
+        for k, (q_udp, (_old, inner, rx, tx)) in enumerate(zip(new, self._pairs)):
+            self._retire(rx.udp)
+            rx.udp = tx.udp = q_udp
+            self._pairs[k] = (q_udp, inner, rx, tx)
         if running:
             self.start()
+
+    def _queue_workers(self, udp, inner) -> tuple["Worker", "Worker"]:
+        """A queue's receiving and sending worker, each with its batch path.
+        Inner batches are at most as large as UDP ones; the sending path's
+        room is the largest inner packet (the TUN's read size, not its
+        current MTU)."""
+        fq, dev = self.fair_queue, self.device
+        return (
+            Worker(udp, inner, dev.batch_path(udp.batch, TRANSPORT_OVERHEAD, fair_queue=fq), sending=False),
+            Worker(
+                udp,
+                inner,
+                dev.batch_path(udp.batch, self._max_packet + _SEAL_ROOM, fair_queue=fq),
+                sending=True,
+            ),
+        )
+
+    def queue_workers(self) -> list:
+        """(receiving worker, sending worker) of each queue, the first first;
+        none for the pure-Python backend."""
+        return [(rx, tx) for _udp, _inner, rx, tx in self._pairs]
+
+    def fair_queue_counters(self) -> dict[str, int]:
+        """With fair_queue, its counters summed over the queues, each present
+        (0 or more): what it dropped, "drop_aqm" (the receive rounds' CoDel,
+        every receiving socket's state), "drop_fq_codel", "drop_fq_overflow"
+        "drop_fq_too_big" and "drop_fq_nomem" (the send rounds' fair queues:
+        CoDel, the byte or packet cap, a packet longer than the TUN's slot or
+        no IP packet at all, no memory for its buffer), and
+        "fair_queue_packets" (packets the send rounds' queues took in); empty
+        without it."""
+        if not self.fair_queue:
+            return {}
+        out = dict.fromkeys(
+            ("drop_aqm", "drop_fq_codel", "drop_fq_overflow", "drop_fq_too_big", "drop_fq_nomem"), 0
+        )
+        out["fair_queue_packets"] = 0
+        out["drop_aqm"] = self._aqm_retired
+        for rx, tx in self.queue_workers():
+            out["drop_aqm"] += getattr(rx.udp, "aqm_dropped", 0)
+            st = tx.path.fair_queue_stats()
+            out["drop_fq_codel"] += st["codel_drops"]
+            out["drop_fq_overflow"] += st["overlimit_drops"]
+            out["drop_fq_too_big"] += st["too_big"]
+            out["drop_fq_nomem"] += st["nomem_drops"]
+            out["fair_queue_packets"] += st["enqueued"]
+        return out
+
+    def _retire(self, udp) -> None:
+        """A receiving object the engine stops using: its CoDel drops stay
+        counted (counters never go back)."""
+        self._aqm_retired += getattr(udp, "aqm_dropped", 0)
 
     def changed(self) -> None:
         """After a configuration change made directly on the Device: its
@@ -266,19 +561,36 @@ class Engine:
     # ------------------------------------------------------------ output
 
     def emit(self, out) -> None:
-        """Apply what a Device call produced, and re-arm its timer."""
+        """Apply what a Device call produced, and re-arm its timer (NOTHING:
+        nothing to apply, no deadline moved)."""
+        if out is NOTHING:
+            return
         if out.datagrams:
             datagrams = [(d, a) for d, a in out.datagrams if a is not None]
+            gso = self.udp.gso
             sent, err = self.udp.send_datagrams(datagrams)
             if sent < len(datagrams):
                 self._counters.tx_dropped += len(datagrams) - sent
                 self._counters.tx_send_errors += 1
-                self._check_gso(self.udp, err)
+            if gso and not self.udp.gso:
+                _gso_disabled(err)
         if out.packets:
             self.inner.write_packets(out.packets)
         if out.events and self.on_events is not None:
             self.on_events(out.events)
+        for item in out.sealing:
+            self._seal_staged(item)
+        if out.handshakes and self._serving is None and self._running:
+            self._serving = self.loop.call_soon(self._serve_handshakes)
         self._arm_timer()
+
+    def _seal_staged(self, item) -> None:
+        """A Sealing of an Output: through the loop's own batch path, then
+        its round to the Device like any other."""
+        path = self._staged
+        path.seal_staged(item, self.udp, time.monotonic())
+        _count_sent(self._counters, path.io)
+        self.emit(self.device.fold(path, self.loop.time()))
 
     # ------------------------------------------------------------ timers
 
@@ -287,7 +599,6 @@ class Engine:
         self._timer_at = None
         if not self._running:
             return
-        self._flush_held()
         self.emit(self.device.handle_timers(self.loop.time()))
 
     def _arm_timer(self) -> None:
@@ -306,54 +617,10 @@ class Engine:
         self._timer_at = at
         self._timer = self.loop.call_at(max(at, self.loop.time()), self.run_timers)
 
-    # ------------------------------------------------------------ results to the Device
-
-    def _to_device(self, touches, waiting, handshakes) -> None:
-        """Batch results, and whether handshake messages wait (on the loop's
-        thread): routine results held (see HOLD), the rest at once."""
-        urgent = []
-        for t in touches:
-            if t.flags & ~S.EV_ROUTINE:
-                urgent.append(t)
-            else:
-                self._hold(t)
-        self._deliver(urgent, waiting, handshakes)
-
-    def _hold(self, t) -> None:
-        self._hold_raw(t.peer, t.flags, t.packets, t.bytes)
-
-    def _hold_raw(self, peer, flags, packets, nbytes) -> None:
-        """Merge a routine result into the held ones.  Results of one
-        direction merge; a result of the other direction first hands over
-        what is held, because the Device's timers depend on the order of
-        "sent" and "received" (sending stops the keepalive timer, receiving
-        data starts it).  A second merged data reception is handed over as
-        such (it asks for another keepalive)."""
-        rx = bool(flags & (S.EV_AUTH | S.EV_DATA))
-        h = self._held.get(peer)
-        if h is not None and h[0] != rx:
-            self.emit(self.device.on_transport(self._take_held(), self.loop.time()))
-            h = None
-        data = 1 if flags & S.EV_DATA else 0
-        if h is None:
-            self._held[peer] = [rx, flags, packets, nbytes, data]
-        else:
-            h[1] |= flags
-            h[2] += packets
-            h[3] += nbytes
-            h[4] += data
-
-    def _deliver(self, urgent, waiting, handshakes) -> None:
-        now = self.loop.time()
-        if urgent or waiting:
-            self.emit(self.device.on_transport(self._take_held() + urgent, now, waiting))
-        elif self._held and self._held_timer is None:
-            self._held_timer = self.loop.call_later(HOLD, self._flush_held)
-        if handshakes and self._serving is None and self._running:
-            self._serving = self.loop.call_soon(self._serve_handshakes)
+    # ------------------------------------------------------------ handshake slices
 
     def _serve_handshakes(self) -> None:
-        """One slice of the table's handshake queue; the next slice in the
+        """One slice of the queued handshake messages; the next slice in the
         next turn of the loop, after the sockets."""
         self._serving = None
         if not self._running:
@@ -363,19 +630,20 @@ class Engine:
             return
         out, left = self.device.serve_handshakes(self.loop.time(), HANDSHAKE_SLICE)
         self.emit(out)
-        if left and self._running:
+        if left and self._running and self._serving is None:
             self._serving = self.loop.call_soon(self._serve_handshakes)
 
     def _send_slices(self) -> None:
         """Slices of the queue to the worker threads, up to HANDSHAKE_IN_FLIGHT."""
-        while len(self._slices) < HANDSHAKE_IN_FLIGHT:
+        workers = self._workers
+        while workers is not None and len(self._slices) < HANDSHAKE_IN_FLIGHT:
             now = self.loop.time()
             work = self.device.take_handshake_work(now, HANDSHAKE_SLICE)
             if not work:
                 return
             entry = [work, now, False]
             self._slices.append(entry)
-            self._workers.run(work, lambda e=entry: self._computed(e))
+            workers.run(work, lambda e=entry: self._computed(e))
 
     def _computed(self, entry) -> None:
         """A slice came back from the workers (on the loop): apply every
@@ -391,239 +659,205 @@ class Engine:
         if left and self._running and self._serving is None:
             self._serving = self.loop.call_soon(self._serve_handshakes)
 
-    def _take_held(self) -> list:
-        held, self._held = self._held, {}
-        if self._held_timer is not None:
-            self._held_timer.cancel()
-            self._held_timer = None
-        out = []
-        for pid, (rx, f, n, b, data) in held.items():
-            out.append(Touch(pid, f, n, b))
-            if rx and data > 1:
-                out.append(Touch(pid, S.EV_AUTH | S.EV_DATA, 0, 0))
-        return out
+    # ------------------------------------------------------------ results from the threads
 
-    def _flush_held(self) -> None:
-        self._held_timer = None
-        if self._held and self._running:
-            self.emit(self.device.on_transport(self._take_held(), self.loop.time()))
-
-    def _post(self, touches=(), waiting=(), handshakes=False) -> None:
-        """From a data thread: hand results to the loop, one callback at a time."""
+    def _post(self, results) -> None:
+        """From a data thread: hand a round's results to the loop, one
+        callback at a time (results posted meanwhile are merged)."""
         with self._lock:
             if self._pending is None:
-                self._pending = [[], [], False]
+                self._pending = results
                 schedule = True
             else:
+                self._pending.merge(results)
                 schedule = False
-            p = self._pending
-            p[0].extend(touches)
-            p[1].extend(waiting)
-            p[2] = p[2] or handshakes
         if schedule:
             self._note_kernels()
             try:
                 self.loop.call_soon_threadsafe(self._drain)
-            except RuntimeError:        # the loop is closed: shutting down
+            except RuntimeError:  # the loop is closed: shutting down
                 pass
 
     def _drain(self) -> None:
         with self._lock:
             p, self._pending = self._pending, None
         if p is not None and self._running:
-            self._to_device(*p)
+            self.emit(self.device.fold_results(p, self.loop.time()))
 
-    # ------------------------------------------------------------ receive
+    # ------------------------------------------------------------ on the loop
 
-    def _on_udp_readable(self) -> None:
+    def _on_readable(self, w) -> None:
+        """A worker's fd is readable (threads=1): up to MAX_ROUNDS rounds,
+        each handed to the Device, until one finds nothing more to do
+        (Worker.more).  If the last one still found work, the rest waits for
+        the next turn of the loop, not for the fd: what a socket or TUN
+        object holds back (the segments of a GRO or TSO super-packet past
+        its batch) does not make the fd readable."""
+        if not self._running:  # (a turn scheduled below, after a stop)
+            return
+        fold, emit, loop, path, rounds, more = (
+            self.device.fold,
+            self.emit,
+            self.loop,
+            w.path,
+            w.rounds,
+            w.more,
+        )
+        now = time.monotonic()  # for all of this turn's rounds (they take microseconds each)
         try:
-            if self.native:
-                urgent, handshakes = self._receive_native(self.rx, self._held)
-                self._deliver(urgent, (), handshakes)
-            else:
-                self._receive_python()
+            left = MAX_ROUNDS
+            while left > 0:
+                n = rounds(now, left)  # (the routine ones in one call)
+                used = path.rounds
+                if not n and used == 1:
+                    return
+                left -= used
+                out = fold(path, loop.time())
+                if out is not NOTHING:
+                    emit(out)
+                if not n or not more(n):
+                    return
+            if self._running:
+                loop.call_soon(self._on_readable, w)
         except OSError as e:
-            if e.errno not in _IGNORED_RECV_ERRORS:   # (an ICMP error for an earlier datagram)
+            # (an ICMP error for an earlier datagram, on the socket)
+            if w.sending or e.errno not in _IGNORED_RECV_ERRORS:
                 self._fatal(e)
 
     def _receive_python(self) -> None:
+        """The pynacl backend's _on_readable for the socket."""
+        if not self._running:
+            return
         to_addr = self.udp.endpoints.to_addr
-        for _ in range(MAX_ROUNDS):
-            n, view, off, lens, ep = self.udp.recv()
-            if n == 0:
-                break
-            self._counters.rx_batch(n)
-            datagrams = [(bytes(view[off[i]:off[i] + lens[i]]), to_addr(ep + i)) for i in range(n)]
-            self.emit(self.device.receive_datagrams(datagrams, self.loop.time()))
+        try:
+            for _ in range(MAX_ROUNDS):
+                n, view, off, lens, ep = self.udp.recv()
+                if n == 0:
+                    return
+                self._counters.rx_batch(n)
+                datagrams = [(bytes(view[off[i] : off[i] + lens[i]]), to_addr(ep + i)) for i in range(n)]
+                self.emit(self.device.receive_datagrams(datagrams, self.loop.time()))
+            if self._running:
+                self.loop.call_soon(self._receive_python)
+        except OSError as e:
+            if e.errno not in _IGNORED_RECV_ERRORS:
+                self._fatal(e)
 
-    def _receive_native(self, d, held=None):
-        """Open every datagram of up to MAX_ROUNDS batches in the table,
-        deliver the inner packets and send the cookie replies it made;
-        returns the batch results for the Device and whether handshake
-        messages went into the table's queue (a change of the load state
-        alone waits for the next slice or the timers).
-        With `held` (the loop's thread), routine results are folded into it
-        and only the others returned."""
-        tnow = self.table.clock(time.monotonic())
-        udp, rx, inner, c = d.udp, d.batch, d.inner, d.counters
-        touches, handshakes = [], False
-        for _ in range(MAX_ROUNDS):
-            n, view, off, lens, ep = udp.recv()
-            if n == 0:
-                break
-            c.rx_batch(n)
-            delivered, n_reply = rx.open(udp.slab, off, lens, ep, n, tnow)
-            if n_reply:
-                sent, err = udp.send(rx.tx_slab, rx.tx_off, rx.tx_len, rx.tx_ep, n_reply)
-                if sent < n_reply:
-                    c.tx_dropped += n_reply - sent
-                    c.tx_send_errors += 1
-                    self._check_gso(udp, err)
-            if rx.n_queued:
-                handshakes = True
-            if delivered:
-                w, _err = inner.write(udp.slab, rx.deliver_off, rx.deliver_len, delivered)
-                if w < delivered:
-                    c.inner_dropped += delivered - w
-                    c.inner_write_errors += 1
-            nt = rx.n_touched
-            if nt == 1 and held is not None and not rx.touched[0].flags & ~S.EV_ROUTINE:
-                e = rx.touched[0]
-                self._hold_raw(e.peer, e.flags, e.packets, e.bytes)
-            elif nt:
-                if held is None:
-                    touches.extend(rx.touches())
-                else:
-                    for t in rx.touches():
-                        if t.flags & ~S.EV_ROUTINE:
-                            touches.append(t)
-                        else:
-                            self._hold(t)
-        return touches, handshakes
-
-    # ------------------------------------------------------------ send
-
-    def _on_inner_readable(self) -> None:
+    def _send_python(self) -> None:
+        """The pynacl backend's _on_readable for the inner side."""
+        if not self._running:
+            return
         try:
             for _ in range(MAX_ROUNDS):
                 n, view, off, lens = self.inner.read()
                 if n == 0:
-                    break
+                    return
                 self.send_inner(self.inner.slab, view, off, lens, n)
+            if self._running:
+                self.loop.call_soon(self._send_python)
         except OSError as e:
             self._fatal(e)
 
-    def send_inner(self, slab, view, off, lens, n: int) -> None:
+    def send_inner(self, slab, view, off, lens, n: int, queue: int = 0) -> None:
         """Route, seal and send a batch of inner IP packets (slab is the cffi
-        pointer, view a memoryview of the same memory)."""
+        pointer, view a memoryview of the same memory), on the loop, through
+        the sending worker of `queue` (0: the engine's own pair)."""
         if not self.native:
             self._counters.tx_batch(n)
-            pkts = [bytes(view[off[i]:off[i] + lens[i]]) for i in range(n)]
+            pkts = [bytes(view[off[i] : off[i] + lens[i]]) for i in range(n)]
             self.emit(self.device.send_packets(pkts, self.loop.time()))
             return
-        urgent, waiting = self._seal(self.tx, slab, view, off, lens, n, self._held)
-        self._deliver(urgent, waiting, ())
-
-    def _seal(self, d, slab, view, off, lens, n: int, held=None):
-        """Seal and send; returns the batch results (and the packets that
-        found no key) for the Device (with `held`: see _receive_native)."""
-        cap = d.batch.capacity
-        touches, waiting = [], []
-        tnow = self.table.clock(time.monotonic())
+        w = self._pairs[queue][3]
+        path, udp, c, io = w.path, w.udp, w.counters, w.path.io
+        cap = path.capacity
         if n <= cap:
-            self._seal_send(d, slab, view, off, lens, n, tnow, touches, waiting, held)
-        else:
-            for first in range(0, n, cap):        # in pieces the batch arrays can hold
-                self._seal_send(d, slab, view, off + first, lens + first, min(cap, n - first),
-                                tnow, touches, waiting, held)
-        return touches, waiting
-
-    def _seal_send(self, d, slab, view, off, lens, n, tnow, touches, waiting, held) -> None:
-        tx, c = d.batch, d.counters
-        c.tx_batch(n)
-        k = tx.seal(slab, off, lens, n, tnow)
-        if k:
-            sent, err = d.udp.send(tx.tx_slab, tx.tx_off, tx.tx_len, tx.tx_ep, k)
-            if sent < k:
-                c.tx_dropped += k - sent
-                c.tx_send_errors += 1
-                self._check_gso(d.udp, err)
-        nt = tx.n_touched
-        if nt == 1 and held is not None:        # the common case, without a Touch
-            e = tx.touched[0]
-            f = e.flags
-            if not f & ~S.EV_ROUTINE:
-                self._hold_raw(e.peer, f, e.packets, e.bytes)
-                return
-        if nt:
-            first = len(touches)
-            if held is None:
-                touches.extend(tx.touches())
-            else:
-                for t in tx.touches():
-                    if t.flags & ~S.EV_ROUTINE:
-                        touches.append(t)
-                    else:
-                        self._hold(t)
-            for t in touches[first:]:
-                if t.flags & S.EV_NEED_KEY:
-                    st, peer_of = tx.status, tx.peer_of
-                    waiting.extend((peer_of[i], bytes(view[off[i]:off[i] + lens[i]]))
-                                   for i in range(n) if st[i] == S.NO_KEY)
-                    break
+            c.tx_batch(n)
+            path.seal_send(slab, view, off, lens, n, udp, time.monotonic())
+            if io.sent < io.sealed or io.gso_off:
+                _count_sent(c, io)
+            out = self.device.fold(path, self.loop.time())
+            if out is not NOTHING:
+                self.emit(out)
+            return
+        for first in range(0, n, cap):  # in pieces the batch arrays can hold
+            k = min(cap, n - first)
+            c.tx_batch(k)
+            path.seal_send(slab, view, off + first, lens + first, k, udp, time.monotonic())
+            _count_sent(c, io)
+            self.emit(self.device.fold(path, self.loop.time()))
 
     # ------------------------------------------------------------ the data threads
 
-    def _wait(self, fd) -> bool:
-        """Block (without the GIL) until fd is readable; False: stop."""
+    def _poller(self, fd):
+        """(a poll object for fd and the stop pipe, the pipe), made once per
+        thread; None once stopped."""
+        wake = self._wake_r
+        if wake is None:
+            return None
         p = select.poll()
         p.register(fd, select.POLLIN)
-        p.register(self._wake_r, select.POLLIN)
+        p.register(wake, select.POLLIN)
+        return p, wake
+
+    def _wait(self, poller) -> bool:
+        """Block (without the GIL) until the poller's fd is readable; False: stop."""
+        if poller is None:
+            return False
+        p, wake = poller
         while self._running:
             for f, _ev in p.poll(1000):
-                if f == self._wake_r:
+                if f == wake:
                     return False
                 return True
         return False
 
     def _note_kernels(self) -> None:
         from vpncrypt.crypto import last_kernels
+
         k = last_kernels()
         if any(k):
             self.last_kernels = k
 
-    def _rx_thread(self) -> None:
-        d = self.rx
+    def _worker_thread(self, w) -> None:
+        """A worker on a thread of its own (threads=2): rounds while there is
+        work (until Worker.more says the fd will signal the rest: what a
+        socket or TUN object holds back does not make its fd readable), the results of up to MAX_ROUNDS
+        rounds merged and posted to the loop at once; then it waits for the
+        fd."""
+        path = w.path
         try:
-            while self._wait(d.udp.fd):
-                while self._running:
-                    try:
-                        touches, handshakes = self._receive_native(d)
-                    except OSError as e:
-                        if e.errno not in _IGNORED_RECV_ERRORS:
-                            raise
-                        continue
-                    if touches or handshakes:
-                        self._post(touches, (), handshakes)
-                    else:
-                        break
-        except Exception as e:          # noqa: BLE001 - reported on the loop
-            self._thread_failed(e)
-        finally:
-            self._note_kernels()
-
-    def _tx_thread(self) -> None:
-        d = self.tx
-        try:
-            while self._wait(d.inner.fd):
-                for _ in range(MAX_ROUNDS):
-                    n, view, off, lens = d.inner.read()
-                    if n == 0:
-                        break
-                    touches, waiting = self._seal(d, d.inner.slab, view, off, lens, n)
-                    if touches:
-                        self._post(touches, waiting)
-        except Exception as e:          # noqa: BLE001 - reported on the loop
+            poller = self._poller(w.fd)
+            while self._wait(poller):
+                more = True
+                while more and self._running:
+                    merged = None
+                    now = time.monotonic()
+                    left = MAX_ROUNDS
+                    while left > 0:
+                        try:
+                            n = w.rounds(now, left)  # (the routine ones in one call)
+                        except OSError as e:
+                            if w.sending or e.errno not in _IGNORED_RECV_ERRORS:
+                                raise
+                            left -= 1
+                            continue
+                        used = path.rounds
+                        if not n and used == 1:
+                            more = False
+                            break
+                        left -= used
+                        res = path.results()
+                        if res is not None:
+                            if merged is None:
+                                merged = res
+                            else:
+                                merged.merge(res)
+                        if not n or not w.more(n):
+                            more = False
+                            break
+                    if merged is not None:
+                        self._post(merged)
+        except Exception as e:  # noqa: BLE001 - reported on the loop
             self._thread_failed(e)
         finally:
             self._note_kernels()
@@ -635,14 +869,6 @@ class Engine:
             self.loop.call_soon_threadsafe(self._fatal, exc)
         except RuntimeError:
             pass
-
-    def _check_gso(self, udp, err: int) -> None:
-        """EMSGSIZE from a UDP_SEGMENT send: the segments are larger than the
-        outer path MTU (the kernel fragments single datagrams, but never GSO
-        segments).  Send without GSO from now on."""
-        if err == errno.EMSGSIZE and udp.gso:
-            udp.gso = False
-            log.info("UDP GSO disabled: datagrams exceed the path MTU and need fragmentation")
 
     def _fatal(self, exc) -> None:
         log.error("data plane stopped: %s", exc)

@@ -11,6 +11,7 @@ of the work still take turns on it.
 
 The apply phase stays on the event loop, in the Device (the engine calls
 Device.finish_handshake_work from ``done``)."""
+
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,8 +21,11 @@ class HandshakeWorkers:
         self.loop = loop
         self.threads = max(1, int(threads))
         self._own = executor is None
-        self.executor = executor if executor is not None else ThreadPoolExecutor(
-            self.threads, thread_name_prefix="vpncrypt-hs")
+        self.executor = (
+            executor
+            if executor is not None
+            else ThreadPoolExecutor(self.threads, thread_name_prefix="vpncrypt-hs")
+        )
 
     def run(self, work, done) -> None:
         """compute() of every item of `work`, spread over the threads (one
@@ -36,7 +40,7 @@ class HandshakeWorkers:
         def share(items):
             try:
                 for w in items:
-                    w.compute()         # never raises (see HandshakeWork.compute)
+                    w.compute()  # never raises (see HandshakeWork.compute)
             finally:
                 with lock:
                     left[0] -= 1
@@ -44,7 +48,7 @@ class HandshakeWorkers:
                 if last:
                     try:
                         self.loop.call_soon_threadsafe(done)
-                    except RuntimeError:    # the loop is closed: nobody waits
+                    except RuntimeError:  # the loop is closed: nobody waits
                         pass
 
         for i in range(n):

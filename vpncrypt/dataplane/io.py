@@ -5,19 +5,31 @@ place and returns views, so the per-packet work left in Python is whatever the
 caller does with offsets, lengths and endpoints.  Received data is valid until
 the next receive on the same object.
 """
+
 import errno as _errno
 import fcntl
 import os
 import struct
+from typing import Any
 
 from vpncrypt._native import ffi, lib
 import socket
 
-__all__ = ["EndpointCache", "UdpBatchSocket", "TunBatch", "endpoint_to_addr",
-           "endpoint_from_addr", "open_tun", "set_txqueuelen", "get_txqueuelen", "vnet_split",
-           "gro_coalesce", "offload_names", "OFFLOAD_ALL", "set_tso", "get_tso"]
+__all__ = [
+    "EndpointCache",
+    "UdpBatchSocket",
+    "TunBatch",
+    "endpoint_to_addr",
+    "endpoint_from_addr",
+    "open_tun",
+    "set_txqueuelen",
+    "offload_names",
+    "OFFLOAD_ALL",
+    "set_tso",
+    "get_tso",
+]
 
-from vpncrypt.transport.endpoints import EndpointCache, _cache, endpoint_from_addr, endpoint_to_addr  # noqa: E402,F401
+from vpncrypt.transport.endpoint_cache import EndpointCache, _cache, endpoint_from_addr, endpoint_to_addr  # noqa: E402,F401
 
 
 def _oserror(code: int) -> OSError:
@@ -25,6 +37,14 @@ def _oserror(code: int) -> OSError:
 
 
 # ---------------------------------------------------------------- UDP
+
+
+def _slab(size: int, batch: int) -> tuple[Any, memoryview, Any, Any]:
+    """A packet slab of size bytes, a view of it, and the offset and length
+    arrays of batch packets in it (what the C batch calls fill or read)."""
+    slab = ffi.new("uint8_t[]", size)
+    return slab, memoryview(ffi.buffer(slab)), ffi.new("uint32_t[]", batch), ffi.new("uint32_t[]", batch)
+
 
 class UdpBatchSocket:
     """A non-blocking UDP socket read and written in batches.
@@ -36,10 +56,19 @@ class UdpBatchSocket:
     send(buf, off, len, ep, n) -> (sent, errno).
     """
 
-    def __init__(self, sock, batch: int = 64, gro: bool = True, gso: bool = True,
-                 mtu: int = 2048, slots: int = None):
+    def __init__(
+        self,
+        sock,
+        batch: int = 64,
+        gro: bool = True,
+        gso: bool = True,
+        mtu: int = 2048,
+        slots: int | None = None,
+    ):
         if batch < 1:
             raise ValueError("batch must be >= 1")
+        if not 1 <= batch <= lib.VC_UDP_ROUND_BUFS:
+            raise ValueError(f"batch {batch}: 1 to {lib.VC_UDP_ROUND_BUFS} datagrams")
         self.sock = sock
         sock.setblocking(False)
         self.fd = sock.fileno()
@@ -49,10 +78,7 @@ class UdpBatchSocket:
         self.gso = bool(gso) and bool(lib.vc_udp_gso_supported(self.fd))
         self.slot = lib.VC_UDP_GRO_SLOT if self.gro else (mtu + 15) & ~15
         self.slab_size = self.slot * (slots or batch)
-        self.slab = ffi.new("uint8_t[]", self.slab_size)
-        self.view = memoryview(ffi.buffer(self.slab))
-        self.off = ffi.new("uint32_t[]", batch)
-        self.len = ffi.new("uint32_t[]", batch)
+        self.slab, self.view, self.off, self.len = _slab(self.slab_size, batch)
         self.ep = ffi.new("vc_endpoint[]", batch)
         self.segs = ffi.new("uint32_t[]", batch)
         self._nbufs = ffi.new("int *")
@@ -78,9 +104,34 @@ class UdpBatchSocket:
     def dropped(self) -> int:
         return self.state.dropped
 
+    @property
+    def aqm_dropped(self) -> int:
+        """Transport data messages the receive round's (opt-in) CoDel dropped
+        from this object's receive state (vc_udp_rx.aqm_dropped)."""
+        return int(self.state.aqm_dropped)
+
+    def holds(self) -> bool:
+        """Whether the last receive left datagrams in this object's own state
+        (the segments of a GRO buffer past the batch): the next receive
+        reports them, but they do not make the fd readable."""
+        st = self.state
+        return st.next < st.npend
+
     def recv(self):
-        n = self._recv(self.fd, self.state, self.slab, self.slab_size, self.mtu, self.off,
-                       self.len, self.ep, self.batch, self.gro, self.segs, self._nbufs)
+        n = self._recv(
+            self.fd,
+            self.state,
+            self.slab,
+            self.slab_size,
+            self.mtu,
+            self.off,
+            self.len,
+            self.ep,
+            self.batch,
+            self.gro,
+            self.segs,
+            self._nbufs,
+        )
         if n < 0:
             raise _oserror(-n)
         self.nbufs = self._nbufs[0]
@@ -92,20 +143,14 @@ class UdpBatchSocket:
         Returns (sent, errno) with errno 0 if none; see vc_udp_send_batch."""
         if not isinstance(buf, ffi.CData):
             buf = ffi.from_buffer(buf)
-        sent = self._send(self.fd, buf, off, lens, ffi.NULL if ep is None else ep, n,
-                          self.gso, self._err)
+        sent = self._send(self.fd, buf, off, lens, ffi.NULL if ep is None else ep, n, self.gso, self._err)
         e = self._err[0]
         if e in (_errno.EIO, _errno.EINVAL, _errno.EMSGSIZE) and sent == n and self.gso:
-            self.gso = False            # the route cannot segment
+            self.gso = False  # the route cannot segment
         return sent, e
 
-    # convenience (slow path: tests, handshakes) ----------------------------------
-
-    def recv_datagrams(self):
-        """[(bytes, addr), ...] for one recv() batch."""
-        n, view, off, lens, ep = self.recv()
-        to_addr = self.endpoints.to_addr
-        return [(bytes(view[off[i]:off[i] + lens[i]]), to_addr(ep + i)) for i in range(n)]
+    # slow path: the handshake messages (until the one-path engine seals them
+    # through the send batch), tests ------------------------------------------
 
     def send_datagrams(self, datagrams, connected: bool = False):
         """Send [(bytes, addr), ...] (addr ignored if connected) through the
@@ -118,7 +163,7 @@ class UdpBatchSocket:
                 data, addr = datagrams[i]
                 if len(data) > self.mtu:
                     raise ValueError(f"datagram of {len(data)} bytes exceeds mtu {self.mtu}")
-                tx[pos:pos + len(data)] = data
+                tx[pos : pos + len(data)] = data
                 self.tx_off[k] = pos
                 self.tx_len[k] = len(data)
                 if not connected:
@@ -126,8 +171,7 @@ class UdpBatchSocket:
                 pos += len(data)
                 k += 1
                 i += 1
-            sent, e = self.send(self.tx_slab, self.tx_off, self.tx_len,
-                                None if connected else self.tx_ep, k)
+            sent, e = self.send(self.tx_slab, self.tx_off, self.tx_len, None if connected else self.tx_ep, k)
             total += sent
             first_err = first_err or e
         return total, first_err
@@ -139,14 +183,18 @@ TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
 IFF_NO_PI = 0x1000
 IFF_VNET_HDR = 0x4000
-SIOCGIFTXQLEN = 0x8942
 SIOCSIFTXQLEN = 0x8943
 
 # Every offload vc_tun_set_offload knows; it keeps what the kernel accepts.
-OFFLOAD_ALL = (lib.VC_TUN_OFFLOAD_CSUM | lib.VC_TUN_OFFLOAD_TSO | lib.VC_TUN_OFFLOAD_ECN
-               | lib.VC_TUN_OFFLOAD_USO)
-_OFFLOAD_NAMES = ((lib.VC_TUN_OFFLOAD_CSUM, "csum"), (lib.VC_TUN_OFFLOAD_TSO, "tso"),
-                  (lib.VC_TUN_OFFLOAD_ECN, "tso-ecn"), (lib.VC_TUN_OFFLOAD_USO, "uso"))
+OFFLOAD_ALL = (
+    lib.VC_TUN_OFFLOAD_CSUM | lib.VC_TUN_OFFLOAD_TSO | lib.VC_TUN_OFFLOAD_ECN | lib.VC_TUN_OFFLOAD_USO
+)
+_OFFLOAD_NAMES = (
+    (lib.VC_TUN_OFFLOAD_CSUM, "csum"),
+    (lib.VC_TUN_OFFLOAD_TSO, "tso"),
+    (lib.VC_TUN_OFFLOAD_ECN, "tso-ecn"),
+    (lib.VC_TUN_OFFLOAD_USO, "uso"),
+)
 
 
 def offload_names(bits: int):
@@ -176,10 +224,6 @@ def _ifreq_int(ifname: str, request: int, value: int = 0) -> int:
     return struct.unpack_from("i", res, 16)[0]
 
 
-def get_txqueuelen(ifname: str) -> int:
-    return _ifreq_int(ifname, SIOCGIFTXQLEN)
-
-
 def set_txqueuelen(ifname: str, qlen: int) -> None:
     """The interface's transmit queue length: for a TUN, the packets the kernel
     queues for the daemon to read before it drops (tx_dropped)."""
@@ -194,6 +238,7 @@ ETHTOOL_GTSO, ETHTOOL_STSO = 0x1E, 0x1F
 
 def _ethtool_value(ifname: str, cmd: int, data: int = 0) -> int:
     import ctypes
+
     ev = ctypes.create_string_buffer(struct.pack("II", cmd, data), 8)
     ifr = struct.pack("16sP", ifname.encode(), ctypes.addressof(ev)).ljust(40, b"\0")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -227,21 +272,25 @@ class TunBatch:
     into super-packets before writing; `written` counts input packets.
     Counters: rx_stats (vc_tun_rx_stats) and tx_stats (vc_gro_stats)."""
 
-    def __init__(self, fd: int, mtu: int = 1500, batch: int = 64, offloads: int = OFFLOAD_ALL,
-                 _granted: int = None):
+    def __init__(
+        self,
+        fd: int,
+        mtu: int = 1500,
+        batch: int = 64,
+        offloads: int = OFFLOAD_ALL,
+        _granted: int | None = None,
+    ):
         self.fd = fd
         self.mtu = mtu
         self.batch = batch
         self.slot = (mtu + 15) & ~15
         self.slab_size = self.slot * batch
-        self.slab = ffi.new("uint8_t[]", self.slab_size)
-        self.view = memoryview(ffi.buffer(self.slab))
-        self.off = ffi.new("uint32_t[]", batch)
-        self.len = ffi.new("uint32_t[]", batch)
+        self.slab, self.view, self.off, self.len = _slab(self.slab_size, batch)
         self.tx_off = ffi.new("uint32_t[]", batch)
         self.tx_len = ffi.new("uint32_t[]", batch)
         self.tx_slab = ffi.new("uint8_t[]", self.slab_size)
         self._err = ffi.new("int *")
+        self._reader, self._writer = self._read_plain, self._write_plain
         has = lib.vc_tun_has_vnet_hdr(fd)
         self.vnet_hdr = has == 1
         self.offloads = 0
@@ -259,11 +308,12 @@ class TunBatch:
             self.tx_stats = ffi.new("vc_gro_stats *")
             # one round of coalescing: every packet plus its vnet header, and at
             # least one whole super-packet
-            self.gro_size = max(batch * (self.slot + lib.VC_VNET_HDR_LEN),
-                                lib.VC_VNET_HDR_LEN + lib.VC_TUN_MAX_PACKET)
+            self.gro_size = max(
+                batch * (self.slot + lib.VC_VNET_HDR_LEN), lib.VC_VNET_HDR_LEN + lib.VC_TUN_MAX_PACKET
+            )
             self.gro_out = ffi.new("uint8_t[]", self.gro_size)
-            self._read = self._read_offload
-            self._write = self._write_offload
+            self._reader = self._read_offload
+            self._writer = self._write_offload
 
     def twin(self) -> "TunBatch":
         """Another object on the same fd with arrays of its own, for another
@@ -274,23 +324,32 @@ class TunBatch:
     def rx_stats(self):
         return self._rx.st if self.vnet_hdr else None
 
-    def _read_offload(self):
-        return lib.vc_tun_read_offload(self.fd, self._rx, self.slab, self.slab_size, self.mtu,
-                                       self.off, self.len, self.batch)
+    def holds(self) -> bool:
+        """Whether the last read left packets in this object's own state (the
+        segments of a super-packet past the batch): the next read returns
+        them, but they do not make the fd readable."""
+        return self.vnet_hdr and self._rx.pend_len != 0
 
-    def _read(self):
-        return lib.vc_tun_read_batch(self.fd, self.slab, self.slab_size, self.mtu,
-                                     self.off, self.len, self.batch)
+    def _read_offload(self):
+        return lib.vc_tun_read_offload(
+            self.fd, self._rx, self.slab, self.slab_size, self.mtu, self.off, self.len, self.batch
+        )
+
+    def _read_plain(self):
+        return lib.vc_tun_read_batch(
+            self.fd, self.slab, self.slab_size, self.mtu, self.off, self.len, self.batch
+        )
 
     def _write_offload(self, buf, off, lens, n):
-        return lib.vc_tun_write_offload(self.fd, buf, off, lens, n, self.gro_out, self.gro_size,
-                                        self.gro_flags, self.tx_stats, self._err)
+        return lib.vc_tun_write_offload(
+            self.fd, buf, off, lens, n, self.gro_out, self.gro_size, self.gro_flags, self.tx_stats, self._err
+        )
 
-    def _write(self, buf, off, lens, n):
+    def _write_plain(self, buf, off, lens, n):
         return lib.vc_tun_write_batch(self.fd, buf, off, lens, n, self._err)
 
     def read(self):
-        n = self._read()
+        n = self._reader()
         if n < 0:
             raise _oserror(-n)
         return n, self.view, self.off, self.len
@@ -298,12 +357,8 @@ class TunBatch:
     def write(self, buf, off, lens, n: int):
         if not isinstance(buf, ffi.CData):
             buf = ffi.from_buffer(buf)
-        w = self._write(buf, off, lens, n)
+        w = self._writer(buf, off, lens, n)
         return w, self._err[0]
-
-    def read_packets(self):
-        n, view, off, lens = self.read()
-        return [bytes(view[off[i]:off[i] + lens[i]]) for i in range(n)]
 
     def write_packets(self, packets):
         total, first_err, i = 0, 0, 0
@@ -314,7 +369,7 @@ class TunBatch:
                 p = packets[i]
                 if len(p) > self.slot:
                     raise ValueError(f"packet of {len(p)} bytes exceeds mtu {self.mtu}")
-                tx[pos:pos + len(p)] = p
+                tx[pos : pos + len(p)] = p
                 self.tx_off[k], self.tx_len[k] = pos, len(p)
                 pos += self.slot
                 k += 1
@@ -323,70 +378,3 @@ class TunBatch:
             total += w
             first_err = first_err or e
         return total, first_err
-
-
-# ---------------------------------------------------------------- offload helpers
-# One packet or batch at a time through the native split/coalesce (slow path:
-# tests and tools; the data plane uses TunBatch).
-
-VNET_HDR_LEN = lib.VC_VNET_HDR_LEN
-
-
-def vnet_split(frame: bytes, mtu: int):
-    """The packets of one TUN read `frame` (vnet header + packet), as TunBatch
-    would deliver them.  ValueError for a malformed frame or a segment above mtu."""
-    if len(frame) < VNET_HDR_LEN:
-        raise ValueError("frame shorter than a vnet header")
-    h = ffi.new("vc_vnet_hdr *")
-    ffi.memmove(h, frame[:VNET_HDR_LEN], VNET_HDR_LEN)
-    pkt = ffi.new("uint8_t[]", frame[VNET_HDR_LEN:] or b"\0")
-    slot = (mtu + 15) & ~15
-    out = []
-    seg = ffi.new("uint32_t *")
-    step = 64
-    slab = ffi.new("uint8_t[]", slot * step)
-    off, lens = ffi.new("uint32_t[]", step), ffi.new("uint32_t[]", step)
-    while True:
-        r = lib.vc_vnet_split(pkt, len(frame) - VNET_HDR_LEN, h, mtu, slab, slot * step, off,
-                              lens, step, seg)
-        if r < 0:
-            raise ValueError("segment exceeds mtu" if r == -_errno.EMSGSIZE
-                             else "malformed vnet header or packet")
-        buf = ffi.buffer(slab)
-        out += [bytes(buf[off[i]:off[i] + lens[i]]) for i in range(r)]
-        if seg[0] == 0:          # every segment is out
-            return out
-
-
-def gro_coalesce(packets, tcp: bool = True, udp: bool = True, out_size: int = None):
-    """[(frame, count)]: the TUN writes (vnet header + packet) for `packets`
-    and how many input packets each carries.  out_size limits the output
-    buffer (writes then come in several rounds)."""
-    n = len(packets)
-    if n == 0:
-        return []
-    data = b"".join(packets)
-    offs, pos = [], 0
-    for p in packets:
-        offs.append(pos)
-        pos += len(p)
-    inbuf = ffi.new("uint8_t[]", data)
-    off = ffi.new("uint32_t[]", offs)
-    lens = ffi.new("uint32_t[]", [len(p) for p in packets])
-    size = out_size or len(data) + VNET_HDR_LEN * n
-    out = ffi.new("uint8_t[]", size)
-    woff, wlen, wpk = (ffi.new("uint32_t[]", n) for _ in range(3))
-    consumed = ffi.new("int *")
-    flags = (lib.VC_GRO_TCP if tcp else 0) | (lib.VC_GRO_UDP if udp else 0)
-    result, done = [], 0
-    while done < n:
-        w = lib.vc_gro_coalesce(inbuf, off + done, lens + done, n - done, out, size, woff, wlen,
-                                wpk, n, flags, consumed, ffi.NULL)
-        if w < 0:
-            raise _oserror(-w)
-        if consumed[0] == 0:
-            raise ValueError("output buffer too small for one packet")
-        buf = ffi.buffer(out)
-        result += [(bytes(buf[woff[i]:woff[i] + wlen[i]]), wpk[i]) for i in range(w)]
-        done += consumed[0]
-    return result

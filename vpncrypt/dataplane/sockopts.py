@@ -1,6 +1,7 @@
 """Socket options the daemon, the benchmarks and the tests share: forcing
 big socket buffers, and reading how many datagrams the kernel dropped at a
 socket."""
+
 from __future__ import annotations
 
 import socket
@@ -34,4 +35,4 @@ def socket_drops(sock: socket.socket) -> int:
     end = 4 * (SK_MEMINFO_DROPS + 1)
     if len(raw) < end:
         return 0
-    return int.from_bytes(raw[end - 4:end], sys.byteorder)
+    return int.from_bytes(raw[end - 4 : end], sys.byteorder)

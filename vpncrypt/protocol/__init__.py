@@ -3,12 +3,13 @@
 Modules: keys (X25519, wg-compatible base64 keys), noise (HASH/MAC/HMAC/KDF,
 constants, SymmetricState), messages (wire formats), handshake (Noise IKpsk2 +
 WireGuard framing), cookie (mac1/mac2, cookie replies, rate limiter, load),
-timers (constants, TimerConfig, the timer table), events (Output and events),
+timers (constants, ProtocolConfig, the timer table), events (Output and events),
 peer, counters, and the Device (device) with its parts: handshakes, sessions
 (lifecycle in the session table, vpncrypt.transport) and datapath.
 """
+
 from vpncrypt.protocol.device import Device, Output
 from vpncrypt.protocol.keys import genkey, genpsk, pubkey
-from vpncrypt.protocol.timers import TimerConfig
+from vpncrypt.protocol.timers import ProtocolConfig
 
-__all__ = ["Device", "Output", "TimerConfig", "genkey", "genpsk", "pubkey"]
+__all__ = ["Device", "Output", "ProtocolConfig", "genkey", "genpsk", "pubkey"]

@@ -11,8 +11,9 @@ replies, the under-load state and the per-source rate limit) belongs to the
 session table: native/wg_admit.c, and vpncrypt.transport.admission for the
 reference table.
 """
-from vpncrypt.protocol.messages import COOKIE_REPLY_LEN
-from vpncrypt.protocol.noise import HASH, LABEL_COOKIE, LABEL_MAC1, MAC
+
+from vpncrypt.protocol.noise import HASH, LABEL_COOKIE, LABEL_MAC1, MAC, AEADBackend
+from vpncrypt.wire import COOKIE_REPLY_LEN
 
 ZERO_MAC = bytes(16)
 
@@ -26,12 +27,12 @@ class CookieState:
     def __init__(self, peer_public: bytes, valid_for: float = 115.0):
         self.mac1_key = HASH(LABEL_MAC1, peer_public)
         self.cookie_key = HASH(LABEL_COOKIE, peer_public)
-        self.cookie = None
+        self.cookie: bytes | None = None
         self.cookie_time = 0.0
-        self.last_mac1 = None
+        self.last_mac1: bytes | None = None  # of the last handshake message sent
         self.valid_for = valid_for
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<CookieState has_cookie={self.cookie is not None}>"
 
     def add_macs(self, body: bytes, now: float) -> bytes:
@@ -42,7 +43,7 @@ class CookieState:
             return msg + MAC(self.cookie, msg)
         return msg + ZERO_MAC
 
-    def consume_reply(self, reply: bytes, now: float, crypto) -> bool:
+    def consume_reply(self, reply: bytes, now: float, crypto: AEADBackend) -> bool:
         """Decrypt and store a cookie; False if it does not authenticate."""
         if self.last_mac1 is None or len(reply) != COOKIE_REPLY_LEN:
             return False

@@ -9,7 +9,7 @@ it deterministic for tests); the wall clock
 last-handshake time.
 
     dev = Device(private_key, *, backend="native", rng=os.urandom,
-                 wallclock=time.time, timer_config=None, mtu=1420)
+                 wallclock=time.time, protocol_config=None, mtu=DEFAULT_MTU)
     dev.public_key, dev.private_key, dev.peers -> {public_key: Peer}, dev.table
     dev.set_private_key(key); dev.set_mtu(mtu)
     dev.add_peer(public_key, *, preshared_key=None, allowed_ips=(), endpoint=None,
@@ -25,12 +25,22 @@ last-handshake time.
     dev.take_handshake_work(now, limit) -> [HandshakeWork]   # .compute() on any thread, then
     dev.finish_handshake_work(work, now) -> (Output, messages still waiting)
     dev.send_packets([ip_packet, ...], now) -> Output
-    dev.on_transport(touches, now, waiting=()) -> Output
     dev.handle_timers(now) -> Output
     dev.next_deadline() -> float | None      # call handle_timers at (or after) it
 
+    path = dev.batch_path(capacity, stride)   # native backend: the data plane's way in
+    path.receive(udp, inner, now) / path.send(inner, udp, now) / path.seal_send(...)
+    dev.fold(path, now) -> Output             # on this object's thread, after each round
+    dev.fold_results(path.results(), now)     # the same, for a round run on another thread
+    path.seal_staged(sealing, udp, now); dev.fold(path, now)   # each Output.sealing item
+
 Output (vpncrypt.protocol.events) holds datagrams to send, inner packets for
-the TUN and events.
+the TUN, staged packets to seal, how many handshake messages wait, and
+events.  Once a batch path exists, staged packets and keepalives leave as
+Output.sealing items, for the caller to seal through its path; without one
+(the pynacl backend, the tests) the Device seals them itself in list form
+before it returns.  ``tracing = True`` adds events for what crosses the
+socket (MessageReceived, MessageSent): the debug trace.
 
 Handshake messages pass the session table's cheap checks first (sizes,
 mac1, and under load mac2 with a cookie reply and the per-source rate
@@ -43,30 +53,45 @@ Sessions live in the session table (vpncrypt.transport), which this object
 drives and never mirrors: keys, counters, replay windows, expiry, endpoints
 and AllowedIPs.  It has two backends, "native" and "pynacl"; the handshake
 uses the crypto backend of the same name.  The native data plane seals and
-opens transport data in the table itself and brings the batch results here
-in one call (``on_transport``); the list-form calls do the same through the
-table's list interface.
+opens transport data through a batch path (one round: its I/O and the table)
+and brings each round's results here in one call (``fold``); results that
+only restart timers are held up to 10 ms, merged per peer (see datapath),
+and next_deadline() includes their flush.  The list-form calls seal and open
+through the table's list interface and apply their results at once.
 
 The parts: handshakes (vpncrypt.protocol.handshakes), session lifecycle
 (sessions), the data side and batch results (datapath), timers (timers, one
 transition table and a heap of deadlines).
 """
+
+from __future__ import annotations
+
 import os
 import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from vpncrypt.crypto import get_backend
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.counters import Counters
-from vpncrypt.protocol.datapath import DataPath
-from vpncrypt.protocol.events import HandshakeCompleted, HandshakeGaveUp, Output
+from vpncrypt.protocol.datapath import BatchPath, DataPath, RoundResults
+from vpncrypt.protocol.events import HandshakeCompleted, HandshakeGaveUp, MessageSent, Output
+from vpncrypt.protocol.handshake_work import HandshakeWork
 from vpncrypt.protocol.handshakes import Handshakes
 from vpncrypt.protocol.messages import HDR_TRANSPORT
 from vpncrypt.protocol.peer import Peer
 from vpncrypt.protocol.sessions import Sessions
 from vpncrypt.protocol.timers import (
-    KEEPALIVE, NEW_HANDSHAKE, PERSISTENT, RETRANSMIT, ZERO_KEYS, TimerConfig, TimerQueue,
+    KEEPALIVE,
+    NEW_HANDSHAKE,
+    PERSISTENT,
+    RETRANSMIT,
+    ZERO_KEYS,
+    ProtocolConfig,
+    TimerQueue,
 )
-from vpncrypt.transport import TableConfig, new_table
+from vpncrypt.transport import new_table
+from vpncrypt.wire import DEFAULT_MTU
 
 __all__ = ["Device", "Output"]
 
@@ -74,16 +99,25 @@ _KEEP = object()
 
 
 class Device:
-    def __init__(self, private_key: bytes | None, *, backend: str = "native", rng=os.urandom,
-                 wallclock=time.time, timer_config: TimerConfig | None = None, mtu: int = 1420,
-                 ratelimit_rate: float = 20.0, ratelimit_burst: int = 5):
+    def __init__(
+        self,
+        private_key: bytes | None,
+        *,
+        backend: str = "native",
+        rng: Callable[[int], bytes] = os.urandom,
+        wallclock: Callable[[], float] = time.time,
+        protocol_config: ProtocolConfig | None = None,
+        mtu: int = DEFAULT_MTU,
+        ratelimit_rate: float = 20.0,
+        ratelimit_burst: int = 5,
+    ) -> None:
         self.rng = rng
         self.wallclock = wallclock
-        self.config = c = timer_config or TimerConfig()
+        self.config = protocol_config or ProtocolConfig()
         self.backend = backend
         self.crypto = get_backend(backend)
         self._ratelimit = (float(ratelimit_rate), int(ratelimit_burst))
-        self.table = new_table(backend, self._table_config(mtu))
+        self.table: Any = new_table(backend, self.config.table_config(mtu, *self._ratelimit))
         self.peers: dict[bytes, Peer] = {}
         self.by_pid: dict[int, Peer] = {}
         self.counters = Counters()
@@ -91,28 +125,26 @@ class Device:
         self.handshakes = Handshakes(self)
         self.sessions = Sessions(self)
         self.datapath = DataPath(self)
+        # fold(path, now): the results of a batch path's last round (its
+        # touches, the packets that found no key, what its staged seal left),
+        # routine ones held, the rest applied now; fold_results(results, now):
+        # the same for path.results() taken on another thread (merged ones in
+        # the order of their rounds).  The data plane calls them once per
+        # batch: the data path's own, bound here.
+        self.fold: Callable[[BatchPath, float], Output] = self.datapath.fold
+        self.fold_results: Callable[[RoundResults, float], Output] = self.datapath.fold_results
+        self.tracing = False  # events for what crosses the socket (the debug trace)
+        self._batch_sealing = False  # a batch path exists: Output.sealing is the caller's
         self._last_wall = float("-inf")
-        self.static_private = None        # bytearray, wiped when replaced
+        self.static_private: bytearray | None = None  # wiped when replaced
         self.key_generation = 0
-        self.public_key = None
+        self.public_key: bytes | None = None
         if private_key is not None:
             self.set_private_key(private_key)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         pub = keys.encode(self.public_key) if self.public_key else None
         return f"<Device public_key={pub} peers={len(self.peers)}>"
-
-    def _table_config(self, mtu: int) -> TableConfig:
-        c = self.config
-        return TableConfig(reject_after_time=c.reject_after_time, rekey_after_time=c.rekey_after_time,
-                           rekey_on_receive_age=c.rekey_on_receive_age,
-                           reject_after_messages=c.reject_after_messages,
-                           rekey_after_messages=c.rekey_after_messages, mtu=mtu,
-                           handshake_queue=c.handshake_queue_size,
-                           under_load_depth=c.under_load_queue_depth,
-                           under_load_hold=c.under_load_after_time,
-                           cookie_secret_age=c.cookie_secret_max_age,
-                           ratelimit_rate=self._ratelimit[0], ratelimit_burst=self._ratelimit[1])
 
     # ------------------------------------------------------------ configuration
 
@@ -122,18 +154,19 @@ class Device:
 
     @property
     def mtu(self) -> int:
-        return self.table.config.mtu
+        mtu: int = self.table.config.mtu
+        return mtu
 
     def set_mtu(self, mtu: int) -> None:
         """The interface MTU: the padding never goes past it."""
-        self.table.configure(self._table_config(mtu))
+        self.table.configure(self.config.table_config(mtu, *self._ratelimit))
 
     def set_private_key(self, private_key: bytes | None) -> None:
         """Set (or clear) the static key; re-derives each peer's static-static
         DH and ends every session and handshake in flight."""
         if self.static_private is not None:
             self.static_private[:] = bytes(32)
-        self.key_generation += 1      # handshake work begun with the old key is stale
+        self.key_generation += 1  # handshake work begun with the old key is stale
         if private_key is None or not any(private_key):
             self.static_private = None
             self.public_key = None
@@ -162,20 +195,33 @@ class Device:
                 peer.static_static = None
         peer.refresh_handshake_config()
 
-    def add_peer(self, public_key: bytes, *, preshared_key=None, allowed_ips=(), endpoint=None,
-                 persistent_keepalive: int = 0) -> Peer:
+    def add_peer(
+        self,
+        public_key: bytes,
+        *,
+        preshared_key: bytes | None = None,
+        allowed_ips: Iterable[Any] = (),
+        endpoint: Any = None,
+        persistent_keepalive: int = 0,
+    ) -> Peer:
         public_key = bytes(public_key)
         if len(public_key) != 32:
             raise ValueError("a public key is 32 bytes")
         if public_key in self.peers:
-            return self.update_peer(public_key, preshared_key=preshared_key, endpoint=endpoint,
-                                    persistent_keepalive=persistent_keepalive, allowed_ips=allowed_ips)
+            return self.update_peer(
+                public_key,
+                preshared_key=preshared_key,
+                endpoint=endpoint,
+                persistent_keepalive=persistent_keepalive,
+                allowed_ips=allowed_ips,
+            )
         if public_key == self.public_key:
             raise ValueError("a peer cannot have the interface's own public key")
         c = self.config
         pid = self.table.add_peer()
-        peer = Peer(self, public_key, pid, persistent_keepalive,
-                    c.cookie_secret_max_age - c.cookie_secret_latency)
+        peer = Peer(
+            self, public_key, pid, persistent_keepalive, c.cookie_secret_max_age - c.cookie_secret_latency
+        )
         try:
             peer.set_psk(preshared_key)
             if endpoint is not None:
@@ -192,8 +238,16 @@ class Device:
             self.timers.arm(peer, PERSISTENT, float("-inf"))  # one keepalive at the next handle_timers
         return peer
 
-    def update_peer(self, public_key: bytes, *, preshared_key=_KEEP, endpoint=_KEEP,
-                    persistent_keepalive=_KEEP, allowed_ips=None, replace_allowed_ips=False) -> Peer:
+    def update_peer(
+        self,
+        public_key: bytes,
+        *,
+        preshared_key: Any = _KEEP,
+        endpoint: Any = _KEEP,
+        persistent_keepalive: Any = _KEEP,
+        allowed_ips: Iterable[Any] | None = None,
+        replace_allowed_ips: bool = False,
+    ) -> Peer:
         peer = self.peers[bytes(public_key)]
         if preshared_key is not _KEEP:
             peer.set_psk(preshared_key)
@@ -212,7 +266,7 @@ class Device:
             self.table.route_add(peer.pid, cidr)
         return peer
 
-    def remove_allowed_ip(self, public_key: bytes, cidr) -> None:
+    def remove_allowed_ip(self, public_key: bytes, cidr: Any) -> None:
         peer = self.peers[bytes(public_key)]
         self.table.route_remove(peer.pid, cidr)
 
@@ -235,15 +289,15 @@ class Device:
 
     # ------------------------------------------------------------ reading
 
-    def has_session(self, peer) -> bool:
+    def has_session(self, peer: Peer) -> bool:
         """The peer has a current keypair (usable or not)."""
         return self.table.stats(peer.pid, self.table.clock_offset()).current is not None
 
-    def drops(self) -> dict:
+    def drops(self) -> dict[str, int]:
         """Every drop by reason: the handshake side's and the session table's
         (its own and every peer's)."""
         total = {k: v for k, v in self.counters.drops.items() if v}
-        parts = [self.table.drops()]
+        parts: list[dict[str, int]] = [self.table.drops()]
         parts.extend(self.table.stats(p.pid, 0.0).drops for p in self.peers.values())
         for part in parts:
             for k, v in part.items():
@@ -259,23 +313,25 @@ class Device:
         self._last_wall = t
         return t
 
-    def drop(self, reason: str, peer=None, n: int = 1) -> None:
+    def drop(self, reason: str, peer: Peer | None = None, n: int = 1) -> None:
         self.counters.drop(reason, n)
         if peer is not None:
             peer.counters.drop(reason, n)
 
-    def count_rx(self, peer, nbytes: int) -> None:
+    def count_rx(self, peer: Peer, nbytes: int) -> None:
         for c in (peer.counters, self.counters):
             c.rx_packets += 1
             c.rx_bytes += nbytes
 
-    def emit(self, peer, datagram: bytes, endpoint, out) -> None:
+    def emit(self, peer: Peer, datagram: bytes, endpoint: Any, out: Output) -> None:
         out.datagrams.append((datagram, endpoint))
+        if self.tracing:
+            out.events.append(MessageSent(datagram[0], endpoint))
         for c in (peer.counters, self.counters):
             c.tx_packets += 1
             c.tx_bytes += len(datagram)
 
-    def handshake_complete(self, peer, initiator: bool, now: float, out) -> None:
+    def handshake_complete(self, peer: Peer, initiator: bool, now: float, out: Output) -> None:
         pt = peer.timers
         self.timers.event(peer, "handshake_complete", now)
         pt.attempts = 0
@@ -286,7 +342,7 @@ class Device:
             c.last_handshake = wall
         out.events.append(HandshakeCompleted(peer, initiator))
 
-    def _delay(self, peer, timer):
+    def _delay(self, peer: Peer, timer: int) -> float | None:
         c = self.config
         if timer == RETRANSMIT:
             return c.rekey_timeout + self._jitter()
@@ -303,13 +359,14 @@ class Device:
 
     # ------------------------------------------------------------ traffic
 
-    def receive_datagrams(self, datagrams, now: float) -> Output:
+    def receive_datagrams(self, datagrams: Iterable[tuple[bytes, Any]], now: float) -> Output:
         """UDP payloads of any type: handshake messages first (the table's
         cheap checks, then the whole queue served), then transport data
         through the table."""
         now = self.table.clock(now)
         out = Output()
-        transport, control = [], []
+        transport: list[tuple[bytes, Any]] = []
+        control: list[tuple[bytes, Any]] = []
         for item in datagrams:
             (transport if bytes(item[0][:4]) == HDR_TRANSPORT else control).append(item)
         if control:
@@ -318,9 +375,9 @@ class Device:
                 pass
         if transport:
             self.datapath.receive(transport, now, out)
-        return out
+        return self._finish(out, now)
 
-    def receive_datagram(self, data: bytes, addr, now: float) -> Output:
+    def receive_datagram(self, data: bytes, addr: Any, now: float) -> Output:
         return self.receive_datagrams([(data, addr)], now)
 
     def serve_handshakes(self, now: float, limit: int) -> tuple[Output, int]:
@@ -328,10 +385,11 @@ class Device:
         first (the data plane's open batches queued them); returns the
         Output and how many still wait."""
         out = Output()
-        self.handshakes.serve(self.table.clock(now), out, limit)
-        return out, self.handshakes.waiting
+        tnow = self.table.clock(now)
+        self.handshakes.serve(tnow, out, limit)
+        return self._finish(out, tnow), self.handshakes.waiting
 
-    def take_handshake_work(self, now: float, limit: int) -> list:
+    def take_handshake_work(self, now: float, limit: int) -> list[HandshakeWork]:
         """serve_handshakes in two phases, for a caller that runs the
         expensive part elsewhere: up to `limit` queued messages, newest
         first, as HandshakeWork (vpncrypt.protocol.handshake_work).  Each
@@ -339,32 +397,52 @@ class Device:
         this order, to finish_handshake_work with the same `now`."""
         return self.handshakes.take(self.table.clock(now), limit)
 
-    def finish_handshake_work(self, work, now: float) -> tuple[Output, int]:
+    def finish_handshake_work(self, work: list[HandshakeWork], now: float) -> tuple[Output, int]:
         """Apply HandshakeWork from take_handshake_work (its `now`), after
         compute() ran on each; returns the Output and how many messages
         still wait.  Work for a configuration since changed (our key, the
         peer, its PSK) is dropped as unknown_peer."""
         out = Output()
-        self.handshakes.finish(work, self.table.clock(now), out)
-        return out, self.handshakes.waiting
+        tnow = self.table.clock(now)
+        self.handshakes.finish(work, tnow, out)
+        return self._finish(out, tnow), self.handshakes.waiting
 
-    def send_packets(self, ip_packets, now: float) -> Output:
+    def send_packets(self, ip_packets: Sequence[bytes], now: float) -> Output:
         out = Output()
-        self.datapath.send(ip_packets, self.table.clock(now), out)
-        return out
+        tnow = self.table.clock(now)
+        self.datapath.send(ip_packets, tnow, out)
+        return self._finish(out, tnow)
 
-    def on_transport(self, touches, now: float, waiting=()) -> Output:
-        """Batch results of the native data plane, in one call: the table's
-        touches, and (peer id, packet) pairs that found no usable key."""
-        out = Output()
-        self.datapath.apply(touches, self.table.clock(now), out, waiting)
+    # ------------------------------------------------------------ the batch path
+
+    def batch_path(self, capacity: int, stride: int, *, fair_queue: bool = False) -> BatchPath:
+        """A data-path object for one thread of the native data plane: a
+        batch of the session table for up to `capacity` messages of `stride`
+        bytes, and its rounds (see vpncrypt.protocol.datapath.BatchPath;
+        fair_queue: its opt-in fair queue and receive CoDel).
+        From now on staged packets and keepalives leave as Output.sealing."""
+        if self.backend != "native":
+            raise ValueError("batch paths are the native backend's")
+        self._batch_sealing = True
+        return BatchPath(self, capacity, stride, fair_queue)
+
+    def _finish(self, out: Output, now: float) -> Output:
+        """Without a batch path, seal what out.sealing holds here (now: the
+        table's clock)."""
+        if not self._batch_sealing:
+            while out.sealing:
+                items, out.sealing = out.sealing, []
+                for item in items:
+                    self.datapath.seal_listed(item, now, out)
         return out
 
     # ------------------------------------------------------------ timers
 
     def handle_timers(self, now: float) -> Output:
+        """What is held applied, then every timer due at `now`."""
         now = self.table.clock(now)
         out = Output()
+        self.datapath.flush_held(now, out)
         q = self.timers
         while True:
             due = q.pop_due(now)
@@ -374,9 +452,9 @@ class Device:
             self._expired(peer, timer, now, out)
         self.handshakes.note_load(now, out)
         self.table.maintain()
-        return out
+        return self._finish(out, now)
 
-    def _expired(self, peer, timer, now, out) -> None:
+    def _expired(self, peer: Peer, timer: int, now: float, out: Output) -> None:
         c = self.config
         pt = peer.timers
         if timer == RETRANSMIT:
@@ -385,14 +463,14 @@ class Device:
                 # until the keys are zeroed
                 out.events.append(HandshakeGaveUp(peer, pt.attempts + 1))
                 self.timers.disarm(peer, KEEPALIVE)
-                self.datapath.flush_staged(peer, "expired")
+                self.datapath.flush_staged(peer)
                 if not pt.pending(ZERO_KEYS):
                     self.timers.arm(peer, ZERO_KEYS, now + 3 * c.reject_after_time)
             else:
                 pt.attempts += 1
                 self.handshakes.initiate(peer, now, out, retry=True)
         elif timer == KEEPALIVE:
-            self.datapath.keepalive(peer, now, out, persistent=False)
+            self.datapath.keepalive(peer, out, persistent=False)
             if pt.need_another_keepalive:
                 pt.need_another_keepalive = False
                 self.timers.arm(peer, KEEPALIVE, now + c.keepalive_timeout)
@@ -402,9 +480,14 @@ class Device:
             self.sessions.zero(peer, out)
         elif timer == PERSISTENT:
             if peer.persistent_keepalive:
-                self.datapath.keepalive(peer, now, out, persistent=True)
+                self.datapath.keepalive(peer, out, persistent=True)
 
     def next_deadline(self) -> float | None:
-        """When handle_timers has work next, on the caller's clock."""
+        """When handle_timers has work next (a timer, or the held results'
+        flush), on the caller's clock."""
         t = self.timers.next_deadline()
-        return None if t is None else t - self.table.clock_offset()
+        held = self.datapath.held_until
+        if t is None:
+            return held
+        t -= self.table.clock_offset()
+        return held if held is not None and held < t else t

@@ -1,31 +1,82 @@
 """What a Device call produced, for the I/O layer to apply.
 
 Every Device call returns an Output: datagrams to send, inner packets for the
-TUN, and events: what happened to the protocol state, for logs and status
-(the I/O layer needs none of them to move bytes)."""
+TUN, staged packets for the caller to seal (``sealing``: see
+Device.batch_path), how many handshake messages wait in the session table's
+queue (``handshakes``: the caller schedules Device.serve_handshakes), and
+events: what happened to the protocol state, for logs and status (the I/O
+layer needs none of them to move bytes)."""
+
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vpncrypt.protocol.peer import Peer
+
+Addr = Any  # an endpoint as the session table gives it: (host, port[, flow, scope]) or None
+
+
+class Sealing:
+    """Packets of one peer for the caller to seal through its batch path
+    (``peer``: its id in the session table), then hand the round back with
+    Device.fold.  ``keepalive`` (None: not one) says the empty packet at the
+    end is a keepalive, persistent (True) or not (False)."""
+
+    __slots__ = ("peer", "packets", "keepalive")
+
+    def __init__(self, peer: int, packets: list[bytes], keepalive: bool | None = None) -> None:
+        self.peer = peer
+        self.packets = packets
+        self.keepalive = keepalive
+
+    def __repr__(self) -> str:
+        return f"<Sealing peer={self.peer} packets={len(self.packets)} keepalive={self.keepalive}>"
 
 
 class Output:
-    __slots__ = ("datagrams", "packets", "events")
+    __slots__ = ("datagrams", "packets", "events", "sealing", "handshakes")
 
-    def __init__(self):
-        self.datagrams = []     # [(udp payload, endpoint)]
-        self.packets = []       # [inner IP packet]
-        self.events = []        # [Event]
+    def __init__(self) -> None:
+        self.datagrams: list[tuple[bytes, Addr]] = []  # [(udp payload, endpoint)]
+        self.packets: list[bytes] = []  # [inner IP packet]
+        self.events: list[Event] = []
+        self.sealing: list[Sealing] = []
+        self.handshakes = 0  # messages waiting in the table's handshake queue
 
-    def extend(self, other: "Output") -> "Output":
+    def extend(self, other: Output) -> Output:
         self.datagrams.extend(other.datagrams)
         self.packets.extend(other.packets)
         self.events.extend(other.events)
+        self.sealing.extend(other.sealing)
+        self.handshakes = max(self.handshakes, other.handshakes)
         return self
 
-    def __bool__(self):
-        return bool(self.datagrams or self.packets or self.events)
+    def __bool__(self) -> bool:
+        return bool(self.datagrams or self.packets or self.events or self.sealing or self.handshakes)
 
-    def __repr__(self):
-        return (f"<Output datagrams={len(self.datagrams)} packets={len(self.packets)} "
-                f"events={len(self.events)}>")
+    def __repr__(self) -> str:
+        return (
+            f"<Output datagrams={len(self.datagrams)} packets={len(self.packets)} "
+            f"events={len(self.events)} sealing={len(self.sealing)} handshakes={self.handshakes}>"
+        )
+
+
+class _Nothing(Output):
+    """The Output of a call that changed nothing the caller must act on, not
+    even a deadline (one shared object: the routine batch costs no
+    allocation).  Its fields are empty tuples: adding to it fails."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        for name in ("datagrams", "packets", "events", "sealing"):
+            object.__setattr__(self, name, ())
+        self.handshakes = 0
+
+
+NOTHING: Output = _Nothing()
 
 
 class Event:
@@ -33,49 +84,50 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
-class HandshakeInitiated(Event):
-    peer: object
-    attempt: int            # 1 for the first initiation of a handshake, then 2, 3, ...
+class PeerEvent(Event):
+    """An event about one peer, and nothing more."""
+
+    peer: Peer
+
+
+class HandshakeResponded(PeerEvent):
+    """We answered the peer's initiation."""
+
+    __slots__ = ()
+
+
+class CookieReceived(PeerEvent):
+    __slots__ = ()
+
+
+class KeysZeroed(PeerEvent):
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
-class HandshakeResponded(Event):
-    peer: object            # we answered the peer's initiation
+class HandshakeInitiated(PeerEvent):
+    attempt: int  # 1 for the first initiation of a handshake, then 2, 3, ...
 
 
 @dataclass(frozen=True, slots=True)
-class HandshakeCompleted(Event):
-    peer: object
-    initiator: bool         # True: their response arrived; False: our response was confirmed
+class HandshakeCompleted(PeerEvent):
+    initiator: bool  # True: their response arrived; False: our response was confirmed
 
 
 @dataclass(frozen=True, slots=True)
-class HandshakeGaveUp(Event):
-    peer: object
+class HandshakeGaveUp(PeerEvent):
     initiations: int
 
 
 @dataclass(frozen=True, slots=True)
-class CookieReceived(Event):
-    peer: object
+class EndpointChanged(PeerEvent):
+    endpoint: Addr
+    previous: Addr = None  # known for a handshake's move; a data packet's move is the table's
 
 
 @dataclass(frozen=True, slots=True)
-class EndpointChanged(Event):
-    peer: object
-    endpoint: object
-    previous: object = None     # known for a handshake's move; a data packet's move is the table's
-
-
-@dataclass(frozen=True, slots=True)
-class KeepaliveSent(Event):
-    peer: object
+class KeepaliveSent(PeerEvent):
     persistent: bool
-
-
-@dataclass(frozen=True, slots=True)
-class KeysZeroed(Event):
-    peer: object
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,31 +135,20 @@ class LoadChanged(Event):
     under_load: bool
 
 
-def _who(peer) -> str:
-    from vpncrypt.protocol.keys import encode
-    return "peer " + encode(peer.public_key)[:8] + "…"
+# Only while the Device traces (Device.tracing): what crossed the socket, by
+# type and size (vpncrypt.protocol.messages.classify); transport data that is
+# not a keepalive is never one of them.
 
 
-def describe(ev: Event) -> str:
-    """One log line for an event (public keys shortened; never key material)."""
-    if isinstance(ev, HandshakeInitiated):
-        what = "sending handshake initiation" if ev.attempt == 1 else f"retrying handshake (try {ev.attempt})"
-        return f"{_who(ev.peer)}: {what}"
-    if isinstance(ev, HandshakeResponded):
-        return f"{_who(ev.peer)}: received handshake initiation, sent response"
-    if isinstance(ev, HandshakeCompleted):
-        how = "response received" if ev.initiator else "keys confirmed by the initiator"
-        return f"{_who(ev.peer)}: handshake complete ({how})"
-    if isinstance(ev, HandshakeGaveUp):
-        return f"{_who(ev.peer)}: handshake did not complete after {ev.initiations} attempts, giving up"
-    if isinstance(ev, CookieReceived):
-        return f"{_who(ev.peer)}: cookie reply received (the peer is under load)"
-    if isinstance(ev, EndpointChanged):
-        return f"{_who(ev.peer)}: endpoint is now {ev.endpoint}"
-    if isinstance(ev, KeepaliveSent):
-        return f"{_who(ev.peer)}: sent {'persistent ' if ev.persistent else ''}keepalive"
-    if isinstance(ev, KeysZeroed):
-        return f"{_who(ev.peer)}: all keys zeroed (no new session for 540 s)"
-    if isinstance(ev, LoadChanged):
-        return "under load: handshakes need cookies" if ev.under_load else "no longer under load"
-    return repr(ev)
+@dataclass(frozen=True, slots=True)
+class MessageReceived(Event):
+    kind: int  # messages.classify(): a MSG_* type, KEEPALIVE or MALFORMED
+    size: int
+    endpoint: Addr
+    peer: Peer | None = None  # a keepalive's peer, by its receiver index
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSent(Event):
+    kind: int  # a MSG_* handshake type (a keepalive sent is KeepaliveSent)
+    endpoint: Addr

@@ -20,41 +20,73 @@ dropped and counted as ``unknown_peer``.
 Responses and cookie replies are computed in the apply phase (an initiator
 has at most one handshake in flight per peer, so a storm is initiations).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from vpncrypt.crypto import AuthenticationError
 from vpncrypt.protocol import keys
-from vpncrypt.protocol.handshake import wg_begin_consume_initiation, wg_finish_consume_initiation, wg_respond
-from vpncrypt.protocol.messages import HDR_INITIATION, parse_initiation
+from vpncrypt.protocol.messages import HDR_INITIATION, Initiation, parse_initiation
+from vpncrypt.protocol.noise_ik import (
+    SessionKeys,
+    wg_begin_consume_initiation,
+    wg_finish_consume_initiation,
+    wg_respond,
+)
 from vpncrypt.protocol.responder_native import ResponderState
+
+if TYPE_CHECKING:
+    from vpncrypt.protocol.device import Device
+    from vpncrypt.protocol.peer import Peer
+
+# A UDP source address as the session table gives it: (host, port), or
+# (host, port, flowinfo, scope_id) for IPv6.
+Address = tuple[Any, ...]
 
 
 class HandshakeWork:
-    __slots__ = ("data", "addr", "now", "key_generation", "_dev", "_key", "msg", "outcome", "peer",
-                 "static", "config", "timestamp", "response", "index_bytes")
+    __slots__ = (
+        "data",
+        "addr",
+        "now",
+        "key_generation",
+        "_dev",
+        "_key",
+        "msg",
+        "outcome",
+        "peer",
+        "static",
+        "config",
+        "timestamp",
+        "response",
+        "index_bytes",
+    )
 
-    def __init__(self, data, addr, now, dev, key):
+    def __init__(self, data: bytes, addr: Address, now: float, dev: Device, key: tuple[bytes, bytes] | None):
         self.data = data
         self.addr = addr
         self.now = now
-        self.key_generation = dev.key_generation
+        self.key_generation: int = dev.key_generation
         self._dev = dev
-        self._key = key              # (our static private, public) as they were, or None
-        self.msg = None
-        self.outcome = None          # "ok" or a drop reason, once computed
-        self.peer = None             # the Peer the initiation authenticated as
-        self.static = None
-        self.config = None           # the peer's handshake_config the work used
-        self.timestamp = None
-        self.response = None         # (e_pub, encrypted empty, (send_key, recv_key))
-        self.index_bytes = None      # the first candidate for the response's local index
+        self._key = key  # (our static private, public) as they were, or None
+        self.msg: Initiation | None = None
+        self.outcome: str | None = None  # "ok" or a drop reason, once computed
+        self.peer: Peer | None = None  # the Peer the initiation authenticated as
+        self.static: bytes | None = None
+        self.config: tuple[bytes, bytes | None] | None = None  # the peer's handshake_config the work used
+        self.timestamp: bytes | None = None
+        self.response: tuple[bytes, bytes, SessionKeys] | None = None  # (e_pub, encrypted empty, keys)
+        self.index_bytes: bytes | None = None  # the first candidate for the response's local index
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<HandshakeWork {self.outcome}>"
 
     def compute(self) -> None:
         """The pure part of the work; safe on any thread.  Never raises: an
         unexpected error leaves outcome None (counted as internal_error)."""
         if self.data[:4] != HDR_INITIATION:
-            self.outcome = "ok"         # responses and cookie replies: all in the apply phase
+            self.outcome = "ok"  # responses and cookie replies: all in the apply phase
             self._key = None
             return
         try:
@@ -66,11 +98,11 @@ class HandshakeWork:
 
     def _initiation(self) -> str:
         dev = self._dev
-        if self._key is None:                # no static key when the work was taken
+        if self._key is None:  # no static key when the work was taken
             return "unknown_peer"
         msg = self.msg = parse_initiation(self.data)
         # the native backend's Noise steps are C calls without the GIL; the
-        # pynacl backend's, handshake.py's (the reference)
+        # pynacl backend's, noise_ik.py's (the reference)
         st = ResponderState() if dev.backend == "native" else None
         try:
             if st is not None:
@@ -83,9 +115,9 @@ class HandshakeWork:
             return "malformed"
         try:
             peer = dev.peers.get(static)
-            config = peer.handshake_config if peer is not None else None
-            if config is None:
+            if peer is None or peer.handshake_config is None:
                 return "unknown_peer"
+            config = peer.handshake_config
             self.peer, self.static, self.config = peer, static, config
             try:
                 if st is not None:

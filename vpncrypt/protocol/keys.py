@@ -3,15 +3,19 @@
 genkey()/pubkey(b64)/genpsk() produce the same strings as ``wg genkey``,
 ``wg pubkey`` and ``wg genpsk``.  dh() rejects an all-zero shared secret.
 """
+
 import base64
 import binascii
 import hmac
 import os
+from collections.abc import Callable
 
 from nacl import bindings as _nb
 
 KEY_LEN = 32
 _ZERO = bytes(KEY_LEN)
+
+Rng = Callable[[int], bytes]  # n random bytes (os.urandom; a seeded one in tests)
 
 
 class KeyError_(ValueError):
@@ -32,7 +36,7 @@ def clamp(private: bytes) -> bytes:
     return bytes(k)
 
 
-def generate_private(rng=os.urandom) -> bytes:
+def generate_private(rng: Rng = os.urandom) -> bytes:
     return clamp(rng(KEY_LEN))
 
 
@@ -77,7 +81,7 @@ def encode(raw: bytes) -> str:
     return base64.b64encode(bytes(raw)).decode("ascii")
 
 
-def genkey(rng=os.urandom) -> str:
+def genkey(rng: Rng = os.urandom) -> str:
     """A new clamped private key in base64 (like `wg genkey`)."""
     return encode(generate_private(rng))
 
@@ -87,6 +91,6 @@ def pubkey(private_b64: str | bytes) -> str:
     return encode(public_from_private(clamp(decode(private_b64))))
 
 
-def genpsk(rng=os.urandom) -> str:
+def genpsk(rng: Rng = os.urandom) -> str:
     """A new random preshared key in base64 (like `wg genpsk`)."""
     return encode(rng(KEY_LEN))

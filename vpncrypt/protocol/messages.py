@@ -10,23 +10,25 @@ All integers are little-endian.  Every message starts with a 1-byte type and
     cookie reply (type 3,  64 bytes) type|rsv|receiver|nonce 24|cookie 16+16
     transport    (type 4, >=32 bytes) type|rsv|receiver|counter 8|sealed packet
 """
+
 from dataclasses import dataclass
 
-MSG_INITIATION = 1
-MSG_RESPONSE = 2
-MSG_COOKIE_REPLY = 3
-MSG_TRANSPORT = 4
+from vpncrypt.wire import COOKIE_REPLY_LEN as COOKIE_REPLY_LEN
+from vpncrypt.wire import INITIATION_LEN as INITIATION_LEN
+from vpncrypt.wire import KEEPALIVE_LEN as KEEPALIVE_LEN
+from vpncrypt.wire import MSG_COOKIE_REPLY as MSG_COOKIE_REPLY
+from vpncrypt.wire import MSG_INITIATION as MSG_INITIATION
+from vpncrypt.wire import MSG_RESPONSE as MSG_RESPONSE
+from vpncrypt.wire import MSG_TRANSPORT as MSG_TRANSPORT
+from vpncrypt.wire import RESPONSE_LEN as RESPONSE_LEN
+from vpncrypt.wire import TRANSPORT_HEADER_LEN as TRANSPORT_HEADER_LEN
 
 HDR_INITIATION = b"\x01\x00\x00\x00"
 HDR_RESPONSE = b"\x02\x00\x00\x00"
 HDR_COOKIE_REPLY = b"\x03\x00\x00\x00"
 HDR_TRANSPORT = b"\x04\x00\x00\x00"
 
-INITIATION_LEN = 148
-RESPONSE_LEN = 92
-COOKIE_REPLY_LEN = 64
-TRANSPORT_HEADER_LEN = 16
-TRANSPORT_MIN_LEN = 32  # header + tag (an empty keepalive)
+TRANSPORT_MIN_LEN = KEEPALIVE_LEN  # header + tag (an empty keepalive)
 
 # (start, end) of each field
 INIT_SENDER = (4, 8)
@@ -51,6 +53,30 @@ DATA_RECEIVER = (4, 8)
 DATA_COUNTER = (8, 16)
 
 MAC1_OFFSET = {MSG_INITIATION: INIT_MAC1[0], MSG_RESPONSE: RESP_MAC1[0]}
+
+# What classify() calls a datagram that is no handshake message or keepalive.
+MALFORMED = 0
+KEEPALIVE = 5  # not a type on the wire: a transport message with an empty payload
+DATA = -1  # transport data with a payload (never traced)
+_SIZES = {MSG_INITIATION: INITIATION_LEN, MSG_RESPONSE: RESPONSE_LEN, MSG_COOKIE_REPLY: COOKIE_REPLY_LEN}
+_ZERO3 = b"\0\0\0"
+
+
+def classify(data: bytes | memoryview, start: int = 0, size: int | None = None) -> int:
+    """What the datagram data[start:start + size] is by its type and size
+    alone (nothing is decrypted): a MSG_* handshake type, KEEPALIVE, DATA,
+    or MALFORMED.  A message is its type byte, three zero bytes and its
+    type's exact size (transport: any size from a keepalive's up)."""
+    if size is None:
+        size = len(data) - start
+    if size < 4 or data[start + 1 : start + 4] != _ZERO3:
+        return MALFORMED
+    kind = data[start]
+    if kind == MSG_TRANSPORT:
+        if size == KEEPALIVE_LEN:
+            return KEEPALIVE
+        return DATA if size > KEEPALIVE_LEN else MALFORMED
+    return kind if _SIZES.get(kind) == size else MALFORMED
 
 
 class MalformedMessage(ValueError):

@@ -4,57 +4,75 @@ HASH, MAC (keyed BLAKE2s-128), HMAC (HMAC-BLAKE2s), KDF1..3, TAI64N, the
 protocol constants, and a Noise SymmetricState that both the WireGuard
 handshake and the Noise known-answer test run on.
 """
+
+from __future__ import annotations
+
 import hashlib
 import hmac as _hmac
 import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 CONSTRUCTION = b"Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s"
 IDENTIFIER = b"WireGuard v1 zx2c4 Jason@zx2c4.com"
 LABEL_MAC1 = b"mac1----"
 LABEL_COOKIE = b"cookie--"
 
-HASH_LEN = 32
-TAG_LEN = 16
-ZERO_NONCE = bytes(12)
 _blake2s = hashlib.blake2s
 _hmac_digest = _hmac.digest
 
 
-def HASH(*parts) -> bytes:
+class AEADBackend(Protocol):
+    """What the handshake uses of a crypto backend (vpncrypt.crypto.get_backend):
+    ChaCha20-Poly1305 and, for cookie replies, XChaCha20-Poly1305.  ``open`` and
+    ``xopen`` raise vpncrypt.crypto.AuthenticationError on a bad tag."""
+
+    def seal(self, key: bytes, nonce: bytes, plaintext: bytes, aad: bytes, /) -> bytes: ...
+    def open(self, key: bytes, nonce: bytes, sealed: bytes, aad: bytes, /) -> bytes: ...
+    def xopen(self, key: bytes, nonce: bytes, sealed: bytes, aad: bytes, /) -> bytes: ...
+
+
+def HASH(*parts: Buffer) -> bytes:
     h = _blake2s()
     for p in parts:
         h.update(p)
     return h.digest()
 
 
-def MAC(key: bytes, data: bytes) -> bytes:
+def MAC(key: Buffer, data: Buffer) -> bytes:
     """Keyed BLAKE2s with a 16-byte output."""
     return _blake2s(data, digest_size=16, key=bytes(key)).digest()
 
 
-def HMAC(key: bytes, data: bytes) -> bytes:
+def HMAC(key: Buffer, data: Buffer) -> bytes:
     return _hmac_digest(bytes(key), data, "blake2s")
 
 
-def KDF(n: int, key: bytes, data: bytes) -> tuple[bytes, ...]:
+def KDF(n: int, key: Buffer, data: Buffer) -> tuple[bytes, ...]:
     t0 = HMAC(key, data)
-    out, prev = [], b""
+    out: list[bytes] = []
+    prev = b""
     for i in range(1, n + 1):
         prev = HMAC(t0, prev + bytes([i]))
         out.append(prev)
     return tuple(out)
 
 
-def KDF1(key, data):
+def KDF1(key: Buffer, data: Buffer) -> bytes:
     return KDF(1, key, data)[0]
 
 
-def KDF2(key, data):
-    return KDF(2, key, data)
+def KDF2(key: Buffer, data: Buffer) -> tuple[bytes, bytes]:
+    t1, t2 = KDF(2, key, data)
+    return t1, t2
 
 
-def KDF3(key, data):
-    return KDF(3, key, data)
+def KDF3(key: Buffer, data: Buffer) -> tuple[bytes, bytes, bytes]:
+    t1, t2, t3 = KDF(3, key, data)
+    return t1, t2, t3
 
 
 def aead_nonce(counter: int) -> bytes:
@@ -76,7 +94,7 @@ def tai64n(unix_seconds: float) -> bytes:
     return struct.pack(">QI", _TAI64_BASE + secs, nanos)
 
 
-def _wipe(buf) -> None:
+def _wipe(buf: bytearray | None) -> None:
     if buf is not None:
         buf[:] = bytes(len(buf))
 
@@ -90,8 +108,13 @@ class SymmetricState:
     be processed on a copy and committed only once it authenticated."""
 
     __slots__ = ("ck", "h", "k", "n", "crypto")
+    ck: bytearray
+    h: bytearray
+    k: bytearray | None
+    n: int
+    crypto: AEADBackend
 
-    def __init__(self, protocol_name: bytes, crypto):
+    def __init__(self, protocol_name: bytes, crypto: AEADBackend):
         h = protocol_name.ljust(32, b"\x00") if len(protocol_name) <= 32 else HASH(protocol_name)
         self.ck = bytearray(h)
         self.h = bytearray(h)
@@ -99,7 +122,7 @@ class SymmetricState:
         self.n = 0
         self.crypto = crypto
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<SymmetricState>"
 
     def copy(self) -> "SymmetricState":
@@ -124,36 +147,38 @@ class SymmetricState:
             self.k[:] = key
         self.n = 0
 
-    def mix_hash(self, data: bytes) -> None:
+    def mix_hash(self, data: Buffer) -> None:
         self.h[:] = HASH(self.h, data)
 
-    def mix_key(self, ikm: bytes) -> None:
+    def mix_key(self, ikm: Buffer) -> None:
         ck, k = KDF2(self.ck, ikm)
         self.ck[:] = ck
         self._set_k(k)
 
-    def mix_key_and_hash(self, ikm: bytes) -> None:
+    def mix_key_and_hash(self, ikm: Buffer) -> None:
         ck, temp_h, k = KDF3(self.ck, ikm)
         self.ck[:] = ck
         self.mix_hash(temp_h)
         self._set_k(k)
 
-    def encrypt_and_hash(self, plaintext: bytes) -> bytes:
+    def _with_ad(self, aead: Callable[[bytes, bytes, bytes, bytes], bytes], data: bytes) -> bytes:
+        """The cipher state's EncryptWithAd/DecryptWithAd (aead is seal or open),
+        the hash as associated data: data as it is while there is no key; the
+        nonce counts only what went through (a bad tag raises before it)."""
         if self.k is None:
-            ct = plaintext
-        else:
-            ct = self.crypto.seal(bytes(self.k), aead_nonce(self.n), plaintext, bytes(self.h))
-            self.n += 1
+            return data
+        out = aead(bytes(self.k), aead_nonce(self.n), data, bytes(self.h))
+        self.n += 1
+        return out
+
+    def encrypt_and_hash(self, plaintext: bytes) -> bytes:
+        ct = self._with_ad(self.crypto.seal, plaintext)
         self.mix_hash(ct)
         return ct
 
     def decrypt_and_hash(self, ciphertext: bytes) -> bytes:
         """Raises vpncrypt.crypto.AuthenticationError on a bad tag."""
-        if self.k is None:
-            pt = ciphertext
-        else:
-            pt = self.crypto.open(bytes(self.k), aead_nonce(self.n), ciphertext, bytes(self.h))
-            self.n += 1
+        pt = self._with_ad(self.crypto.open, ciphertext)
         self.mix_hash(ciphertext)
         return pt
 

@@ -1,4 +1,4 @@
-"""WireGuard's timers: the constants, a TimerConfig that holds them, and the
+"""WireGuard's timers: the constants, a ProtocolConfig that holds them, and the
 per-peer timer state machine as one table.
 
 Five timers per peer (whitepaper section 6; the Linux module's timers.c):
@@ -13,27 +13,38 @@ Protocol events arm and disarm them as TRANSITIONS says; ``TimerQueue``
 keeps every armed deadline in a heap, so the next deadline is found without
 walking the peers.  Times are on the Device's (the session table's) clock.
 """
-import heapq
-from dataclasses import dataclass
 
-REKEY_AFTER_MESSAGES = 2 ** 60
-REJECT_AFTER_MESSAGES = 2 ** 64 - 2 ** 13 - 1
-REKEY_AFTER_TIME = 120.0
-REJECT_AFTER_TIME = 180.0
-REKEY_ATTEMPT_TIME = 90.0
-REKEY_TIMEOUT = 5.0
-REKEY_TIMEOUT_JITTER = 0.333
-KEEPALIVE_TIMEOUT = 10.0
-COOKIE_SECRET_MAX_AGE = 120.0
-COOKIE_SECRET_LATENCY = 5.0
-INITIATIONS_PER_SECOND = 50
-MAX_STAGED_PACKETS = 128          # per peer, waiting for a handshake (wireguard-go)
-HANDSHAKE_QUEUE_SIZE = 1024       # the session table's handshake queue (wireguard-go's)
-UNDER_LOAD_AFTER_TIME = 1.0
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from vpncrypt.transport.model import TableConfig
+from vpncrypt.wire import (
+    COOKIE_SECRET_LATENCY,
+    COOKIE_SECRET_MAX_AGE,
+    HANDSHAKE_QUEUE_SIZE,
+    INITIATIONS_PER_SECOND,
+    KEEPALIVE_TIMEOUT,
+    MAX_STAGED_PACKETS,
+    REJECT_AFTER_MESSAGES,
+    REJECT_AFTER_TIME,
+    REKEY_AFTER_MESSAGES,
+    REKEY_AFTER_TIME,
+    REKEY_ATTEMPT_TIME,
+    REKEY_TIMEOUT,
+    REKEY_TIMEOUT_JITTER,
+    UNDER_LOAD_AFTER_TIME,
+)
+
+if TYPE_CHECKING:
+    from vpncrypt.protocol.peer import Peer
 
 
 @dataclass(frozen=True)
-class TimerConfig:
+class ProtocolConfig:
     rekey_after_messages: int = REKEY_AFTER_MESSAGES
     reject_after_messages: int = REJECT_AFTER_MESSAGES
     rekey_after_time: float = REKEY_AFTER_TIME
@@ -64,6 +75,25 @@ class TimerConfig:
         """Handshake messages waiting at once that put the device under load
         (wireguard-go: an eighth of its handshake queue)."""
         return self.handshake_queue_size // 8
+
+    def table_config(self, mtu: int, ratelimit_rate: float = 20.0, ratelimit_burst: int = 5) -> TableConfig:
+        """The session table's configuration for these limits: the interface
+        MTU (the padding cap) and the per-source rate limit under load
+        (wireguard-go: 20 a second, bursts of 5) are the interface's."""
+        return TableConfig(
+            reject_after_time=self.reject_after_time,
+            rekey_after_time=self.rekey_after_time,
+            rekey_on_receive_age=self.rekey_on_receive_age,
+            reject_after_messages=self.reject_after_messages,
+            rekey_after_messages=self.rekey_after_messages,
+            mtu=mtu,
+            handshake_queue=self.handshake_queue_size,
+            under_load_depth=self.under_load_queue_depth,
+            under_load_hold=self.under_load_after_time,
+            cookie_secret_age=self.cookie_secret_max_age,
+            ratelimit_rate=ratelimit_rate,
+            ratelimit_burst=ratelimit_burst,
+        )
 
 
 RETRANSMIT, KEEPALIVE, NEW_HANDSHAKE, ZERO_KEYS, PERSISTENT = range(5)
@@ -97,30 +127,33 @@ class PeerTimers:
 
     __slots__ = ("due", "queued", "attempts", "need_another_keepalive", "last_minute_sent", "gone")
 
-    def __init__(self):
-        self.due = [None] * 5
-        self.queued = [None] * 5
-        self.attempts = 0                   # handshake retries since the last non-retry initiation
+    def __init__(self) -> None:
+        self.due: list[float | None] = [None] * 5
+        self.queued: list[float | None] = [None] * 5
+        self.attempts = 0  # handshake retries since the last non-retry initiation
         self.need_another_keepalive = False
-        self.last_minute_sent = False       # the rekey-on-receive initiation went out
-        self.gone = False                   # the peer was removed
+        self.last_minute_sent = False  # the rekey-on-receive initiation went out
+        self.gone = False  # the peer was removed
 
-    def pending(self, timer) -> bool:
+    def pending(self, timer: int) -> bool:
         return self.due[timer] is not None
+
+
+_Entry = tuple[float, int, "Peer", int]  # (when, sequence, peer, timer)
 
 
 class TimerQueue:
     """Every peer's armed deadlines in one heap."""
 
-    def __init__(self, delays):
-        self._heap = []
+    def __init__(self, delays: Callable[[Peer, int], float | None]) -> None:
+        self._heap: list[_Entry] = []
         self._seq = 0
-        self._delays = delays      # delays(peer, timer) -> seconds or None
+        self._delays = delays  # delays(peer, timer) -> seconds or None
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._heap)
 
-    def arm(self, peer, timer, when: float) -> None:
+    def arm(self, peer: Peer, timer: int, when: float) -> None:
         pt = peer.timers
         pt.due[timer] = when
         q = pt.queued[timer]
@@ -130,10 +163,10 @@ class TimerQueue:
             heapq.heappush(self._heap, (when, self._seq, peer, timer))
 
     @staticmethod
-    def disarm(peer, timer) -> None:
+    def disarm(peer: Peer, timer: int) -> None:
         peer.timers.due[timer] = None
 
-    def event(self, peer, name: str, now: float) -> None:
+    def event(self, peer: Peer, name: str, now: float) -> None:
         """Apply protocol event `name` to the peer's timers."""
         pt = peer.timers
         for timer, action in TRANSITIONS[name]:
@@ -141,7 +174,9 @@ class TimerQueue:
                 pt.due[timer] = None
             elif action == START or action == ANOTHER:
                 if pt.due[timer] is None:
-                    self.arm(peer, timer, now + self._delays(peer, timer))
+                    delay = self._delays(peer, timer)
+                    assert delay is not None  # only the persistent keepalive has none
+                    self.arm(peer, timer, now + delay)
                 elif action == ANOTHER:
                     pt.need_another_keepalive = True
             else:
@@ -149,7 +184,7 @@ class TimerQueue:
                 if delay is not None:
                     self.arm(peer, timer, now + delay)
 
-    def _settle(self) -> tuple | None:
+    def _settle(self) -> _Entry | None:
         """The heap's first entry that stands for a live deadline (dropping
         stale entries and moving postponed ones), or None."""
         heap = self._heap
@@ -176,7 +211,7 @@ class TimerQueue:
         top = self._settle()
         return None if top is None else top[0]
 
-    def pop_due(self, now: float):
+    def pop_due(self, now: float) -> tuple[Peer, int] | None:
         """The next (peer, timer) due at `now`, disarmed, or None."""
         top = self._settle()
         if top is None or top[0] > now:

@@ -16,7 +16,7 @@ limiter and the bounded handshake queue.  The protocol core
     table.set_endpoint(id, addr | None); endpoint(id)
     table.reserve_index(index, id) -> bool; release_index(index); index_peer(index);
         index_count()
-    table.install(id, local_index, remote_index, send_key, recv_key, initiator, now)
+    table.install(id, Session(local_index, remote_index, send_key, recv_key, initiator), now)
         (rotation as WireGuard; a responder's keypair waits in `next` until the
         first message on it confirms it)
     table.zero(id)          every keypair and reservation of the peer, wiped
@@ -40,23 +40,43 @@ make the same decisions on the same input: "native" (native/wg_*.c; also a
 zero-copy Batch form for the data plane) and "pynacl" (pure Python over
 libsodium, the reference).
 """
-from vpncrypt.transport import status
-from vpncrypt.transport.model import KeypairInfo, OpenResult, PeerStats, SealResult, TableConfig, Touch
 
-__all__ = ["new_table", "backends", "TableConfig", "Touch", "OpenResult", "SealResult",
-           "PeerStats", "KeypairInfo", "status"]
+from typing import TYPE_CHECKING
+
+from vpncrypt.transport import status
+from vpncrypt.transport.model import KeypairInfo, OpenResult, PeerStats, SealResult, Session, TableConfig
+from vpncrypt.transport.model import Touch
+
+if TYPE_CHECKING:
+    from vpncrypt.transport.native import NativeTable
+    from vpncrypt.transport.reference import ReferenceTable
+
+__all__ = [
+    "new_table",
+    "backends",
+    "TableConfig",
+    "Touch",
+    "Session",
+    "OpenResult",
+    "SealResult",
+    "PeerStats",
+    "KeypairInfo",
+    "status",
+]
 
 
 def backends() -> list[str]:
     return ["native", "pynacl"]
 
 
-def new_table(backend: str = "native", config: TableConfig | None = None):
+def new_table(backend: str = "native", config: TableConfig | None = None) -> "NativeTable | ReferenceTable":
     """A session table on `backend`: "native" or "pynacl"."""
     if backend == "native":
         from vpncrypt.transport.native import NativeTable
+
         return NativeTable(config)
     if backend == "pynacl":
         from vpncrypt.transport.reference import ReferenceTable
+
         return ReferenceTable(config)
     raise ValueError(f"unknown session table backend {backend!r}; choose from {backends()}")

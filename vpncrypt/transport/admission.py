@@ -12,13 +12,16 @@ the two against each other.
     reply  = type 3 | sender index | nonce 24 | XChaCha20-Poly1305(
              HASH("cookie--" || public key), nonce, cookie, aad = mac1)
 """
+
 import hashlib
 import hmac
 import ipaddress
 import os
 from collections import deque
+from typing import Any, Callable
 
 from vpncrypt.transport import status as S
+from vpncrypt.transport.model import Addr, Datagram, TableConfig
 
 _MAC1_OFFSET = {(1, 148): 116, (2, 92): 60}
 _TYPE3 = b"\x03\x00\x00\x00"
@@ -29,7 +32,7 @@ def _blake2s(data: bytes, key: bytes = b"", size: int = 32) -> bytes:
     return hashlib.blake2s(data, key=key, digest_size=size).digest()
 
 
-def source_bytes(addr) -> tuple[bytes, bytes]:
+def source_bytes(addr: Addr) -> tuple[bytes, bytes]:
     """(address bytes, address || port big-endian) of an endpoint (host, port, ...)."""
     ip = ipaddress.ip_address(addr[0]).packed
     return ip, ip + (addr[1] & 0xFFFF).to_bytes(2, "big")
@@ -45,7 +48,7 @@ class RateLimiter:
         self.rate = float(rate)
         self.burst = float(burst)
         self.max_entries = max_entries
-        self.table = {}             # address bytes -> [tokens, last]
+        self.table: dict[bytes, list[float]] = {}  # address bytes -> [tokens, last]
         self.last_prune = 0.0
 
     def prune(self, now: float) -> None:
@@ -78,34 +81,41 @@ class Admission:
     what the table holds under one of its indices: None, "reserved" or
     "keypair"."""
 
-    def __init__(self, config, crypto, index_kind, drop):
+    def __init__(
+        self,
+        config: TableConfig,
+        crypto: Any,
+        index_kind: Callable[[int], str | None],
+        drop: Callable[[int], None],
+    ) -> None:
         self.crypto = crypto
         self.index_kind = index_kind
         self.drop = drop
-        self.mac1_key = self.cookie_key = None
-        self.drbg_key = os.urandom(32)          # as the native table's getrandom
+        self.mac1_key: bytes | None = None
+        self.cookie_key: bytes | None = None
+        self.drbg_key = os.urandom(32)  # as the native table's getrandom
         self.drbg_counter = 0
-        self.secret = None
+        self.secret: bytes | None = None
         self.secret_born = 0.0
         self.load_until = float("-inf")
         self.config = config
-        self.limiter = RateLimiter(config.ratelimit_rate, config.ratelimit_burst,
-                                   config.ratelimit_sources)
-        self.queue = deque()
+        self.limiter = RateLimiter(config.ratelimit_rate, config.ratelimit_burst, config.ratelimit_sources)
+        self.queue: deque[Datagram] = deque()
 
-    def configure(self, config) -> None:
+    def configure(self, config: TableConfig) -> None:
         """As the native table: a new queue size empties the queue, a new
         number of sources empties the limiter."""
         old, self.config = self.config, config
         if config.handshake_queue != old.handshake_queue:
             self.queue = deque()
         if config.ratelimit_sources != old.ratelimit_sources:
-            self.limiter = RateLimiter(config.ratelimit_rate, config.ratelimit_burst,
-                                       config.ratelimit_sources)
+            self.limiter = RateLimiter(
+                config.ratelimit_rate, config.ratelimit_burst, config.ratelimit_sources
+            )
         self.limiter.rate = float(config.ratelimit_rate)
         self.limiter.burst = float(config.ratelimit_burst)
 
-    def set_public_key(self, public_key) -> None:
+    def set_public_key(self, public_key: bytes | None) -> None:
         if public_key is None:
             self.mac1_key = self.cookie_key = None
         else:
@@ -128,7 +138,7 @@ class Admission:
             self.secret_born = now
         return _blake2s(src, key=self.secret, size=16)
 
-    def admit(self, data: bytes, addr, now: float, replies: list) -> int:
+    def admit(self, data: bytes, addr: Addr, now: float, replies: list[Datagram]) -> int:
         """The status of one datagram that is not transport data."""
         n = len(data)
         mtype = int.from_bytes(data[:4], "little") if n >= 4 else 0
@@ -139,7 +149,7 @@ class Admission:
         if mac1_off is not None:
             if self.mac1_key is None:
                 return S.UNKNOWN_PEER
-            mac1 = data[mac1_off:mac1_off + 16]
+            mac1 = data[mac1_off : mac1_off + 16]
             if not _equal(_blake2s(data[:mac1_off], key=self.mac1_key, size=16), mac1):
                 return S.BAD_MAC1
             under_load = len(self.queue) + 1 >= cfg.under_load_depth
@@ -150,8 +160,9 @@ class Admission:
             if under_load:
                 ip, src = source_bytes(addr)
                 cookie = self._cookie(src, now)
-                if not _equal(_blake2s(data[:mac1_off + 16], key=cookie, size=16),
-                              data[mac1_off + 16:mac1_off + 32]):
+                if not _equal(
+                    _blake2s(data[: mac1_off + 16], key=cookie, size=16), data[mac1_off + 16 : mac1_off + 32]
+                ):
                     nonce = self._random()[:24]
                     sealed = self.crypto.xseal(self.cookie_key, nonce, cookie, mac1)
                     replies.append((_TYPE3 + data[4:8] + nonce + sealed, addr))
@@ -168,7 +179,7 @@ class Admission:
         self.queue.append((data, addr))
         return S.HANDSHAKE
 
-    def take(self, limit: int) -> list:
+    def take(self, limit: int) -> list[Datagram]:
         q = self.queue
         return [q.pop() for _ in range(min(limit, len(q)))]
 

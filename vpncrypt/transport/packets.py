@@ -2,7 +2,7 @@
 (native/wg_data.c has the same two)."""
 
 
-def inner_address(pkt, destination: bool):
+def inner_address(pkt: bytes | bytearray | memoryview, destination: bool) -> tuple[int, bytes | None, int]:
     """(family, address bytes, IP length) of a whole IPv4/IPv6 packet, its
     source or destination; (0, None, 0) if it is not one."""
     n = len(pkt)
@@ -11,13 +11,13 @@ def inner_address(pkt, destination: bool):
         if total < 20 or total > n:
             return 0, None, 0
         at = 16 if destination else 12
-        return 4, bytes(pkt[at:at + 4]), total
+        return 4, bytes(pkt[at : at + 4]), total
     if n >= 40 and pkt[0] >> 4 == 6:
         total = 40 + ((pkt[4] << 8) | pkt[5])
         if total > n:
             return 0, None, 0
         at = 24 if destination else 8
-        return 6, bytes(pkt[at:at + 16]), total
+        return 6, bytes(pkt[at : at + 16]), total
     return 0, None, 0
 
 

@@ -2,26 +2,51 @@
 reference): the same interface and the same decisions as the native table
 (native/wg_table.c, wg_data.c), one message at a time.  The differential
 tests hold the two against each other."""
+
 import ipaddress
 import math
+from collections.abc import Iterable
+from typing import Any
 
 from vpncrypt.crypto import get_backend
 from vpncrypt.transport import status as S
 from vpncrypt.transport.admission import Admission
-from vpncrypt.transport.model import KeypairInfo, OpenResult, PeerStats, SealResult, TableConfig, Touch
+from vpncrypt.transport.model import Addr, Datagram, KeypairInfo, OpenResult, PeerStats, SealResult, Session
+from vpncrypt.transport.model import TableConfig, Touch
 from vpncrypt.transport.packets import inner_address, padded_length
 from vpncrypt.transport.replay import ReplayWindow
-from vpncrypt.transport.routing import AllowedIPs
+from vpncrypt.transport.routing import AllowedIPs, Network
+
+_Touches = dict[int, list[int]]  # peer -> [flags, messages, wire bytes, inner packets, inner bytes]
 
 CLOCK_JUMP = 1.0
 _TYPE4 = b"\x04\x00\x00\x00"
 
 
 class _Keypair:
-    __slots__ = ("send_key", "recv_key", "local_index", "remote_index", "peer", "initiator",
-                 "born", "send_counter", "replay", "live")
+    __slots__ = (
+        "send_key",
+        "recv_key",
+        "local_index",
+        "remote_index",
+        "peer",
+        "initiator",
+        "born",
+        "send_counter",
+        "replay",
+        "live",
+    )
 
-    def __init__(self, peer, local_index, remote_index, send_key, recv_key, initiator, born):
+    def __init__(
+        self,
+        peer: int,
+        local_index: int,
+        remote_index: int,
+        send_key: bytes,
+        recv_key: bytes,
+        initiator: bool,
+        born: float,
+    ) -> None:
         self.send_key = bytearray(send_key)
         self.recv_key = bytearray(recv_key)
         self.local_index = local_index
@@ -33,7 +58,7 @@ class _Keypair:
         self.replay = ReplayWindow()
         self.live = True
 
-    def wipe(self):
+    def wipe(self) -> None:
         for key in (self.send_key, self.recv_key):
             key[:] = bytes(len(key))
         self.live = False
@@ -42,10 +67,12 @@ class _Keypair:
 class _Peer:
     __slots__ = ("cur", "prev", "next", "endpoint", "reserved", "stats")
 
-    def __init__(self):
-        self.cur = self.prev = self.next = None
-        self.endpoint = None
-        self.reserved = set()
+    def __init__(self) -> None:
+        self.cur: _Keypair | None = None
+        self.prev: _Keypair | None = None
+        self.next: _Keypair | None = None
+        self.endpoint: Addr | None = None
+        self.reserved: set[int] = set()
         self.stats = PeerStats(drops=dict.fromkeys(S.DROP_NAMES.values(), 0))
 
 
@@ -55,19 +82,21 @@ class ReferenceTable:
     backend = "pynacl"
     MAX_RESERVED = 4
 
-    def __init__(self, config: TableConfig | None = None, crypto=None):
+    def __init__(self, config: TableConfig | None = None, crypto: Any = None) -> None:
         self.config = config or TableConfig()
         self.crypto = crypto if crypto is not None else get_backend("pynacl")
-        self._peers = {}
-        self._free = []
+        self._peers: dict[int, _Peer] = {}
+        self._free: list[int] = []
         self._next_id = 0
-        self._index = {}          # local index -> ("reserved", peer) | ("keypair", _Keypair)
+        # local index -> ("reserved", peer) | ("keypair", _Keypair)
+        self._index: dict[int, tuple[str, Any]] = {}
         self._routes = AllowedIPs()
         self._offset = 0.0
         self._last = -math.inf
         self._drops = dict.fromkeys(S.DROP_NAMES.values(), 0)
-        self._admission = Admission(self.config, self.crypto, self._index_kind,
-                                    lambda code: self._drop(None, code))
+        self._admission = Admission(
+            self.config, self.crypto, self._index_kind, lambda code: self._drop(None, code)
+        )
 
     # ------------------------------------------------------------ config, clock
 
@@ -99,13 +128,13 @@ class ReferenceTable:
             raise ValueError("the seed is 32 bytes")
         self._admission.seed(seed)
 
-    def take_handshakes(self, limit: int) -> list:
+    def take_handshakes(self, limit: int) -> list[Datagram]:
         return self._admission.take(limit)
 
     def handshakes_waiting(self, now: float) -> tuple[int, bool]:
         return self._admission.waiting(now)
 
-    def _index_kind(self, index: int):
+    def _index_kind(self, index: int) -> str | None:
         entry = self._index.get(index)
         return None if entry is None else entry[0]
 
@@ -116,11 +145,11 @@ class ReferenceTable:
         self._peers[pid] = _Peer()
         return pid
 
-    def _alloc(self):
+    def _alloc(self) -> int:
         self._next_id += 1
         return self._next_id - 1
 
-    def _peer(self, pid) -> _Peer:
+    def _peer(self, pid: int) -> _Peer:
         p = self._peers.get(pid)
         if p is None:
             raise KeyError(f"no peer {pid}")
@@ -135,10 +164,10 @@ class ReferenceTable:
     def peer_count(self) -> int:
         return len(self._peers)
 
-    def set_endpoint(self, pid: int, addr) -> None:
+    def set_endpoint(self, pid: int, addr: Addr | None) -> None:
         self._peer(pid).endpoint = addr
 
-    def endpoint(self, pid: int):
+    def endpoint(self, pid: int) -> Addr | None:
         return self._peer(pid).endpoint
 
     # ------------------------------------------------------------ indices
@@ -159,25 +188,29 @@ class ReferenceTable:
         self._peers[entry[1]].reserved.discard(index)
         return True
 
-    def index_peer(self, index: int):
+    def index_peer(self, index: int) -> int | None:
         entry = self._index.get(index)
         if entry is None:
             return None
-        return entry[1] if entry[0] == "reserved" else entry[1].peer
+        pid: int = entry[1] if entry[0] == "reserved" else entry[1].peer
+        return pid
 
     def index_count(self) -> int:
         return len(self._index)
 
     # ------------------------------------------------------------ sessions
 
-    def _retire(self, kp) -> None:
+    def _retire(self, kp: _Keypair | None) -> None:
         if kp is None:
             return
-        if self._index.get(kp.local_index, (None, None))[1] is kp:
-            del self._index[kp.local_index]
+        local = kp.local_index
+        entry = self._index.get(local)
+        if entry is not None and entry[1] is kp:
+            del self._index[local]
         kp.wipe()
 
-    def install(self, pid, local_index, remote_index, send_key, recv_key, initiator, now) -> None:
+    def install(self, pid: int, session: Session, now: float) -> None:
+        local_index, remote_index, send_key, recv_key, initiator = session
         born = now
         p = self._peer(pid)
         if self._index.get(local_index) != ("reserved", pid):
@@ -214,72 +247,98 @@ class ReferenceTable:
 
     # ------------------------------------------------------------ routes
 
-    def route_add(self, pid: int, cidr) -> None:
+    def route_add(self, pid: int, cidr: Any) -> None:
         self._peer(pid)
         self._routes.insert(cidr, pid)
 
-    def route_remove(self, pid: int, cidr) -> bool:
+    def route_remove(self, pid: int, cidr: Any) -> bool:
         return self._routes.remove(cidr, pid)
 
     def routes_clear(self, pid: int) -> None:
         self._routes.remove_peer(pid)
 
-    def routes(self, pid: int, *, text: bool = False) -> list:
+    def routes(self, pid: int, *, text: bool = False) -> list[Network] | list[str]:
         nets = self._routes.entries(pid)
         return [str(n) for n in nets] if text else nets
 
-    def lookup(self, addr) -> int | None:
+    def lookup(self, addr: str | bytes) -> int | None:
         if isinstance(addr, str):
             addr = ipaddress.ip_address(addr).packed
-        return self._routes.lookup(bytes(addr))
+        pid: int | None = self._routes.lookup(bytes(addr))
+        return pid
 
     # ------------------------------------------------------------ stats
 
-    def _info(self, kp, tnow, current):
+    def _info(self, kp: _Keypair | None, tnow: float, current: bool) -> KeypairInfo | None:
         if kp is None:
             return None
         age = tnow - kp.born
-        return KeypairInfo(kp.local_index, kp.remote_index, kp.initiator, age, kp.send_counter,
-                           kp.replay.greatest, bool(current and age < self.config.reject_after_time
-                                                    and kp.send_counter < self.config.reject_after_messages))
+        return KeypairInfo(
+            kp.local_index,
+            kp.remote_index,
+            kp.initiator,
+            age,
+            kp.send_counter,
+            kp.replay.greatest,
+            bool(
+                current
+                and age < self.config.reject_after_time
+                and kp.send_counter < self.config.reject_after_messages
+            ),
+        )
 
     def stats(self, pid: int, now: float) -> PeerStats:
         tnow = now
         p = self._peer(pid)
         s = p.stats
-        return PeerStats(s.rx_bytes, s.rx_packets, s.tx_bytes, s.tx_packets, s.rx_wire_bytes,
-                         s.tx_wire_bytes, {k: v for k, v in s.drops.items() if v}, s.last_rx,
-                         s.last_tx, p.endpoint, self._info(p.cur, tnow, True),
-                         self._info(p.prev, tnow, False), self._info(p.next, tnow, False))
+        return PeerStats(
+            s.rx_bytes,
+            s.rx_packets,
+            s.tx_bytes,
+            s.tx_packets,
+            s.rx_wire_bytes,
+            s.tx_wire_bytes,
+            {k: v for k, v in s.drops.items() if v},
+            s.last_rx,
+            s.last_tx,
+            p.endpoint,
+            self._info(p.cur, tnow, True),
+            self._info(p.prev, tnow, False),
+            self._info(p.next, tnow, False),
+        )
 
-    def drops(self) -> dict:
+    def drops(self) -> dict[str, int]:
         return {k: v for k, v in self._drops.items() if v}
 
-    def _drop(self, p, code):
+    def _drop(self, p: _Peer | None, code: int) -> None:
         counters = p.stats.drops if p is not None else self._drops
-        counters[S.DROP_NAMES[code]] += 1
+        counters[S.DROP_NAMES[S.Status(code)]] += 1
 
     # ------------------------------------------------------------ batches
 
     @staticmethod
-    def _touch(touched, order, pid):
+    def _touch(touched: _Touches, order: list[int], pid: int) -> list[int]:
         t = touched.get(pid)
         if t is None:
-            t = touched[pid] = [0, 0, 0, 0, 0]   # flags, messages, wire bytes, inner packets, inner bytes
+            t = touched[pid] = [0, 0, 0, 0, 0]  # flags, messages, wire bytes, inner packets, inner bytes
             order.append(pid)
         return t
 
-    def seal(self, packets, now: float, peer: int | None = None) -> SealResult:
+    def seal(self, packets: Iterable[bytes], now: float, peer: int | None = None) -> SealResult:
         tnow = now
         cfg = self.config
-        status, peers, datagrams = [], [], []
-        touched, order, chosen = {}, [], {}
+        status: list[int] = []
+        peers: list[int] = []
+        datagrams: list[Datagram] = []
+        touched: _Touches = {}
+        order: list[int] = []
+        chosen: dict[int, tuple[_Keypair | None, Addr | None]] = {}
         for pkt in packets:
             pid = peer
-            st = S.OK
+            st: int = S.OK
             if pid is None:
                 fam, dst, _ = inner_address(pkt, destination=True)
-                if not fam:
+                if not fam or dst is None:
                     st = S.MALFORMED
                 else:
                     pid = self._routes.lookup(dst)
@@ -288,7 +347,7 @@ class ReferenceTable:
             elif pid not in self._peers:
                 pid, st = None, S.NO_ROUTE
             peers.append(-1 if pid is None else pid)
-            if st != S.OK:
+            if st != S.OK or pid is None:
                 status.append(st)
                 self._drop(None, st)
                 continue
@@ -314,13 +373,13 @@ class ReferenceTable:
                 t[0] |= S.EV_NEED_KEY
                 status.append(st)
                 continue
-            if st != S.OK:
+            if st != S.OK or kp is None or ep is None:
                 status.append(st)
                 self._drop(p, st)
                 continue
             plain = bytes(pkt) + bytes(total - S.OVERHEAD - len(pkt))
             cb = c.to_bytes(8, "little")
-            body = self.crypto.seal(bytes(kp.send_key), b"\x00\x00\x00\x00" + cb, plain)
+            body: bytes = self.crypto.seal(bytes(kp.send_key), b"\x00\x00\x00\x00" + cb, plain)
             datagrams.append((_TYPE4 + kp.remote_index.to_bytes(4, "little") + cb + body, ep))
             status.append(S.OK)
             t[0] |= S.EV_SENT | (S.EV_DATA_SENT if len(pkt) else 0)
@@ -330,37 +389,46 @@ class ReferenceTable:
             t[4] += len(pkt)
             if c + 1 > cfg.rekey_after_messages or (kp.initiator and tnow - kp.born >= cfg.rekey_after_time):
                 t[0] |= S.EV_REKEY_TX
-        out = []
+        out: list[Touch] = []
         for pid in order:
             flags, msgs, wire, inner_packets, inner_bytes = touched[pid]
             out.append(Touch(pid, flags, msgs, wire))
             if msgs:
-                st = self._peers[pid].stats
-                st.tx_packets += inner_packets
-                st.tx_bytes += inner_bytes
-                st.tx_wire_bytes += wire
-                st.last_tx = tnow
+                stats = self._peers[pid].stats
+                stats.tx_packets += inner_packets
+                stats.tx_bytes += inner_bytes
+                stats.tx_wire_bytes += wire
+                stats.last_tx = tnow
         return SealResult(status, peers, datagrams, out)
 
-    def _after_authentic(self, p, kp, tnow) -> int:
+    def _after_authentic(self, p: _Peer, kp: _Keypair, tnow: float) -> int:
         flags = 0
         if p.next is kp:
             self._retire(p.prev)
             p.prev, p.cur, p.next = p.cur, kp, None
             flags |= S.EV_CONFIRMED
         cur = p.cur
-        if cur is not None and cur.live and cur.initiator and tnow - cur.born >= self.config.rekey_on_receive_age:
+        if (
+            cur is not None
+            and cur.live
+            and cur.initiator
+            and tnow - cur.born >= self.config.rekey_on_receive_age
+        ):
             flags |= S.EV_REKEY_RX
         return flags
 
-    def open(self, datagrams, now: float) -> OpenResult:
+    def open(self, datagrams: Iterable[tuple[bytes, Addr]], now: float) -> OpenResult:
         tnow = now
         cfg = self.config
-        status, packets, replies = [], [], []
+        status: list[int] = []
+        packets: list[bytes] = []
+        replies: list[Datagram] = []
         queued = 0
-        touched, order, last_ep = {}, [], {}
-        for data, addr in datagrams:
-            data = bytes(data)
+        touched: _Touches = {}
+        order: list[int] = []
+        last_ep: dict[int, Addr] = {}
+        for raw, addr in datagrams:
+            data = bytes(raw)
             n = len(data)
             if n < 4 or data[:4] != _TYPE4:
                 st = self._admission.admit(data, addr, tnow, replies)
@@ -370,7 +438,7 @@ class ReferenceTable:
                 else:
                     self._drop(None, st)
                 continue
-            p = None
+            p: _Peer | None = None
             if n < S.OVERHEAD:
                 st = S.MALFORMED
             else:
@@ -385,7 +453,7 @@ class ReferenceTable:
             status.append(st)
             if st not in (S.OK, S.KEEPALIVE):
                 self._drop(p, st)
-        out = []
+        out: list[Touch] = []
         for pid in order:
             flags, msgs, wire, inner_packets, inner_bytes = touched[pid]
             p = self._peers[pid]
@@ -399,13 +467,26 @@ class ReferenceTable:
             out.append(Touch(pid, flags, msgs, wire))
         return OpenResult(status, packets, replies, queued, out)
 
-    def _open_one(self, kp, p, c, data, addr, tnow, cfg, touched, order, last_ep, packets) -> int:
+    def _open_one(
+        self,
+        kp: _Keypair,
+        p: _Peer,
+        c: int,
+        data: bytes,
+        addr: Addr,
+        tnow: float,
+        cfg: TableConfig,
+        touched: _Touches,
+        order: list[int],
+        last_ep: dict[int, Addr],
+        packets: list[bytes],
+    ) -> int:
         if tnow - kp.born >= cfg.reject_after_time:
-            return S.EXPIRED
+            return S.STALE_KEYPAIR
         if not kp.replay.fresh(c, cfg.reject_after_messages):
             return S.REPLAY
         try:
-            plain = self.crypto.open(bytes(kp.recv_key), b"\x00\x00\x00\x00" + data[8:16], data[16:])
+            plain: bytes = self.crypto.open(bytes(kp.recv_key), b"\x00\x00\x00\x00" + data[8:16], data[16:])
         except Exception:
             return S.BAD_TAG
         if not kp.replay.record(c, cfg.reject_after_messages):
@@ -420,7 +501,7 @@ class ReferenceTable:
             return S.KEEPALIVE
         t[0] |= S.EV_DATA
         fam, src, ip_len = inner_address(plain, destination=False)
-        if not fam:
+        if not fam or src is None:
             return S.MALFORMED
         if self._routes.lookup(src) != kp.peer:
             return S.NOT_ALLOWED
@@ -428,4 +509,3 @@ class ReferenceTable:
         t[4] += ip_len
         packets.append(plain[:ip_len])
         return S.OK
-

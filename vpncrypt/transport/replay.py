@@ -8,13 +8,13 @@ counters at or past ``limit`` (REJECT_AFTER_MESSAGES)."""
 
 _WORDS = 128
 _MASK = _WORDS - 1
-_WINDOW = (_WORDS - 1) * 64     # 8128
+_WINDOW = (_WORDS - 1) * 64  # 8128
 
 
 class ReplayWindow:
     __slots__ = ("greatest", "words", "received_any")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.greatest = 0
         self.words = [0] * _WORDS
         self.received_any = False
@@ -52,5 +52,5 @@ class ReplayWindow:
         words[idx] |= bit
         return True
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<ReplayWindow greatest={self.greatest}>"

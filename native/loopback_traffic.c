@@ -1,7 +1,7 @@
-/* In-memory traffic source and sink for the loopback bench (see vc_traffic.h). */
+/* In-memory traffic source and sink for the loopback bench (see vc_loopback.h). */
 #include <time.h>
 #include "vc_internal.h"
-#include "vc_traffic.h"
+#include "vc_loopback.h"
 
 VC_API uint64_t vc_monotonic_ns(void)
 {

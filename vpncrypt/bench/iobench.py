@@ -1,11 +1,12 @@
 """Loopback datagram rate of the batch UDP paths vs a plain Python loop.
 
-    python3 -m vpncrypt.dataplane.iobench [--size 1500] [--count 200000] [--runs 5] [--batch 64]
+    python3 -m vpncrypt.bench.iobench [--size 1500] [--count 200000] [--runs 5] [--batch 64]
 
 One thread sends a batch to 127.0.0.1 and then receives it (loopback delivers
 during the send), so each figure is the combined send+receive cost per
 datagram on one core.  Prints the median of --runs runs, datagrams/s.
 """
+
 import argparse
 import socket
 import statistics
@@ -89,8 +90,7 @@ def main(argv=None):
         ("GSO sendmmsg -> recvmmsg", lambda: run_native(o.size, o.count, o.batch, True, False)),
         ("GSO sendmmsg -> GRO recvmmsg", lambda: run_native(o.size, o.count, o.batch, True, True)),
     ]
-    print(f"{o.size}-byte datagrams on 127.0.0.1, batch {o.batch}, {o.count} per run, "
-          f"median of {o.runs}")
+    print(f"{o.size}-byte datagrams on 127.0.0.1, batch {o.batch}, {o.count} per run, median of {o.runs}")
     base = None
     for name, fn in modes:
         rates = [fn() for _ in range(o.runs)]

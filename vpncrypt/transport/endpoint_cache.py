@@ -2,7 +2,10 @@
 tuples of the socket layer, with bounded caches: the session table and the
 batch sockets speak vc_endpoint, the protocol core tuples.  The 24-byte
 layout itself is packed and unpacked in vpncrypt.endpoints."""
-from vpncrypt._native import ffi
+
+from typing import Any
+
+from vpncrypt.transport.cnative import CData, ffi
 from vpncrypt.endpoints import pack_endpoint, unpack_endpoint
 
 __all__ = ["EndpointCache", "endpoint_to_addr", "endpoint_from_addr"]
@@ -16,17 +19,18 @@ class EndpointCache:
     IPv4 (and v4-mapped) addresses come back as (host, port); IPv6 as
     (host, port), or (host, port, 0, scope_id) with a scope."""
 
-    def __init__(self, limit: int = 4096):
+    def __init__(self, limit: int = 4096) -> None:
         self._limit = limit
-        self._addr = {}     # 24-byte key -> tuple
-        self._key = {}      # tuple -> 24-byte key
+        self._addr: dict[bytes, tuple[Any, ...]] = {}  # 24-byte key -> tuple
+        self._key: dict[tuple[Any, ...], bytes] = {}  # tuple -> 24-byte key
 
-    def key(self, ep) -> bytes:
+    def key(self, ep: CData) -> bytes:
         """The 24 raw bytes of a vc_endpoint (a usable dict key)."""
-        return ffi.buffer(ep, _EP_SIZE)[:]
+        raw: bytes = ffi.buffer(ep, _EP_SIZE)[:]
+        return raw
 
-    def to_addr(self, ep):
-        k = ffi.buffer(ep, _EP_SIZE)[:]
+    def to_addr(self, ep: CData) -> tuple[Any, ...]:
+        k: bytes = ffi.buffer(ep, _EP_SIZE)[:]
         a = self._addr.get(k)
         if a is None:
             if len(self._addr) >= self._limit:
@@ -34,7 +38,7 @@ class EndpointCache:
             a = self._addr[k] = unpack_endpoint(k)
         return a
 
-    def fill(self, ep, addr) -> None:
+    def fill(self, ep: CData, addr: tuple[Any, ...]) -> None:
         """Write addr into the vc_endpoint at ep (a `vc_endpoint *`)."""
         k = self._key.get(addr)
         if k is None:
@@ -47,12 +51,12 @@ class EndpointCache:
 _cache = EndpointCache()
 
 
-def endpoint_to_addr(ep):
+def endpoint_to_addr(ep: CData) -> tuple[Any, ...]:
     """(host, port) of a `vc_endpoint *` (cached)."""
     return _cache.to_addr(ep)
 
 
-def endpoint_from_addr(addr, out=None):
+def endpoint_from_addr(addr: tuple[Any, ...], out: CData = None) -> CData:
     """Fill `out` (a `vc_endpoint *`, allocated if None) from a (host, port[, flow, scope]) tuple."""
     if out is None:
         out = ffi.new("vc_endpoint *")

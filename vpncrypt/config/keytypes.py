@@ -5,6 +5,7 @@ they pass anywhere raw key bytes are expected, but printing one in a log line
 or an exception gives at most a short fingerprint (public keys) or
 ``<redacted>`` (secrets), never the full base64 or hex form.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -90,11 +91,11 @@ class PublicKey(_Key):
     __slots__ = ()
 
     def fingerprint(self) -> str:
-        """First 8 base64 characters: enough to tell peers apart in logs."""
-        return self.to_base64()[:8] + "…"
+        """fingerprint(self): the module function, the one home of the format."""
+        return fingerprint(self)
 
     def __repr__(self) -> str:
-        return f"PublicKey({self.fingerprint()})"
+        return f"PublicKey({fingerprint(self)})"
 
     __str__ = __repr__
 
@@ -119,5 +120,7 @@ class PresharedKey(_SecretKey):
     __slots__ = ()
 
 
-def fingerprint(public_key: bytes) -> str:
-    return PublicKey(public_key).fingerprint()
+def fingerprint(public_key: bytes | bytearray | memoryview) -> str:
+    """A public key as logs name a peer: its first 8 base64 characters and an
+    ellipsis, enough to tell peers apart and nothing of any secret."""
+    return wgkeys.encode(bytes(public_key))[:8] + "…"

@@ -1,9 +1,10 @@
 /* vpncrypt native core: the in-memory traffic source and sink that stand in for
- * a TUN device in `vpncrypt loopback-bench`.  Packets are IPv4/UDP; each payload
+ * a TUN device in `vpncrypt loopback-bench` (native/loopback_traffic.c; a product
+ * command, so built into the module).  Packets are IPv4/UDP; each payload
  * carries a sequence number, a send timestamp and a pattern derived from both, so
  * the sink can prove every delivered byte and measure latency. */
-#ifndef VC_TRAFFIC_H
-#define VC_TRAFFIC_H
+#ifndef VC_LOOPBACK_H
+#define VC_LOOPBACK_H
 #include <stddef.h>
 #include <stdint.h>
 

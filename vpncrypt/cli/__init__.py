@@ -1,0 +1,46 @@
+"""The `vpncrypt` and `vpncrypt-go` command lines (the entry points
+vpncrypt.cli:main and vpncrypt.cli:go_main): every command once, each in a
+module of this package, on top of the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from . import bench, keys, show, up
+from .go import go_main
+from .up import hold_sighup
+
+__all__ = ["build_parser", "go_main", "hold_sighup", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vpncrypt",
+        description="A WireGuard-compatible userspace VPN daemon with a native ChaCha20-Poly1305 core.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"vpncrypt {__import__('vpncrypt').__version__}"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    up.register(sub)
+    keys.register(sub)
+    show.register(sub)
+    bench.register(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The `vpncrypt COMMAND ...` entry point: the command's exit status."""
+    if (sys.argv[1:] if argv is None else list(argv))[:1] == ["up"]:
+        hold_sighup()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,186 @@
+"""`vpncrypt show [IFACE]`: interfaces read over the UAPI socket, printed as
+`wg show` prints them plus vpncrypt's drop counters by reason (the
+get=vpncrypt extension), or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+from typing import Any
+
+from ..daemon.uapi import DEFAULT_SOCKET_DIR
+from ..daemon.uapiclient import get_device
+
+
+def _b64(hexkey: str) -> str:
+    import base64
+
+    return base64.b64encode(bytes.fromhex(hexkey)).decode()
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024:
+            return f"{size:.2f} {unit}"
+    return f"{size / 1024:.2f} TiB"
+
+
+def _ago(seconds: int) -> str:
+    if seconds <= 0:
+        return "Now"
+    parts = []
+    for name, size in (("year", 365 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        q, seconds = divmod(seconds, size)
+        if q:
+            parts.append(f"{q} {name}{'s' if q != 1 else ''}")
+    return ", ".join(parts) + " ago"
+
+
+def format_show(interface: str, dev: dict, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    out = [f"interface: {interface}"]
+    if "private_key" in dev:
+        from ..protocol import keys
+
+        out.append(f"  public key: {keys.pubkey(_b64(dev['private_key']))}")
+        out.append("  private key: (hidden)")
+    if dev.get("listen_port"):
+        out.append(f"  listening port: {dev['listen_port']}")
+    if dev.get("fwmark"):
+        out.append(f"  fwmark: 0x{int(dev['fwmark']):x}")
+    peers = sorted(dev["peers"], key=lambda p: -int(p.get("last_handshake_time_sec", 0)))
+    for p in peers:
+        out.append("")
+        out.append(f"peer: {_b64(p['public_key'])}")
+        if "preshared_key" in p:
+            out.append("  preshared key: (hidden)")
+        if "endpoint" in p:
+            out.append(f"  endpoint: {p['endpoint']}")
+        out.append(f"  allowed ips: {', '.join(p['allowed_ips']) or '(none)'}")
+        lh = int(p.get("last_handshake_time_sec", 0))
+        if lh:
+            out.append(f"  latest handshake: {_ago(int(now) - lh)}")
+        rx, tx = int(p.get("rx_bytes", 0)), int(p.get("tx_bytes", 0))
+        if rx or tx:
+            out.append(f"  transfer: {_bytes(rx)} received, {_bytes(tx)} sent")
+        ka = int(p.get("persistent_keepalive_interval", 0))
+        if ka:
+            out.append(f"  persistent keepalive: every {_ago(ka)[:-4]}")
+    if not dev["counters"]:
+        return "\n".join(out)  # another implementation (wireguard-go): no drop counters
+    info = dev.get("info", {})
+    if info:
+        out.append("")
+        out.append(
+            f"crypto kernels: chacha20 {info.get('chacha', '?')}, poly1305 "
+            f"{info.get('poly1305', '?')}; the data path last ran chacha20 "
+            f"{info.get('data_chacha', '(nothing yet)')}, poly1305 "
+            f"{info.get('data_poly1305', '(nothing yet)')}"
+        )
+    drops = {k[5:]: v for k, v in dev["counters"].items() if k.startswith("drop_")}
+    other = {k: v for k, v in dev["counters"].items() if not k.startswith("drop_")}
+    out.append("")
+    out.append("drops:")
+    if any(drops.values()):
+        for k, v in sorted(drops.items()):
+            if v:
+                out.append(f"  {k}: {v}")
+    else:
+        out.append("  (none)")
+    if other:
+        out.append("counters:")
+        for k, v in sorted(other.items()):
+            out.append(f"  {k}: {v}")
+    return "\n".join(out)
+
+
+def show_json(interface: str, dev: dict, ours: bool) -> dict:
+    """One interface as `vpncrypt show --json` gives it: what the metrics
+    serve, structured (a daemon other than vpncrypt: what its get=1 says).
+    No key material but public keys."""
+    out: dict[str, Any] = {"name": interface, "implementation": "vpncrypt" if ours else "other"}
+    if "private_key" in dev:
+        from ..protocol import keys
+
+        out["public_key"] = keys.pubkey(_b64(dev["private_key"]))
+    else:
+        out["public_key"] = None
+    out["listen_port"] = int(dev.get("listen_port", 0))
+    out["fwmark"] = int(dev.get("fwmark", 0))
+    peers = []
+    for p in dev["peers"]:
+        lh = int(p.get("last_handshake_time_sec", 0))
+        peers.append(
+            {
+                "public_key": _b64(p["public_key"]),
+                "preshared_key": "(hidden)" if "preshared_key" in p else None,
+                "endpoint": p.get("endpoint"),
+                "allowed_ips": list(p["allowed_ips"]),
+                "latest_handshake": lh + int(p.get("last_handshake_time_nsec", 0)) / 1e9 if lh else 0,
+                "received_bytes": int(p.get("rx_bytes", 0)),
+                "sent_bytes": int(p.get("tx_bytes", 0)),
+                "persistent_keepalive": int(p.get("persistent_keepalive_interval", 0)),
+            }
+        )
+    out["peers"] = peers
+    if dev["counters"]:
+        c = dev["counters"]
+        out["drops"] = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("drop_")}
+        out["counters"] = {k: v for k, v in sorted(c.items()) if not k.startswith("drop_")}
+        out["crypto_kernels"] = dict(dev.get("info", {}))
+    else:
+        out["drops"] = out["counters"] = out["crypto_kernels"] = None
+    return out
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    if args.interface:
+        names = [args.interface]
+    else:
+        names = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(args.socket_dir, "*.sock")))
+    status = 0
+    blocks, found = [], []
+    for name in names:
+        try:
+            dev, ours = get_device(name, args.socket_dir)
+        except OSError as e:
+            print(f"vpncrypt show: {name}: {e.strerror or e}", file=sys.stderr)
+            status = 1
+            continue
+        if args.json:
+            found.append(show_json(name, dev, ours))
+        else:
+            blocks.append(format_show(name, dev))
+    if args.json:
+        import json
+
+        print(json.dumps({"time": time.time(), "interfaces": found}, indent=2))
+    elif blocks:
+        print("\n\n".join(blocks))
+    return status
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "show",
+        help="show interfaces over the UAPI, like `wg show`, plus drops",
+        description="Show one interface (or all userspace ones) as `wg show` "
+        "does, read over the UAPI socket, plus vpncrypt's drop counters "
+        "by reason (the get=vpncrypt extension).",
+    )
+    p.add_argument("interface", metavar="IFACE", nargs="?", help="interface (default: all)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: {\"time\": ..., \"interfaces\": [...]}, the data the "
+        "metrics serve, structured (public keys only)",
+    )
+    p.add_argument("--socket-dir", default=DEFAULT_SOCKET_DIR, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_show)

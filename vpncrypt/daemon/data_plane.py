@@ -1,0 +1,320 @@
+"""The Device and the Engine of one interface (DataPlane): built here with
+the UDP sockets and the TUN device's queues, told when the configuration
+changed (its timers may move), and read for what the daemon reports
+(counters, STATUS=, the peers' AllowedIPs for routes, the metrics' rows).
+
+Queues: with N of them the Engine gets N (UDP socket, TUN queue) pairs, the
+sockets one SO_REUSEPORT group (udpsocket.open_udp_sockets) and the queues
+one multi-queue TUN (tun.TunDevice.create(queues=N)); the counters add up
+every queue's, and queue_K_rx_packets / queue_K_tx_packets tell what each
+one carried."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any, Iterator, Optional
+
+from ..dataplane.engine import EngineCounters
+from ..dataplane.io import UdpBatchSocket
+from ..dataplane.sockopts import socket_drops
+from ..wire import DEFAULT_MTU
+from .get_reader import GetReader
+from .peer_metrics import HandshakeStats, MetricRow
+from .trace import EventTrace, tracing
+
+# The TUN read buffers and the fast path's seal buffers are sized for this, so
+# that the interface MTU can be changed at run time (`ip link set mtu`, as
+# wg-quick does) without reallocating anything.
+MAX_PACKET = 65535
+# Datagrams or TUN reads per round: 128 cut both daemons' CPU per Gbit by 9%
+# against 64 (TCP, median of 3 alternating runs), the ping under load no
+# slower (BENCHMARKS.md, "Batch size"); each slab is about 8 MiB
+BATCH = 128
+
+log = logging.getLogger("vpncrypt.daemon")
+
+
+def kernels(engine) -> dict:
+    """The kernels selected, and those that served the data path last (its
+    threads record theirs; with one thread it is this one)."""
+    from .. import crypto
+
+    out = {"chacha": crypto.active_implementation(), "poly1305": crypto.active_poly1305_implementation()}
+    served = (engine.last_kernels if engine is not None else None) or crypto.last_kernels()
+    if served[0]:
+        out["data_chacha"] = served[0]
+    if served[1]:
+        out["data_poly1305"] = served[1]
+    return out
+
+
+def queue_workers(engine) -> list:
+    """(receiving worker, sending worker) of each of the engine's queues,
+    the first first; none for the pure-Python backend or before start."""
+    if engine is None:
+        return []
+    return engine.queue_workers()
+
+
+def _socket_drops(udps) -> tuple:
+    """(datagrams the kernel dropped at these sockets, datagrams too large
+    for a receive slot)."""
+    return sum(socket_drops(u.sock) for u in udps), sum(int(u.dropped) for u in udps)
+
+
+def ffi_fields(struct) -> list:
+    from .._native import ffi
+
+    t = ffi.typeof(struct)
+    return [name for name, _ in (t.item if t.kind == "pointer" else t).fields]
+
+
+def open_fds() -> int:
+    """The process's open file descriptors (-1 where /proc cannot tell)."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the one listdir opened
+    except OSError:
+        return -1
+
+
+def handshake_threads() -> int:
+    """Worker threads for the responders' X25519 and Noise work (it runs
+    without the GIL): 2 where there is a second core, else none (the loop
+    serves the slices itself)."""
+    return 2 if (os.cpu_count() or 1) > 1 else 0
+
+
+class DataPlane:
+    """The Device and the Engine of one interface."""
+
+    def __init__(
+        self,
+        private_key: Optional[bytes],
+        protocol_config=None,
+        mtu: int = DEFAULT_MTU,
+        threads: int = 1,
+        tun_offloads: bool = True,
+        fair_queue: bool = False,
+    ):
+        from ..protocol.device import Device
+
+        self.device = Device(private_key, protocol_config=protocol_config, mtu=mtu)
+        self.engine: Any = None  # the Engine, once started
+        self.inner: Any = None  # its TunBatch
+        self.threads = threads
+        self.tun_offloads = tun_offloads
+        self.fair_queue = fair_queue  # opt-in: `vpncrypt up --fair-queue`
+        self._inners: list = []  # a TunBatch per TUN queue
+        self._closed_drops = (0, 0)  # _socket_drops of the sockets replace_udp retired
+        self.trace = EventTrace(self.device)
+        self.stats = HandshakeStats(self.device)
+        self.device.tracing = tracing()
+
+    def on_events(self, events) -> None:
+        """The Device's events (on the loop): for the metrics, then the trace."""
+        self.stats.events(events, time.monotonic())
+        self.trace.events(events)
+
+    def udp_socket(self, sock) -> UdpBatchSocket:
+        """The batch socket the Engine gets.  (The debug trace, if on, comes
+        from the Device's events: see vpncrypt.daemon.trace.)"""
+        self.device.tracing = tracing()
+        return UdpBatchSocket(sock, batch=BATCH, mtu=MAX_PACKET)
+
+    def udp_sockets(self, socks) -> list:
+        """A batch socket for each socket of the group, the first first."""
+        return [self.udp_socket(s) for s in socks]
+
+    def set_listen_port(self, port: int) -> None:
+        """(The protocol core does not need the port.)"""
+
+    def start(self, udp, tun_fd, *, loop, mtu: int, on_fatal) -> None:
+        """`udp`: a batch socket, or one per queue (a list); `tun_fd`: the
+        TUN's descriptor, or one per queue (a list as long)."""
+        from ..dataplane.engine import Engine
+        from ..dataplane.io import OFFLOAD_ALL, TunBatch, offload_names
+
+        udps = list(udp) if isinstance(udp, (list, tuple)) else [udp]
+        fds = list(tun_fd) if isinstance(tun_fd, (list, tuple)) else [tun_fd]
+        if len(udps) != len(fds):
+            raise ValueError(f"{len(udps)} UDP sockets for {len(fds)} TUN queues")
+        # On a TUN opened with IFF_VNET_HDR, TunBatch switches the offloads on
+        # (or, with tun_offloads off, keeps them off): reads split TSO/USO
+        # super-packets, writes coalesce flows (GRO).
+        offloads = OFFLOAD_ALL if self.tun_offloads else 0
+        self._inners = [TunBatch(fd, mtu=MAX_PACKET, batch=BATCH, offloads=offloads) for fd in fds]
+        self.inner = inner = self._inners[0]
+        log.info(
+            "TUN offloads: %s",
+            ", ".join(offload_names(inner.offloads)) or "off" if inner.vnet_hdr else "none (no IFF_VNET_HDR)",
+        )
+        if len(fds) > 1:
+            log.info("%d queues: a TUN queue and a UDP socket each", len(fds))
+        self.device.set_mtu(mtu)
+        self.engine = Engine(
+            self.device,
+            udps[0],
+            self._inners[0],
+            max_packet=MAX_PACKET,
+            threads=self.threads,
+            handshake_threads=handshake_threads(),
+            on_events=self.on_events,
+            queues=list(zip(udps[1:], self._inners[1:])),
+            loop=loop,
+            on_fatal=on_fatal,
+            fair_queue=self.fair_queue,
+        )
+        if self.fair_queue:
+            log.info("fair queue: on (fq_codel on each send round, CoDel on each receiving socket)")
+        self.engine.start()
+
+    def replace_udp(self, udp) -> None:
+        """Switch to other sockets (a batch socket, or one per queue: as
+        many as there are queues, in queue order), after a listen-port
+        change; the caller closes the old ones.  The engine keeps its
+        workers, their counters and the sessions."""
+        udps = list(udp) if isinstance(udp, (list, tuple)) else [udp]
+        if self.engine is None:
+            return
+        if len(udps) != len(self._inners):
+            raise ValueError(f"{len(udps)} UDP sockets for {len(self._inners)} TUN queues")
+        closing = _socket_drops([rx.udp for rx, _tx in queue_workers(self.engine)] or [self.engine.udp])
+        self.engine.replace_udp(udps[0], udps[1:])
+        self._closed_drops = (self._closed_drops[0] + closing[0], self._closed_drops[1] + closing[1])
+
+    def set_mtu(self, mtu: int) -> None:
+        """The interface MTU changed: the padding stops at it (the buffers
+        hold MAX_PACKET either way)."""
+        self.device.set_mtu(mtu)
+
+    def changed(self) -> None:
+        """After any change made to the Device from outside the engine."""
+        if self.engine is not None:
+            self.engine.changed()
+
+    def stop(self) -> None:
+        """Stop moving packets and wipe the keys."""
+        if self.engine is not None:
+            self.engine.stop()
+        self.device.clear_peers()
+        self.device.set_private_key(None)
+
+    # ------------------------------------------------------------ reading
+
+    def peer_count(self) -> int:
+        return len(self.device.peers)
+
+    def last_handshake(self) -> float:
+        return max((p.counters.last_handshake for p in self.device.peers.values()), default=0.0)
+
+    def allowed_ips(self) -> list:
+        table = self.device.table
+        return [net for peer in self.device.peers.values() for net in table.routes(peer.pid)]
+
+    def counters(self, udp, *, loop=None, pending_timers: int = 0, peer_drops: bool = True) -> dict:
+        """Without peer_drops, the drop counters leave out the session
+        table's per-peer ones (metric_rows() adds them up in parts)."""
+        dev = self.device
+        if peer_drops:
+            out = {"drop_" + k: v for k, v in dev.drops().items()}
+        else:
+            out = {"drop_" + k: v for k, v in dev.counters.drops.items() if v}
+            for k, v in dev.table.drops().items():
+                out["drop_" + k] = out.get("drop_" + k, 0) + v
+        eng = self.engine
+        if eng is not None:
+            for k, v in self.engine_counters().as_dict().items():
+                out["engine_" + k] = v
+        workers = queue_workers(eng)
+        if eng is not None and self.inner is not None and self.inner.vnet_hdr:
+            # reads happen on the sending direction's TunBatch, writes on the
+            # receiving one's: every queue's, added up
+            for prefix, stats in (
+                ("tun_rx_", [tx.inner.rx_stats for _rx, tx in workers]),
+                ("tun_tx_", [rx.inner.tx_stats for rx, _tx in workers]),
+            ):
+                for name in ffi_fields(stats[0]):
+                    out[prefix + name] = sum(int(getattr(s, name)) for s in stats)
+        if len(workers) > 1:
+            out["queues"] = len(workers)
+            for k, (rx, tx) in enumerate(workers):
+                out[f"queue_{k}_rx_packets"] = rx.counters.rx_batch_packets
+                out[f"queue_{k}_tx_packets"] = tx.counters.tx_batch_packets
+        udps = [rx.udp for rx, _tx in workers] or ([udp] if udp is not None else [])
+        if udps:
+            # the kernel's count for our sockets (receive buffer full), and
+            # datagrams too large for a receive slot; with those of the
+            # sockets a ListenPort change closed (counters never go back)
+            overflow, truncated = _socket_drops(udps)
+            out["drop_socket_overflow"] = overflow + self._closed_drops[0]
+            truncated += self._closed_drops[1]
+            if truncated:
+                out["drop_truncated"] = truncated
+        if eng is not None:
+            out.update(eng.fair_queue_counters())  # present (0 or more) when the option is on
+        out["handshakes_sent"] = dev.counters.handshakes_sent
+        out["handshakes_completed"] = dev.counters.handshakes_completed
+        out["handshakes_failed"] = self.stats.failed
+        out["keepalives_sent"] = self.stats.keepalives_total
+        out["under_load"] = int(self.stats.under_load)
+        # resource gauges, for the long-run tests: nothing here may grow
+        if loop is not None:
+            out["asyncio_tasks"] = len(asyncio.all_tasks(loop))
+        out["pending_timers"] = pending_timers
+        out["open_fds"] = open_fds()
+        return out
+
+    def engine_counters(self) -> EngineCounters:
+        """The engine's counters (empty before start)."""
+        return self.engine.counters if self.engine is not None else EngineCounters()
+
+    def metric_rows(self, part: int = 1024, drops: Optional[dict] = None) -> Iterator[list]:
+        """Every peer as a MetricRow, read from the session table and the
+        Device, ``part`` peers per list yielded (the caller lets the loop run
+        between them).  A peer removed meanwhile is left out.  The session
+        table's per-peer drops are added into ``drops`` ("drop_REASON": n)."""
+        dev, stats = self.device, self.stats
+        reader = GetReader(dev.table, drops=drops is not None)
+        if drops is not None:
+            totals = [0] * len(reader.drop_names)
+        peers = list(dev.peers.values())
+        rtts, kas = stats.rtt, stats.keepalives
+        for start in range(0, len(peers), part):
+            rows = []
+            now = dev.table.clock(time.monotonic())
+            current = dev.peers.get
+            for p in peers[start : start + part]:
+                pk = p.public_key
+                if current(pk) is not p:
+                    continue
+                routes = reader.routes(p.pid)
+                if routes is None:  # more than ROUTE_STEP: listed at once
+                    routes = dev.table.routes(p.pid, text=True)
+                rx_wire, tx_wire, rx_n, tx_n, endpoint = reader.counts(p.pid, now)
+                if drops is not None:
+                    totals = list(map(int.__add__, totals, reader.peer_drops))
+                c = p.counters
+                rtt = rtts.get(pk)
+                rows.append(
+                    MetricRow(
+                        pk,
+                        endpoint,
+                        routes,
+                        c.last_handshake or 0.0,
+                        c.rx_bytes + rx_wire,
+                        c.tx_bytes + tx_wire,
+                        c.rx_packets + rx_n,
+                        c.tx_packets + tx_n,
+                        sum(1 for x in p.staged if x) if p.staged else 0,
+                        kas.get(pk, 0),
+                        rtt.snapshot() if rtt is not None else None,
+                    )
+                )
+            yield rows
+        if drops is not None:
+            for name, n in zip(reader.drop_names, totals):
+                if n:
+                    drops["drop_" + name] = drops.get("drop_" + name, 0) + n
