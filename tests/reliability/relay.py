@@ -10,6 +10,9 @@ It runs in its own process, so that it keeps up with the traffic:
     relay.snapshot()          # {"pending": N, "to_a": {...}, "to_b": {...}}: the counts so far
     relay.freeze()            # forwards nothing more: what it still held or receives is "late"
     stats = relay.stop()      # {"to_a": {...}, "to_b": {...}}: what happened to datagrams bound for A / B
+                              # and "handshakes": every handshake message, in order, as
+                              # [seconds, direction, type, sender index, receiver index, fate],
+                              # fate "forwarded" (sent intact), "dropped", "tampered" or "late"
 
 Each side sees its peer at the relay port it was told to use.  All traffic
 stays on 127.0.0.1.
@@ -17,6 +20,7 @@ stays on 127.0.0.1.
 
 import heapq
 import json
+import os
 import random
 import select
 import socket
@@ -37,7 +41,8 @@ class Impairments:
     delay: float = 0.02  # delayed by up to max_delay seconds
     max_delay: float = 0.050
     corrupt: float = 0.01  # truncated or one bit flipped (half each)
-    handshake_drop: float = 0.0  # extra loss for handshake messages only
+    handshake_drop: float = 0.0  # extra loss for handshake messages only,
+    handshake_drop_streak: int = 1_000_000  # but at most this many in a row in one direction
 
 
 class HostileRelay:
@@ -103,6 +108,26 @@ class HostileRelay:
         return self.stats
 
 
+def handshakes_through(log) -> int:
+    """How many handshakes the relay's log (stop()["handshakes"]) shows the
+    path let complete: an initiation that was forwarded intact, answered by a
+    response forwarded intact before its initiator sent the next initiation
+    (which replaces the one answered)."""
+    latest = {}  # direction an initiator's messages take -> its latest initiation's index
+    intact = set()
+    through = set()
+    for _, direction, kind, sender, receiver, fate in log:
+        if kind == 1:
+            latest[direction] = sender
+            if fate == "forwarded":
+                intact.add(sender)
+        elif kind == 2 and fate == "forwarded":
+            back = "to_a" if direction == "to_b" else "to_b"
+            if receiver in intact and latest.get(back) == receiver:
+                through.add(receiver)
+    return len(through)
+
+
 # ============================================================ the relay process
 
 
@@ -135,12 +160,22 @@ class _Direction:
             0,
         )
         self.seen = 0
+        self.handshake_streak = 0  # handshake messages lost to handshake_drop in a row
+        self.awaiting = {}  # handshake message -> its log entry, until it is sent
         self.held = []  # heap of (release at count, release at time, seq, data)
         self.out = []
 
 
 def _relay_main():
     cfg = json.loads(sys.stdin.readline())
+    # The relay stands in for a network, which does not share the endpoints'
+    # CPU: ahead of them (and of any background load) it forwards as it
+    # receives, instead of holding a second of traffic in its socket buffers
+    # while it waits for a core.  (That backlog is a path whose round trip
+    # exceeds the test timers' 0.5 s REKEY_TIMEOUT: every answer would then
+    # come after its initiator had sent the next initiation.)
+    if os.geteuid() == 0:
+        os.nice(-15)
     imp = Impairments(**cfg["imp"])
     rng = random.Random(cfg["seed"])
     r = rng.random
@@ -159,6 +194,8 @@ def _relay_main():
     delayed = []  # heap of (time, seq, direction name, data)
     seq = 0
     by_name = {"to_a": to_a, "to_b": to_b}
+    handshakes = []  # [seconds since start, direction, message type, sender, receiver, fate]
+    started = time.monotonic()
     readers = [for_a, for_b, sys.stdin]
     running, frozen = True, False
     while running:
@@ -173,6 +210,7 @@ def _relay_main():
                 elif line.strip() == "freeze" and not frozen:
                     frozen = True
                     for d in (to_a, to_b):
+                        d.awaiting.clear()
                         d.c["late"] += len(d.held)
                         d.held = []
                     for _, _, name, _ in delayed:
@@ -199,9 +237,23 @@ def _relay_main():
                 c["received"] += 1
                 c["received" + kind] += 1
                 d.seen += 1
-                if r() < imp.drop or (kind == "_handshake" and r() < imp.handshake_drop):
+                entry = None
+                if kind == "_handshake":
+                    entry = [round(now - started, 4), d.name, data[0], *_indices(data), "late"]
+                    handshakes.append(entry)
+                lost = r() < imp.drop
+                if kind == "_handshake" and not lost and imp.handshake_drop:
+                    # handshake_drop, but never more than handshake_drop_streak in a row
+                    if d.handshake_streak < imp.handshake_drop_streak and r() < imp.handshake_drop:
+                        d.handshake_streak += 1
+                        lost = True
+                    else:
+                        d.handshake_streak = 0
+                if lost:
                     c["dropped"] += 1
                     c["dropped" + kind] += 1
+                    if entry:
+                        entry[-1] = "dropped"
                     continue
                 if r() < imp.corrupt:
                     b = bytearray(data)
@@ -219,6 +271,10 @@ def _relay_main():
                     data = bytes(b)
                     c["tampered"] += 1
                     c["tampered" + kind] += 1
+                    if entry:
+                        entry[-1] = "tampered"
+                elif entry:
+                    d.awaiting[data] = entry  # "forwarded" once it is sent, else "late"
                 copies = 1
                 if r() < imp.duplicate:
                     copies = 2
@@ -257,6 +313,7 @@ def _relay_main():
     # have stopped counting by now, so these are counted apart ("late"): a
     # starved relay can leave a few (held back 50 ms at most while it runs).
     for d in (to_a, to_b):
+        d.awaiting.clear()  # what is sent from here on is "late": it stays so in the log
         d.c["late"] += len(d.held)
         d.out.extend(e[3] for e in sorted(d.held))
         d.held = []
@@ -266,23 +323,40 @@ def _relay_main():
     for d in (to_a, to_b):
         _flush(d)
         d.c["kernel_dropped"] = socket_drops(d.rx)  # lost at the relay's own socket
-    print(json.dumps({"to_a": to_a.c, "to_b": to_b.c}), flush=True)
+    print(json.dumps({"to_a": to_a.c, "to_b": to_b.c, "handshakes": handshakes}), flush=True)
+
+
+def _indices(data):
+    """A handshake message's sender and receiver index (0 where it has none)."""
+    sender = int.from_bytes(data[4:8], "little") if data[0] in (1, 2) and len(data) >= 8 else 0
+    receiver_at = {2: 8, 3: 4}.get(data[0])
+    receiver = (
+        int.from_bytes(data[receiver_at : receiver_at + 4], "little")
+        if receiver_at and len(data) >= receiver_at + 4
+        else 0
+    )
+    return sender, receiver
 
 
 def _flush(d):
     for data in d.out:
         try:
             d.tx.sendto(data, d.dest)
-            d.c["forwarded"] += 1
         except BlockingIOError:
             select.select([], [d.tx], [], 1.0)
             try:
                 d.tx.sendto(data, d.dest)
-                d.c["forwarded"] += 1
             except OSError:
                 d.c["send_errors"] += 1
+                continue
         except OSError:
             d.c["send_errors"] += 1
+            continue
+        d.c["forwarded"] += 1
+        if data[0] != 4 and d.awaiting:
+            entry = d.awaiting.pop(data, None)
+            if entry is not None:
+                entry[-1] = "forwarded"
     d.out = []
 
 

@@ -18,7 +18,7 @@ import json
 import pytest
 
 from tests.reliability.netutil import SOAK, pair_args, short_timers, wait_received
-from tests.reliability.relay import HostileRelay, Impairments
+from tests.reliability.relay import HostileRelay, Impairments, handshakes_through
 from vpncrypt.bench.loopback import run_pair
 
 TIMERS = short_timers(rekey_after_time=1.5, reject_after_time=4.0)
@@ -53,8 +53,9 @@ def _path_drops(raw):
     "crypto, impairments",
     [
         ("native", Impairments()),
-        # half of all handshake messages lost on top: sessions must recover by retransmission
-        ("native", Impairments(handshake_drop=0.5)),
+        # half the handshake messages lost on top, never two in a row in one
+        # direction: sessions must recover by retransmission
+        ("native", Impairments(handshake_drop=0.5, handshake_drop_streak=1)),
     ],
     ids=["path", "path+handshake-loss"],
 )
@@ -81,7 +82,13 @@ def test_hostile_path_vpncrypt_to_vpncrypt(crypto, impairments, tmp_path):
         )
     finally:
         stats = relay.stop()
-    report = {"row": row, "relay": stats, "drops_a": ra and ra["drops"], "drops_b": rb and rb["drops"]}
+    report = {
+        "row": row,
+        "relay": stats,
+        "handshakes": [r and r["handshakes"] for r in (ra, rb)],
+        "drops_a": ra and ra["drops"],
+        "drops_b": rb and rb["drops"],
+    }
     (tmp_path / "hostile.json").write_text(json.dumps(report, indent=1))
     assert row["handshake"], row
     to_a, to_b = stats["to_a"], stats["to_b"]
@@ -97,8 +104,20 @@ def test_hostile_path_vpncrypt_to_vpncrypt(crypto, impairments, tmp_path):
     assert to_a["received_handshake"] + to_b["received_handshake"] > 2
     if impairments.handshake_drop:
         assert to_a["dropped_handshake"] + to_b["dropped_handshake"] >= 2, report
-    # 3. sessions recovered by themselves: rekeys kept happening and traffic kept flowing
-    assert ra["handshakes"] + rb["handshakes"] >= 4, report
+    # 3. sessions recovered by themselves: every handshake the path let through
+    # became a session on both sides, and no other did.  Each completes at its
+    # initiator when the response arrives and at its responder when the first
+    # data on the new keypair does: the last one may have had no time for that,
+    # and one lost at a receiver's full socket never arrived.
+    through = handshakes_through(stats["handshakes"])
+    completed = ra["handshakes"] + rb["handshakes"]
+    overflow = sum(raw["drops"].get("socket_receive_buffer", 0) for raw in (ra, rb))
+    assert 2 * through - 1 - overflow <= completed <= 2 * through, (report, through)
+    # and rekeys kept happening: with handshake_drop_streak=1 a path that let
+    # fewer than two through in a run (the first session and a rekey) is about a
+    # 1-in-30,000 event; with the losses uncapped it was 1 in 11 (9 attempts at
+    # 0.51 x 0.51 x 0.99 x 0.99 each)
+    assert through >= 2, (report, through)
     delivered = row["delivered"]
     lost_on_path = to_a["dropped_data"] + to_b["dropped_data"]
     assert delivered >= (0.9 if not impairments.handshake_drop else 0.6) * sent, report
