@@ -182,6 +182,23 @@ def test_show_format():
         parse_get("errno=-22\n\n")
 
 
+def test_show_treats_an_all_zero_preshared_key_as_none():
+    """wireguard-go answers get=1 with 64 zero digits for a peer without a
+    preshared key; `wg show` prints no preshared key line for it."""
+    peer = keys.pubkey(keys.genkey())
+    text = (
+        f"public_key={keys.decode(peer).hex()}\npreshared_key={'0' * 64}\nallowed_ip=10.0.0.2/32\nerrno=0\n\n"
+    )
+    dev = parse_get(text)
+    assert "preshared_key" not in dev["peers"][0]
+    assert "preshared key" not in format_show("wg0", dev)
+    from vpncrypt.cli.show import show_json
+
+    assert show_json("wg0", dev, ours=False)["peers"][0]["preshared_key"] is None
+    one = parse_get(text.replace("0" * 63 + "\n", "0" * 62 + "1\n"))
+    assert "preshared key: (hidden)" in format_show("wg0", one)
+
+
 def _cli(*args, input=None):
     return subprocess.run(
         [script("vpncrypt"), *args], input=input, capture_output=True, text=True, cwd=REPO, timeout=60

@@ -70,7 +70,8 @@ def interface_request(
 
 def parse_get(text: str) -> dict[str, Any]:
     """A get=1 / get=vpncrypt answer as {interface fields..., "peers": [...],
-    "counters": {...}}.  Raises OSError for errno != 0."""
+    "counters": {...}}.  A peer's all-zero preshared_key is left out: it
+    means none.  Raises OSError for errno != 0."""
     dev: dict[str, Any] = {"peers": [], "counters": {}, "info": {}}
     cur = dev
     for line in text.split("\n"):
@@ -90,6 +91,8 @@ def parse_get(text: str) -> dict[str, Any]:
             dev["info"][k[len("vpncrypt_info_") :]] = v
         elif k.startswith("vpncrypt_"):
             dev["counters"][k[len("vpncrypt_") :]] = int(v)
+        elif k == "preshared_key" and not v.strip("0"):
+            continue  # all zeros is no key (wireguard-go sends it for none; wg shows none)
         else:
             cur[k] = v
     return dev
