@@ -114,9 +114,47 @@ def test_vpncrypt_starts_of_one_name_take_turns(netns):
             errs.append(e.errno)
         first.close()
         third = TunDevice.create("mqlock0", queues=2)  # released with the first's close
+        held = os.path.exists(path)
         third.close()
-        print(json.dumps({"errs": errs, "made_while_locked": made, "left": link("mqlock0")}))
+        print(json.dumps({"errs": errs, "made_while_locked": made, "left": link("mqlock0"),
+                          "file_while_held": held, "file_after_stop": os.path.exists(path)}))
         """,
     )
     assert out["errs"] == [16, 16], out  # EBUSY both times
     assert out["made_while_locked"] is False and out["left"] is False, out
+    assert out["file_while_held"] is True and out["file_after_stop"] is False, out  # a clean stop tidies up
+
+
+def test_a_lock_on_a_file_removed_meanwhile_is_taken_again(tmp_path, monkeypatch):
+    """A stop removes its lock file while it holds it.  A start that opened
+    the file just before that removal locks a file no path names, which a
+    third start would not see: the start must notice and take it again."""
+    import fcntl
+    import os
+
+    from vpncrypt.daemon import tun
+    from vpncrypt.daemon.tun import TunError
+
+    monkeypatch.setattr(tun, "LOCK_DIR", str(tmp_path))
+    first = tun._name_lock("wgrace0")
+    assert first is not None
+    (name,) = os.listdir(tmp_path)
+    with pytest.raises(TunError) as e:
+        tun._name_lock("wgrace0")
+    assert e.value.errno == 16
+    tun._unlock(first)
+    assert os.listdir(tmp_path) == []
+
+    real, calls = fcntl.flock, []
+
+    def flock(fd, op):
+        if not calls:  # the holder's stop, between this start's open and its lock
+            os.unlink(os.path.join(tmp_path, name))
+        calls.append(fd)
+        return real(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    lock = tun._name_lock("wgrace0")
+    assert lock is not None and len(calls) == 2
+    assert os.fstat(lock[0]).st_ino == os.stat(os.path.join(tmp_path, name)).st_ino
+    tun._unlock(lock)

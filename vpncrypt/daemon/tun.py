@@ -110,7 +110,7 @@ class TunDevice:
         self.ifindex = self._index_of(name)  # at creation, in the daemon's namespace
         self._added: list = []  # addresses this process added (removed again on close)
         self._queue_fds: list[int] = []  # the queues after the first (a multi-queue device)
-        self._lock: Optional[int] = None  # the name's lock file (_name_lock), held while open
+        self._lock: Optional[tuple[int, str]] = None  # the name's lock file (_name_lock), held while open
 
     @classmethod
     def create(
@@ -524,32 +524,58 @@ def _setiff(fd: int, name: str, flags: int, vnet_hdr: bool) -> tuple[bytes, int]
 LOCK_DIR = "/run/vpncrypt"
 
 
-def _name_lock(name: str) -> Optional[int]:
+def _name_lock(name: str) -> Optional[tuple[int, str]]:
     """An exclusive lock on `name` in this network namespace among vpncrypt
     processes (a file under LOCK_DIR, flock'ed until closed or the process
     dies): two daemons started at once for one name would both see no
     device, both attach to the multi-queue device the first created, and
-    both give up.  TunError (EBUSY) when another holds it; None where the
-    folder cannot be made (not root: the kernel's answers decide alone)."""
+    both give up.  (descriptor, path); TunError (EBUSY) when another holds
+    it; None where the folder cannot be made (not root: the kernel's answers
+    decide alone).
+
+    A clean stop removes the file (_unlock) while it still holds the lock,
+    so a lock taken on a file that was removed meanwhile is no lock: the
+    path must still name the locked file, else it is taken again."""
     try:
         os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
         netns = os.stat("/proc/thread-self/ns/net").st_ino
-        fd = os.open(f"{LOCK_DIR}/tun-{netns}-{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
+    path = f"{LOCK_DIR}/tun-{netns}-{name}.lock"
+    for _ in range(100):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise TunError(
+                    errno.EBUSY, f"cannot use interface {name}: another process is using it"
+                ) from None
+            return None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd, path
+        os.close(fd)  # removed by the stop of the one that held it: again
+    return None
+
+
+def _unlock(lock: Optional[tuple[int, str]]) -> None:
+    """Remove the lock file and let go of it (the lock goes with the
+    descriptor; the file goes first, while it is still held)."""
+    if lock is not None:
+        fd, path = lock
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
         os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise TunError(errno.EBUSY, f"cannot use interface {name}: another process is using it") from None
-        return None
-    return fd
-
-
-def _unlock(fd: Optional[int]) -> None:
-    if fd is not None:
-        os.close(fd)  # the lock goes with the descriptor
 
 
 def _tun_info(name: str) -> Optional[dict]:
