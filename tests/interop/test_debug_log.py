@@ -86,6 +86,7 @@ def test_debug_trace_names_only_well_formed_messages(lab):
             "s.sendto(b'\\x02', to)",
             "s.sendto(b'\\x01\\xff\\xff\\xff' + os.urandom(144), to)",
             "s.sendto(b'\\x04\\0\\0\\0' + bytes(12), to)",
+            "s.sendto(b'\\x04\\0\\0\\0' + bytes(28), to)",  # keepalive-sized, forged
         ],
     )
     time.sleep(0.5)
@@ -94,7 +95,14 @@ def test_debug_trace_names_only_well_formed_messages(lab):
     assert f"received a malformed datagram (1 bytes) from {sender}" in trace, trace
     assert f"received a malformed datagram (148 bytes) from {sender}" in trace, trace
     assert f"received a malformed datagram (16 bytes) from {sender}" in trace, trace
-    assert [line for line in trace.splitlines() if sender in line and "malformed" not in line] == []
+    forged = f"received a keepalive-sized transport message from {sender} (not yet authenticated)"
+    assert forged in trace, trace
+    assert [
+        line
+        for line in trace.splitlines()
+        if sender in line and "malformed" not in line and forged not in line
+    ] == []
+    assert "received keepalive" not in trace
     assert a.counters().get("drop_malformed", 0) >= 3
 
 

@@ -3,8 +3,9 @@ the ``vpncrypt.trace`` logger.
 
 While it is on (tracing() when the Device is built, or its socket opened),
 the Device adds events for what crosses the socket, classified by type and
-size (vpncrypt.protocol.messages.classify: handshake messages and
-keepalives, malformed datagrams; nothing is decrypted for it); with it off,
+size (vpncrypt.protocol.messages.classify: handshake messages,
+keepalive-sized transport messages, malformed datagrams; nothing is
+decrypted for it, so none of them is called authentic); with it off,
 nothing is made per packet.  The rest are the Device's own events:
 handshakes started, answered, completed and given up, keys zeroed, roaming,
 cookies, load.  No key material is ever logged: peers are named by a
@@ -26,7 +27,6 @@ _NAMES = {
     M.MSG_INITIATION: "handshake initiation",
     M.MSG_RESPONSE: "handshake response",
     M.MSG_COOKIE_REPLY: "cookie reply",
-    M.KEEPALIVE: "keepalive",
 }
 
 
@@ -79,6 +79,12 @@ class EventTrace:
             if ev.kind == M.MALFORMED:
                 return f"received a malformed datagram ({ev.size} bytes) from {where}"
             who = f" (peer {fingerprint(ev.peer.public_key)})" if ev.peer is not None else ""
+            if ev.kind == M.KEEPALIVE:  # by its size, before its tag is checked: no claim it is one
+                index = (
+                    f" to the index of peer {fingerprint(ev.peer.public_key)}" if ev.peer is not None else ""
+                )
+                unchecked = "(not yet authenticated)"
+                return f"received a keepalive-sized transport message{index} from {where} {unchecked}"
             return f"received {_NAMES[ev.kind]} from {where}{who}"
         if isinstance(ev, E.MessageSent):
             extra = " (under load)" if ev.kind == M.MSG_COOKIE_REPLY else ""
