@@ -84,10 +84,10 @@ def _handshakes(node):
 def _pair(lab, victim_kind):
     """The legitimate peer A (vpncrypt, short REKEY_TIMEOUT) and the victim B,
     as tests/interop/lab.py's pair() makes them, except that a vpncrypt
-    victim logs at its default level (info), as it runs in production: at
-    debug level the daemon's trace classifies every received datagram in
-    Python (vpncrypt/protocol/datapath.py's BatchPath with Device.tracing),
-    which is what such a flood would then measure."""
+    victim logs at its default level (info), as it runs in production (the
+    debug trace's budget, which keeps a flood at a debug-level daemon from
+    costing it Python per datagram, is tested in
+    tests/dataplane/test_trace_budget.py)."""
     a, b = lab.node("A", "vpncrypt"), lab.node("B", victim_kind)
     pa = {"public": b.public, "inner": b.inner, "psk": None, "keepalive": 0, "endpoint": f"{b.outer}:{PORT}"}
     pb = {"public": a.public, "inner": a.inner, "psk": None}

@@ -5,8 +5,10 @@ While it is on (tracing() when the Device is built, or its socket opened),
 the Device adds events for what crosses the socket, classified by type and
 size (vpncrypt.protocol.messages.classify: handshake messages,
 keepalive-sized transport messages, malformed datagrams; nothing is
-decrypted for it, so none of them is called authentic); with it off,
-nothing is made per packet.  The rest are the Device's own events:
+decrypted for it, so none of them is called authentic), within a budget
+(protocol.datapath.TRACE_BURST, TRACE_RATE) past which they are only
+counted, so a flood costs a traced daemon what it costs an untraced one;
+with it off, nothing is made per packet.  The rest are the Device's own events:
 handshakes started, answered, completed and given up, keys zeroed, roaming,
 cookies, load.  No key material is ever logged: peers are named by a
 public-key fingerprint."""
@@ -20,6 +22,7 @@ from ..config.keytypes import fingerprint
 from ..endpoints import format_endpoint
 from ..protocol import events as E
 from ..protocol import messages as M
+from ..protocol.datapath import TRACE_BURST, TRACE_RATE
 
 trace = logging.getLogger("vpncrypt.trace")
 
@@ -86,6 +89,11 @@ class EventTrace:
                 unchecked = "(not yet authenticated)"
                 return f"received a keepalive-sized transport message{index} from {where} {unchecked}"
             return f"received {_NAMES[ev.kind]} from {where}{who}"
+        if isinstance(ev, E.NotTraced):
+            return (
+                f"{ev.datagrams} datagram{'' if ev.datagrams == 1 else 's'} received past the trace's "
+                f"budget ({TRACE_BURST} at once, then {TRACE_RATE:g} a second) were not traced"
+            )
         if isinstance(ev, E.MessageSent):
             extra = " (under load)" if ev.kind == M.MSG_COOKIE_REPLY else ""
             return f"sent {_NAMES[ev.kind]} to {format_endpoint(ev.endpoint)}{extra}"

@@ -21,6 +21,7 @@ from vpncrypt.protocol.events import (
     KeepaliveSent,
     MessageReceived,
     MessageSent,
+    NotTraced,
     Output,
     Sealing,
 )
@@ -43,6 +44,15 @@ _RX = S.EV_AUTH | S.EV_DATA
 _DATA = S.EV_DATA
 # (direction, kind, size, endpoint, receiver index): what a traced round saw
 Wire = tuple[bool, int, int, Any, int]
+# A Wire entry of this kind says how many datagrams (its size) went untraced.
+UNTRACED = -3
+# The debug trace's budget per BatchPath: entries for TRACE_BURST datagrams at
+# once, then TRACE_RATE a second (the log's own rate limit lets fewer lines
+# through).  Past it rounds run as untraced ones do, looped and not looked at
+# in Python, and are only counted: a flood at a traced daemon costs it no
+# more Python per datagram than at an untraced one.
+TRACE_BURST = 256
+TRACE_RATE = 64.0
 
 
 class RoundResults:
@@ -110,6 +120,28 @@ class BatchPath:
         self.loop = batch.loop
         self.loop_sizes = batch.loop_sizes
         self._loop_words = batch.loop_words
+        self._trace_tokens = float(TRACE_BURST)
+        self._trace_last: float | None = None
+        self.untraced = 0  # datagrams received while tracing, past the budget, not yet reported
+
+    def _trace_room(self, now: float) -> bool:
+        """Whether the trace's budget has room for a round (refilled to `now`)."""
+        last, self._trace_last = self._trace_last, now
+        if last is not None and now > last:
+            self._trace_tokens = min(float(TRACE_BURST), self._trace_tokens + (now - last) * TRACE_RATE)
+        return self._trace_tokens >= 1.0
+
+    def _trace_round(self, udp: Any, n: int, now: float) -> list[Wire] | None:
+        """A traced receive round's wire, within the budget (else None, counted)."""
+        if not self._trace_room(now):
+            self.untraced += n
+            return None
+        wire, more = _received(udp, self.batch, n, int(self._trace_tokens))
+        self._trace_tokens -= len(wire)
+        if more or self.untraced:
+            wire.append((False, UNTRACED, more + self.untraced, None, -1))
+            self.untraced = 0
+        return wire
 
     # ------------------------------------------------------------ rounds
 
@@ -122,7 +154,7 @@ class BatchPath:
         n: int = b.receive(udp, inner, self._tnow)
         self.rounds = 1
         self.kind = RECEIVE
-        self.wire = _received(udp, b, n) if n and self._device.tracing else None
+        self.wire = self._trace_round(udp, n, now) if n and self._device.tracing else None
         return n
 
     def send(self, inner: Any, udp: Any, now: float) -> int:
@@ -141,8 +173,10 @@ class BatchPath:
         (transport.native.Batch.receive_rounds; full: what a full round
         takes); returns what the last one took.  Afterwards `rounds` says how
         many ran and loop_sizes[i] what round i took.  While tracing, one
-        round (each round's wire is traced)."""
-        if self._device.tracing:
+        round (each round's wire is traced) while the trace's budget has
+        room; past it the rounds are looped and counted."""
+        tracing = self._device.tracing
+        if tracing and self._trace_room(now):
             n = self.receive(udp, inner, now)
             self.loop_sizes[0] = n
             return n
@@ -150,9 +184,12 @@ class BatchPath:
             self._now, self._tnow = now, self._clock(now)
         b = self.batch
         got: int = b.receive_rounds(udp, inner, self._tnow, k, full)
-        self.rounds = self._loop_words[0]
+        self.rounds = rounds = self._loop_words[0]
         self.kind = RECEIVE
         self.wire = None
+        if tracing:
+            sizes = self.loop_sizes
+            self.untraced += sum(sizes[i] for i in range(rounds))
         return got
 
     def send_rounds(self, inner: Any, udp: Any, now: float, k: int, full: int) -> int:
@@ -257,20 +294,27 @@ class BatchPath:
         return out
 
 
-def _received(udp: Any, b: Any, n: int) -> list[Wire]:
+def _received(udp: Any, b: Any, n: int, room: int) -> tuple[list[Wire], int]:
     """What a traced receive round saw: every datagram but transport data,
-    by type and size, and the cookie replies the table sent."""
+    by type and size, and the cookie replies the table sent; at most `room`
+    of them, and how many more there were."""
     view, off, lens, ep, to_addr = udp.view, udp.off, udp.len, udp.ep, udp.endpoints.to_addr
     out: list[Wire] = []
+    more = 0
     for i in range(n):
         o, size = off[i], lens[i]
         kind = M.classify(view, o, size)
         if kind != M.DATA:
+            if len(out) >= room:
+                more += 1
+                continue
             index = int.from_bytes(view[o + 4 : o + 8], "little") if kind == M.KEEPALIVE else -1
             out.append((False, kind, size, to_addr(ep + i), index))
-    for j in range(b.io.replies_sent):
+    replies = b.io.replies_sent
+    take = max(0, min(replies, room - len(out)))
+    for j in range(take):
         out.append((True, M.MSG_COOKIE_REPLY, M.COOKIE_REPLY_LEN, to_addr(b.tx_ep + j), -1))
-    return out
+    return out, more + replies - take
 
 
 class DataPath:
@@ -466,6 +510,9 @@ class DataPath:
         its receiver index)."""
         dev = self.dev
         for sent, kind, size, addr, index in wire:
+            if kind == UNTRACED:
+                out.events.append(NotTraced(size))
+                continue
             if sent:
                 out.events.append(MessageSent(kind, addr))
                 continue

@@ -149,6 +149,11 @@ class MessageReceived(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class NotTraced(Event):
+    datagrams: int  # received past the trace's budget (datapath.TRACE_BURST, TRACE_RATE)
+
+
+@dataclass(frozen=True, slots=True)
 class MessageSent(Event):
     kind: int  # a MSG_* handshake type (a keepalive sent is KeepaliveSent)
     endpoint: Addr
