@@ -5,7 +5,8 @@
         "sockets": 512, "rate": 50000, "seconds": 8}'
 
 It sends WireGuard handshake initiations round-robin from `sockets` UDP
-sockets (as many source ports) at up to `rate` per second:
+sockets (as many source ports; bound round-robin to the addresses of
+"sources" where it is given) at up to `rate` per second:
 
 * "valid": a real initiation (built with vpncrypt.protocol code) from a random
   static key the victim does not know, with a correct mac1, so it passes the
@@ -51,7 +52,8 @@ def main(cfg):
     for i in range(nsocks):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        s.bind((cfg.get("source", "0.0.0.0"), 0))
+        sources = cfg.get("sources") or [cfg.get("source", "0.0.0.0")]
+        s.bind((sources[i % len(sources)], 0))
         s.setblocking(False)
         kind = KINDS[i % 4]
         body = bodies[i % len(bodies)]

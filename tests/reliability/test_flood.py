@@ -1,7 +1,9 @@
-"""Handshake flood: a flooder in namespace A sends ~50,000 initiations per
+"""Handshake flood: a flooder in namespace A sends up to 100,000 initiations per
 second (or as many as one Python process manages here: the achieved rate is
-reported) from 512 source ports on a second address of A's veth at the
-daemon in namespace B: half with a correct mac1 (real initiations from
+reported) from 512 source ports on 64 further addresses of A's veth (so
+that 64 times the per-address rate limit's share reaches the handshake
+queue; the outside review flooded from 64 addresses) at the daemon in
+namespace B: half with a correct mac1 (real initiations from
 unknown static keys, made with vpncrypt.protocol code), a quarter of all of
 them switching to a correct mac2 once they hold a cookie, half with a wrong
 mac1.  Meanwhile a legitimate vpncrypt peer in A (short REKEY_TIMEOUT of 1 s)
@@ -49,7 +51,7 @@ PING_INTERVAL = 0.05
 RATE = 100_000
 REKEY_TIMEOUT, JITTER = 1.0, 0.333
 LEGIT_TIMERS = f"rekey_timeout={REKEY_TIMEOUT}"
-FLOOD_SOURCE = "192.168.241.3"
+FLOOD_SOURCES = [f"192.168.241.{10 + i}" for i in range(64)]
 LOSS_MARGIN = 10.0  # percentage points over the no-flood control's loss
 UAPI_MARGIN = 1.0  # seconds over the no-flood control's slowest UAPI answer
 HANDSHAKE_DROPS = (
@@ -119,7 +121,8 @@ def _flood(labs, victim_kind):
     lab = Lab()
     labs.append(lab)
     a, b = _pair(lab, victim_kind)
-    lab.run_in("A", "ip", "address", "add", f"{FLOOD_SOURCE}/24", "dev", lab.veth["A"])
+    for source in FLOOD_SOURCES:
+        lab.run_in("A", "ip", "address", "add", f"{source}/24", "dev", lab.veth["A"])
     victim_pid = b.proc.popen.pid
     before = b.counters() if victim_kind == "vpncrypt" else {}
     request = "get=vpncrypt\n\n" if victim_kind == "vpncrypt" else "get=1\n\n"
@@ -127,7 +130,7 @@ def _flood(labs, victim_kind):
     cfg = {
         "target": [b.outer, 51820],
         "public_key": b.public,
-        "source": FLOOD_SOURCE,
+        "sources": FLOOD_SOURCES,
         "sockets": 512,
         "rate": RATE,
         "seconds": FLOOD_SECONDS,
