@@ -4,7 +4,7 @@
 
 import asyncio
 
-from vpncrypt.daemon.uapi import _read_body
+from vpncrypt.daemon.uapi_framing import read_body
 
 
 def test_a_body_of_seventeen_mebibytes_is_read_whole():
@@ -16,7 +16,7 @@ def test_a_body_of_seventeen_mebibytes_is_read_whole():
         reader = asyncio.StreamReader(limit=2**20)
         reader.feed_data(body + b"\n")
         reader.feed_eof()
-        return await _read_body(reader)
+        return await read_body(reader)
 
     got = asyncio.run(main())
     assert isinstance(got, bytes) and got == body

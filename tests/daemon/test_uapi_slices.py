@@ -23,7 +23,7 @@ import threading
 import pytest
 
 from tests.daemon.fakes import FakeControl, stub_host, uapi_server
-from vpncrypt.daemon import uapi
+from vpncrypt.daemon import uapi, uapi_framing
 from vpncrypt.daemon.device_control import DeviceControl
 from vpncrypt.daemon.control import ControlError, InterfaceSnapshot, PeerSnapshot
 from vpncrypt.daemon.uapiclient import parse_get, read_answer, request
@@ -460,7 +460,7 @@ def test_reading_a_buffered_body_lets_the_loop_run():
         reader.feed_data(b"allowed_ip=10.0.0.0/8\n" * 10_000 + b"\n")
         ran = []
         asyncio.get_running_loop().call_soon(ran.append, "loop")
-        body = await uapi._read_body(reader)
+        body = await uapi_framing.read_body(reader)
         return list(ran), body  # as it was when the body was read
 
     ran, body = asyncio.run(main())

@@ -9,7 +9,7 @@ Targets
   datagram  the wire parsers (messages.py) and Device.receive_datagram(s) on a
             two-device world with established keys (see World), including the
             under-load / cookie path and the timers;
-  uapi      parse_set and the UAPI request framing (_read_request +
+  uapi      parse_set and the UAPI request framing (uapi_framing.read_request +
             handle_request) against a real Device behind DeviceControl;
   config    parse_config on arbitrary text: only ConfigError may escape.
 
@@ -30,7 +30,7 @@ from collections import Counter
 from tests.packets import ipv4, ipv6
 from vpncrypt.config.model import ConfigError
 from vpncrypt.config.parser import parse_config
-from vpncrypt.daemon import uapi
+from vpncrypt.daemon import uapi, uapi_framing
 from vpncrypt.protocol import Device, Output, keys
 from vpncrypt.protocol import messages as M
 from vpncrypt.protocol.timers import ProtocolConfig
@@ -455,7 +455,7 @@ async def _serve_bytes(data: bytes, control) -> list:
     reader.feed_eof()
     replies = []
     for _ in range(64):
-        req = await uapi._read_request(reader)
+        req = await uapi_framing.read_request(reader)
         if req is None:
             break
         op_line, body = req
@@ -466,6 +466,9 @@ async def _serve_bytes(data: bytes, control) -> list:
         reply = uapi.handle_request(op_line, body, control)
         _check_reply(op_line, reply)
         replies.append(reply)
+        if isinstance(body, uapi_framing.CutBody):
+            check(reply != b"errno=0\n\n", f"a cut body was applied: {body[-60:]!r}")
+            break  # the server hangs up: the rest of the request was never read
     return replies
 
 

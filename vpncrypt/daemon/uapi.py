@@ -61,6 +61,7 @@ from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
 from ..permissions import ensure_private_dir
 from .histogram import Histogram
 from .logsetup import RateLimitedLog
+from .uapi_framing import BodyBudget, CutBody, read_request
 
 __all__ = [
     "UAPIError",
@@ -84,11 +85,6 @@ log = logging.getLogger("vpncrypt.uapi")
 trace = logging.getLogger("vpncrypt.trace")  # rate-limited (logsetup)
 
 DEFAULT_SOCKET_DIR = "/var/run/wireguard"
-# A set request's body is read whole before it is checked (a request is
-# applied whole or not at all).  wireguard-go reads without a bound; this
-# one (about 18 million allowed_ip lines) is far above any configuration
-# seen, and above it the answer is ENOMEM.
-MAX_REQUEST_BYTES = 512 * 1024 * 1024
 _COUNTER_NAME_RE = re.compile(r"^[a-z0-9_]+$")
 _INFO_VALUE_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 # How long a request works on the event loop before it lets everything else
@@ -560,6 +556,7 @@ class UAPIServer:
         self._tasks: set = set()
         self._warn = RateLimitedLog(log, interval=10.0)
         self._lock = asyncio.Lock()  # one request applied or read at a time
+        self._bodies = BodyBudget()  # set bodies held at once, every client's together
         self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.slice_seconds = SLICE_SECONDS
         self.yields = 0  # times a request let the event loop run before it was done
@@ -721,7 +718,7 @@ class UAPIServer:
             return
         while True:
             try:
-                req = await asyncio.wait_for(_read_request(reader), self.request_timeout)
+                req = await asyncio.wait_for(read_request(reader, self._bodies), self.request_timeout)
             except asyncio.TimeoutError:
                 self.timed_out += 1
                 log.debug(
@@ -739,7 +736,13 @@ class UAPIServer:
             began = time.perf_counter()
             if op_line == "set=1":
                 kind = "set"
-                writer.write(await self._set(body))
+                try:
+                    writer.write(await self._set(body))
+                finally:
+                    self._bodies.give(len(body))
+                if isinstance(body, CutBody):  # its rest was never read: hang up once answered
+                    await asyncio.wait_for(writer.drain(), self.request_timeout)
+                    return
             elif op_line in _GET_LINES and not body:
                 kind = "get"
                 await self._get(writer, self.extensions_in_get or op_line == "get=vpncrypt")
@@ -775,6 +778,8 @@ class UAPIServer:
         parsed = ops = None
         try:
             parsed = await loop.run_in_executor(self._worker, parse_set, body)
+            if isinstance(body, CutBody):  # cut at a line no parser takes: it cannot parse
+                raise _invalid("a line no parser takes (the request was not read further)")
             async with self._lock:
                 ops = await loop.run_in_executor(self._worker, prepare_operations, parsed, self.control)
                 self.yields += await apply_operations_async(
@@ -894,85 +899,6 @@ def _dispose(garbage: list) -> None:
             while nets:
                 del nets[-_LINES_PER_PIECE:]
         del ops
-
-
-_GET_OPS = (b"get=1\n", b"get=vpncrypt\n")
-
-
-async def _read_line(reader: asyncio.StreamReader):
-    """One line with its newline; b"" at EOF; the partial line at EOF
-    without a newline; None if a line exceeds the stream's limit."""
-    try:
-        return await reader.readline()
-    except (asyncio.LimitOverrunError, ValueError):
-        return None
-
-
-async def _read_request(reader: asyncio.StreamReader):
-    """(op_line, body) for one request; None at EOF; (None, errno) if the
-    request cannot be read (the connection is then closed).
-
-    Framing as wireguard-go's: the operation is the first line and is
-    judged as soon as it is read, so a client that sends something else
-    (``get=1\\r\\n``) is answered at once instead of waiting for a blank
-    line that will never come: it is answered errno=-22 and the connection
-    is closed (wireguard-go closes it without an answer).  ``get`` must be
-    followed by the blank line at once.  A ``set=1`` body ends at the blank line or at EOF: a client
-    that half-closes without the blank line still gets its request applied
-    (and answered).  Blank lines (also "\\r\\n") between requests are
-    skipped."""
-    while True:
-        op = await _read_line(reader)
-        if op is None:
-            return None, errno.EINVAL
-        if not op:
-            return None  # EOF between requests
-        if op.strip(b"\r\n"):
-            break
-    if not op.endswith(b"\n"):
-        return None  # EOF in the middle of the operation line
-    if op in _GET_OPS:
-        try:
-            nxt = await reader.readexactly(1)
-        except asyncio.IncompleteReadError:
-            return None
-        if nxt == b"\n":
-            return op[:-1].decode(), ""
-        await _read_body(reader)  # get takes no arguments: skip them, refuse it
-        return op[:-1].decode(), "\x00"
-    if op != b"set=1\n":
-        # An unknown operation (`get=1\r\n` too) is refused at once, and the
-        # connection ends there, as wireguard-go ends it.
-        return None, errno.EINVAL
-    body = await _read_body(reader)
-    if isinstance(body, int):
-        return None, body
-    # Non-ASCII bytes are kept (as surrogates) to be judged like any other
-    # text: a line without '=' is EPROTO, a key or value no parser takes EINVAL.
-    return "set=1", body.decode("ascii", "surrogateescape")
-
-
-async def _read_body(reader: asyncio.StreamReader):
-    """The lines after the operation up to the blank line or EOF (bytes), or
-    an errno if they cannot be read."""
-    total = 0
-    lines: list[bytes] = []
-    while True:
-        line = await _read_line(reader)
-        if line is None:
-            return errno.EIO  # a line over the limit: wireguard-go's scanner says EIO
-        if not line or line == b"\n":
-            break  # EOF or the blank line: the request is complete
-        total += len(line)
-        if total > MAX_REQUEST_BYTES:
-            return errno.ENOMEM
-        if not line.endswith(b"\n"):
-            line += b"\n"  # the last line, cut by EOF
-        lines.append(line)
-        if not len(lines) % _LINES_PER_PIECE:
-            # lines already buffered are read without a pause: make one
-            await asyncio.sleep(0)
-    return b"".join(lines)
 
 
 def _clear_stale_socket(path: str) -> None:
