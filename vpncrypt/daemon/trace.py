@@ -81,14 +81,12 @@ class EventTrace:
             where = format_endpoint(ev.endpoint)
             if ev.kind == M.MALFORMED:
                 return f"received a malformed datagram ({ev.size} bytes) from {where}"
-            who = f" (peer {fingerprint(ev.peer.public_key)})" if ev.peer is not None else ""
+            fp = fingerprint(ev.peer.public_key) if ev.peer is not None else None
             if ev.kind == M.KEEPALIVE:  # by its size, before its tag is checked: no claim it is one
-                index = (
-                    f" to the index of peer {fingerprint(ev.peer.public_key)}" if ev.peer is not None else ""
-                )
+                index = f" to the index of peer {fp}" if fp else ""
                 unchecked = "(not yet authenticated)"
                 return f"received a keepalive-sized transport message{index} from {where} {unchecked}"
-            return f"received {_NAMES[ev.kind]} from {where}{who}"
+            return f"received {_NAMES[ev.kind]} from {where}{f' (peer {fp})' if fp else ''}"
         if isinstance(ev, E.NotTraced):
             return (
                 f"{ev.datagrams} datagram{'' if ev.datagrams == 1 else 's'} received past the trace's "

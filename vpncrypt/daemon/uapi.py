@@ -740,9 +740,6 @@ class UAPIServer:
                     writer.write(await self._set(body))
                 finally:
                     self._bodies.give(len(body))
-                if isinstance(body, CutBody):  # its rest was never read: hang up once answered
-                    await asyncio.wait_for(writer.drain(), self.request_timeout)
-                    return
             elif op_line in _GET_LINES and not body:
                 kind = "get"
                 await self._get(writer, self.extensions_in_get or op_line == "get=vpncrypt")
@@ -752,6 +749,8 @@ class UAPIServer:
             # the answer is written under the lock, sent without it
             await asyncio.wait_for(writer.drain(), self.request_timeout)
             self.latency[kind].observe(time.perf_counter() - began)
+            if isinstance(body, CutBody):  # its rest was never read: hang up once answered
+                return
 
     @contextlib.asynccontextmanager
     async def exclusive(self):

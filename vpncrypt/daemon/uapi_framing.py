@@ -96,10 +96,7 @@ async def _read_line(reader: asyncio.StreamReader) -> Optional[bytes]:
         return None
 
 
-Request = Optional[tuple]
-
-
-async def read_request(reader: asyncio.StreamReader, budget: Optional[BodyBudget] = None) -> Request:
+async def read_request(reader: asyncio.StreamReader, budget: Optional[BodyBudget] = None) -> Optional[tuple]:
     """(op_line, body) for one request; None at EOF; (None, errno) if the
     request cannot be read (the connection is then closed).  A body the
     budget had to hold is in it until the caller gives len(body) back.
@@ -136,10 +133,8 @@ async def read_request(reader: asyncio.StreamReader, budget: Optional[BodyBudget
         return None, body
     # Non-ASCII bytes are kept (as surrogates) to be judged like any other
     # text: a line without '=' is EPROTO, a key or value no parser takes EINVAL.
-    text = body[1].decode("ascii", "surrogateescape") if isinstance(body, tuple) else None
-    if text is not None:
-        return "set=1", CutBody(text)
-    assert isinstance(body, bytes)
+    if isinstance(body, tuple):
+        return "set=1", CutBody(body[1].decode("ascii", "surrogateescape"))
     return "set=1", body.decode("ascii", "surrogateescape")
 
 
