@@ -64,9 +64,12 @@ class Endpoint:
 
 
 def _port(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+    """1-65535 in decimal digits, with any number of leading zeros (as Go's
+    strconv.ParseUint and getaddrinfo's numeric service take it)."""
+    digits = text.lstrip("0") or "0"  # no int() of the zeros: Python converts at most 4,300 digits
+    if not (text.isascii() and text.isdigit()) or len(digits) > 5 or not 1 <= int(digits) <= 65535:
         raise ValueError("port must be 1-65535")
-    return int(text)
+    return int(digits)
 
 
 def _is_v6(host: str) -> bool:
@@ -85,10 +88,12 @@ def zone_index(zone: str) -> int:
     Raises OSError(EINVAL) for a number no scope id can hold (over 32
     bits), OSError(EADDRNOTAVAIL) for a name no interface has."""
     if zone.isascii() and zone.isdigit():
-        # no int() of an unbounded string: 30 digits are already out of range
-        if len(zone.lstrip("0")) > 10 or int(zone) > MAX_SCOPE_ID:
+        # no int() of an unbounded string (Python converts at most 4,300
+        # digits): the zeros go first, and 11 digits are out of range
+        digits = zone.lstrip("0") or "0"
+        if len(digits) > 10 or int(digits) > MAX_SCOPE_ID:
             raise OSError(errno.EINVAL, f"zone {zone[:20]!r} is out of range (a scope id is 0-4294967295)")
-        return int(zone)
+        return int(digits)
     try:
         return socket.if_nametoindex(zone)
     except (OSError, ValueError):  # ValueError: a NUL or a character not encodable

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from tests.daemon.fakes import FakeControl, uapi_server
+from vpncrypt.endpoints import zone_index
 from vpncrypt.config.ops import (
     Endpoint,
     PeerUpdate,
@@ -553,3 +554,126 @@ def test_body_line_over_the_limit_is_eio(raw_server):
         s.sendall(b"set=1\nlisten_port=1" + b"0" * (70 * 1024) + b"\n\n")
         assert _recv_reply(s) == b"errno=-5\n\n"
     assert control.calls == []
+
+
+# ---------------------------------------------------------------- CRLF and long numbers (wireguard-go parity)
+
+# wireguard-go reads a set body with Go's bufio.Scanner (ScanLines), which drops
+# one "\r" at the end of each line, and parses numbers with strconv.ParseUint.
+
+
+def test_parse_set_drops_one_final_cr_of_each_line():
+    assert parse_set("fwmark=11\r\n\r\n") == [SetFwmark(11)]
+    assert parse_set(f"listen_port=7\r\npublic_key={K1.hex()}\nendpoint=192.0.2.1:5\r\n") == [
+        SetListenPort(7),
+        PeerUpdate(public_key=K1, endpoint=Endpoint("192.0.2.1", 5, "192.0.2.1:5")),
+    ]
+    assert parse_set("fwmark=11\r") == [SetFwmark(11)]  # the last line, cut by EOF
+    c = FakeControl()
+    assert handle_request("set=1", "fwmark=11\r\nlisten_port=9\r\n", c) == b"errno=0\n\n"
+    assert c.fwmark == 11 and c.listen_port == 9
+
+
+@pytest.mark.parametrize(
+    "body,reply",
+    [
+        ("fwmark=1\r1\n", b"errno=-22\n\n"),  # a "\r" inside a line stays in it
+        ("fwmark=11\r\r\n", b"errno=-22\n\n"),  # only one "\r" is dropped
+        ("fwmark=\r11\n", b"errno=-22\n\n"),
+        ("fwmark=1\r\n\r\nfwmark=2\n", b"errno=-22\n\n"),  # "\r\n" alone is a blank line
+        ("fwmark=1\n\r\r\n", b"errno=-71\n\n"),  # the line "\r": no '='
+    ],
+)
+def test_parse_set_keeps_any_other_cr(body, reply):
+    c = FakeControl()
+    assert handle_request("set=1", body, c) == reply
+    assert c.calls == []
+
+
+def test_crlf_body_through_the_socket(raw_server):
+    """Answered at its blank line "\\r\\n" (vpncrypt waited for "\\n\\n" until
+    its 5 s request timeout), on a connection that goes on."""
+    path, control, _ = raw_server
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(3)
+        s.connect(path)
+        s.sendall(b"set=1\nfwmark=11\r\n\r\n")  # the outside review's request
+        assert _recv_reply(s) == b"errno=0\n\n"
+        s.sendall(f"set=1\nlisten_port=5\r\npublic_key={K2.hex()}\nallowed_ip=10.0.0.0/8\n\r\n".encode())
+        assert _recv_reply(s) == b"errno=0\n\n"
+        s.sendall(b"set=1\n\r\n")  # an empty body
+        assert _recv_reply(s) == b"errno=0\n\n"
+        s.sendall(b"set=1\nfwmark=10\n\r\n")  # a "\n" line, then a "\r\n" blank line
+        assert _recv_reply(s) == b"errno=0\n\n"
+        s.sendall(b"get=1\n\r\n")  # get takes no arguments, not even a blank line
+        assert _recv_reply(s) == b"errno=-22\n\n"
+        s.sendall(b"get=1\n\n")
+        reply = _recv_reply(s)
+        assert reply.startswith(b"listen_port=5\nfwmark=10\npublic_key=" + K2.hex().encode() + b"\n")
+        assert reply.endswith(b"\nallowed_ip=10.0.0.0/8\nerrno=0\n\n")
+        s.sendall(b"set=1\nfwmark=12\r")  # the last line, cut by EOF after its "\r"
+        s.shutdown(socket.SHUT_WR)
+        assert _recv_reply(s) == b"errno=0\n\n"
+    assert control.calls[:2] == [("set_fwmark", 11), ("set_listen_port", 5)]
+    assert ("set_fwmark", 10) in control.calls
+    assert control.fwmark == 12
+
+
+def test_numbers_take_any_number_of_leading_zeros():
+    c = FakeControl()  # the outside review's request: 65,526 zeros, then 5
+    assert handle_request("set=1", "fwmark=" + "0" * 65526 + "5\n", c) == b"errno=0\n\n"
+    assert c.calls == [("set_fwmark", 5)]
+    assert parse_set("fwmark=" + "0" * 65528 + "\n") == [SetFwmark(0)]  # 65,535 bytes: the longest line
+    assert parse_set("fwmark=" + "0" * 5000 + "4294967295\n") == [SetFwmark(0xFFFFFFFF)]
+    assert parse_set("listen_port=" + "0" * 65000 + "51820\n") == [SetListenPort(51820)]
+    ops = parse_set(f"public_key={K1.hex()}\npersistent_keepalive_interval={'0' * 65000}25\n")
+    assert ops == [PeerUpdate(public_key=K1, persistent_keepalive=25)]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "fwmark=" + "0" * 5000 + "4294967296",
+        "fwmark=" + "9" * 5000,
+        "listen_port=" + "0" * 5000 + "65536",
+        "listen_port=" + "1" * 65000,
+        f"public_key={K1.hex()}\npersistent_keepalive_interval={'0' * 5000}65536",
+        "fwmark=+5",
+        "fwmark=-0",
+        "fwmark= 5",
+        "fwmark=5 ",
+        "fwmark=",
+        "fwmark=0x10",
+        "fwmark=1_000",
+        "listen_port=+" + "0" * 5000 + "1",
+        f"public_key={K1.hex()}\npersistent_keepalive_interval=+25",
+        f"public_key={K1.hex()}\nprotocol_version=01",  # wireguard-go compares the text with "1"
+    ],
+)
+def test_numbers_refused_as_strconv_parseuint(body):
+    c = FakeControl()
+    assert handle_request("set=1", body + "\n", c) == b"errno=-22\n\n"
+    assert c.calls == []
+
+
+def test_endpoint_port_takes_any_number_of_leading_zeros():
+    """wireguard-go reads an endpoint's port with strconv.ParseUint too
+    (vpncrypt refused 5,000 zeros and a 5 with -22, Python's digit limit)."""
+    value = "192.0.2.1:" + "0" * 5000 + "5"
+    assert parse_set(f"public_key={K1.hex()}\nendpoint={value}\n") == [
+        PeerUpdate(public_key=K1, endpoint=Endpoint("192.0.2.1", 5, value))
+    ]
+    for port in ("0" * 5000 + "65536", "0" * 5000, "0", "+5", "5 "):
+        c = FakeControl()
+        body = f"public_key={K1.hex()}\nendpoint=192.0.2.1:{port}\n"
+        assert handle_request("set=1", body, c) == b"errno=-22\n\n", port[-10:]
+        assert c.calls == []
+
+
+def test_a_numeric_zone_takes_any_number_of_leading_zeros():
+    """A ValueError of Python's digit limit escaped as EIO with a traceback."""
+    assert zone_index("0" * 5000 + "1") == 1
+    assert zone_index("0" * 5000 + "4294967295") == 4294967295
+    with pytest.raises(OSError) as e:
+        zone_index("0" * 5000 + "4294967296")
+    assert e.value.errno == errno.EINVAL

@@ -54,30 +54,86 @@ def _run(stream: bytes, limit: int, splits, budget=None, **kw):
 
 
 def _reference(stream: bytes):
-    """A line at a time, as the server read bodies before: (body, rest)."""
+    """A line at a time, as the server read bodies before: (body, rest).  A
+    line "\\r\\n" is blank too, as wireguard-go's scanner drops a line's final
+    "\\r"."""
     lines, i = [], 0
     while i < len(stream):
         j = stream.find(b"\n", i)
         line = stream[i:] + b"\n" if j < 0 else stream[i : j + 1]
         i = len(stream) if j < 0 else j + 1
-        if line == b"\n":
+        if line in (b"\n", b"\r\n"):
             return b"".join(lines), stream[i:]
         lines.append(line)
     return b"".join(lines), b""
 
 
-def test_pieces_frame_as_lines_wherever_the_buffer_cuts():
-    rng = random.Random(7)
+def _frames_as_lines(seed, line, tails, crlf_first=False):
+    """400 random streams (lines made by line(rng), then a tail), fed in
+    random cuts to readers of random limits: each framed as _reference
+    frames it.  crlf_first: the first line ends in "\\r\\n"."""
+    rng = random.Random(seed)
     for _ in range(400):
-        lines = [
-            f"{rng.choice(UAPI_SET_KEYS)}={'v' * rng.randrange(0, 90)}\n".encode()
-            for _ in range(rng.randrange(0, 60))
-        ]
-        tail = rng.choice([b"\n", b"\nget=1\n\n", b"\nset=1\nfwmark=1\n\n", b"", b"fwmark=3"])
-        stream = b"".join(lines) + tail
+        lines = [line(rng) for _ in range(rng.randrange(0, 60))]
+        if lines and crlf_first:
+            lines[0] = lines[0].rstrip(b"\r\n") + b"\r\n"
+        stream = b"".join(lines) + rng.choice(tails)
         splits = [rng.randrange(0, len(stream) + 1) for _ in range(rng.randrange(0, 6))]
         got, rest = _run(stream, rng.choice([2, 3, 16, 100, 1 << 16]), splits)
         assert (got, rest) == _reference(stream), stream
+
+
+def test_pieces_frame_as_lines_wherever_the_buffer_cuts():
+    _frames_as_lines(
+        7,
+        lambda rng: f"{rng.choice(UAPI_SET_KEYS)}={'v' * rng.randrange(0, 90)}\n".encode(),
+        [b"\n", b"\nget=1\n\n", b"\nset=1\nfwmark=1\n\n", b"", b"fwmark=3"],
+    )
+
+
+def test_a_crlf_blank_line_ends_the_body_wherever_the_buffer_cuts():
+    """wireguard-go's line scanner (Go's bufio.ScanLines) drops one "\\r" at
+    the end of a line: "\\r\\n" alone is a blank line and ends the body
+    (vpncrypt waited for "\\n\\n", then its 5 s request timeout).  Bodies
+    whose first line ends in "\\r\\n", any mix of line ends after it."""
+    values = [b"", b"v", b"v\rv", b"\r\r"]  # a "\r" inside a line, or more than one at its end
+    _frames_as_lines(
+        13,
+        lambda rng: (
+            rng.choice(UAPI_SET_KEYS).encode()
+            + b"="
+            + rng.choice(values) * rng.randrange(0, 30)
+            + rng.choice([b"\n", b"\r\n"])
+        ),
+        [b"\r\n", b"\r\nget=1\n\n", b"\r\nset=1\nfwmark=1\r\n\r\n", b"\n\r\n", b"", b"\r", b"fwmark=3\r"],
+        crlf_first=True,
+    )
+
+
+def test_a_body_of_one_line_ends_at_a_crlf_blank_line():
+    """The mix right after the first line ("\\n", then "\\r\\n") is taken too."""
+    for limit in (2, 3, 1 << 16):
+        assert _run(b"fwmark=1\n\r\nget=1\n\n", limit, []) == (b"fwmark=1\n", b"get=1\n\n")
+        assert _run(b"fwmark=1\n\r", limit, []) == (b"fwmark=1\n", b"")
+
+
+def test_read_request_takes_crlf_in_the_body_not_in_the_operation():
+    """A body's lines may end in "\\r\\n"; the operation line may not: wireguard-go
+    compares it whole with "set=1\\n" and "get=1\\n" (and hangs up)."""
+
+    async def main():
+        reader = asyncio.StreamReader(limit=16)
+        reader.feed_data(b"set=1\nfwmark=11\r\n\r\nset=1\n\r\nget=1\n\r\nget=1\n\nset=1\r\n\r\n")
+        reader.feed_eof()
+        return [await read_request(reader) for _ in range(5)]
+
+    assert asyncio.run(main()) == [
+        ("set=1", "fwmark=11\r\n"),
+        ("set=1", ""),
+        ("get=1", "\x00"),  # arguments to get: refused
+        ("get=1", ""),
+        (None, errno.EINVAL),
+    ]
 
 
 def test_every_set_key_of_the_uapi_is_kept_and_a_line_no_parser_takes_is_cut():

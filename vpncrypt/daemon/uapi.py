@@ -113,12 +113,16 @@ def _invalid(msg: str) -> UAPIError:
 
 
 def _parse_uint(key: str, value: str, bits: int) -> int:
-    if not (value.isascii() and value.isdigit()) or len(value) > 20:  # not "²": int() refuses it
+    """As wireguard-go's strconv.ParseUint(value, 10, bits): decimal digits
+    only (no sign, no space), and any number of leading zeros."""
+    if not (value.isascii() and value.isdigit()):  # not "²": int() refuses it
         raise _invalid(f"{key}: not an unsigned integer")
-    n = int(value)
-    if n >= 1 << bits:
+    # no int() of the zeros: a line has room for 65,000 of them, and Python
+    # converts at most 4,300 digits (ValueError); 21 digits are out of range
+    digits = value.lstrip("0") or "0"
+    if len(digits) > 20 or int(digits) >= 1 << bits:
         raise _invalid(f"{key}: out of range")
-    return n
+    return int(digits)
 
 
 def _parse_true(key: str, value: str) -> None:
@@ -148,10 +152,20 @@ def _parse_key(cls, key: str, value: str):
         raise _invalid(f"{key}: not 64 hex digits") from None
 
 
+def _drop_final_crs(text: str) -> str:
+    """Each line without its final "\\r" (one, and only at its end), as
+    wireguard-go's line scanner (Go's bufio.ScanLines) reads it."""
+    text = text.replace("\r\n", "\n")
+    return text[:-1] if text.endswith("\r") else text  # the last line, cut by EOF
+
+
 def parse_set(text: str) -> list:
     """Parse the body of a ``set=1`` request (the lines after ``set=1``, with
     or without the final blank line) into operations. Raises UAPIError
-    (EINVAL) on the first problem; nothing is returned half-parsed."""
+    (EINVAL) on the first problem; nothing is returned half-parsed.  A
+    line's final "\\r" is dropped: "\\r\\n" ends a line too."""
+    if "\r" in text:
+        text = _drop_final_crs(text)
     if text.endswith("\n\n"):
         text = text[:-1]
     lines = text.split("\n")
@@ -232,7 +246,7 @@ def parse_set(text: str) -> list:
             _parse_true(key, value)
             peer["remove"] = True
         elif key == "protocol_version":
-            if value != "1":
+            if value != "1":  # as wireguard-go: the text, not a number ("01" is refused)
                 raise _invalid("protocol_version: only 1 is supported")
         else:
             raise _invalid(f"line {n}: unknown peer key {key!r}")

@@ -4,10 +4,18 @@ buffer (not a line at a time: 18 million lines are 18 million trips through
 the event loop, which carries the data plane).
 
 Framing as wireguard-go's: the operation is the first line and is judged as
-soon as it is read; a line of 64 KiB or more is EIO (its line scanner's
-limit, bufio.MaxScanTokenSize).  A body is read whole before it is parsed
-(a request is applied whole or not at all), with two bounds wireguard-go,
-which applies each line as it reads it, needs no bound for:
+soon as it is read (whole: ``set=1\\r\\n`` is no operation); a line of 64 KiB
+or more is EIO (its line scanner's limit, bufio.MaxScanTokenSize).  That
+scanner (Go's bufio.ScanLines) drops one "\\r" at the end of a body's line:
+"\\r\\n" alone is a blank line too, and ends the body.  A body whose first
+line ends in "\\r\\n" is read a line at a time (readuntil takes one
+separator before Python 3.13; about 3 times slower than pieces, which `wg`'s
+"\\n" bodies keep).  One mix is not taken: a body whose first line ends in
+"\\n" and whose blank line is "\\r\\n" after its second line or later waits
+for "\\n\\n", EOF or the request timeout.  A body is read whole
+before it is parsed (a request is applied whole or not at all), with two
+bounds wireguard-go, which applies each line as it reads it, needs no bound
+for:
 
 * a line that no parser takes in any place (no ``key=`` of the set keys
   at its start) ends the keeping there: the body up to that line is
@@ -61,6 +69,12 @@ _LONG = re.compile(rb"[^\n]{%d}" % LINE_LIMIT)
 DRAIN_LIMIT = 1 << 20
 
 _GET_OPS = (b"get=1\n", b"get=vpncrypt\n")
+# A blank line: "\n", or "\r\n" (wireguard-go's line scanner, Go's
+# bufio.ScanLines, drops a line's final "\r").
+_BLANK_LINES = (b"\n", b"\r\n")
+# A CRLF body is read a line at a time (readuntil takes one separator before
+# Python 3.13), and yields to the loop after this much.
+_CRLF_CHUNK = 1 << 16
 
 
 class CutBody(str):
@@ -104,9 +118,10 @@ async def read_request(reader: asyncio.StreamReader, budget: Optional[BodyBudget
     A client that sends an unknown operation (``get=1\\r\\n`` too) is
     answered errno=-22 at once and the connection closed (wireguard-go
     closes it without an answer).  ``get`` must be followed by the blank line
-    at once.  A ``set=1`` body ends at the blank line or at EOF: a client that
-    half-closes without the blank line still gets its request applied (and
-    answered).  Blank lines (also "\\r\\n") between requests are skipped."""
+    at once.  A ``set=1`` body ends at the blank line ("\\n" or "\\r\\n") or at
+    EOF: a client that half-closes without the blank line still gets its
+    request applied (and answered).  Blank lines (also "\\r\\n") between
+    requests are skipped."""
     while True:
         op = await _read_line(reader)
         if op is None:
@@ -141,8 +156,9 @@ async def read_request(reader: asyncio.StreamReader, budget: Optional[BodyBudget
 async def read_body(
     reader: asyncio.StreamReader, budget: Optional[BodyBudget] = None, *, first: bytes = b""
 ) -> Union[bytes, int, tuple]:
-    """The lines after the operation up to the blank line or EOF (bytes, the
-    last line given its newline if EOF cut it); ("cut", bytes) for a body
+    """The lines after the operation up to the blank line ("\\n" or "\\r\\n",
+    not kept) or EOF (bytes, the last line given its newline if EOF cut it;
+    the lines' "\\r" are kept, for parse_set); ("cut", bytes) for a body
     read up to its first line no parser takes (see CutBody); or an errno:
     EIO for a line over LINE_LIMIT, ENOMEM past MAX_BODY_BYTES or the budget.
     `first`: bytes of the body already read.  The budget keeps what is
@@ -170,18 +186,38 @@ async def _read_pieces(
             first = await reader.readexactly(1)
         except asyncio.IncompleteReadError:
             return b""  # EOF: an empty body
-    if first == b"\n":
+    if first == b"\r":  # a blank line "\r\n"?
+        try:
+            first += await reader.readexactly(1)
+        except asyncio.IncompleteReadError:
+            return b""  # "\r" and EOF: a blank line too (Go's ScanLines drops the "\r" at EOF)
+    if first in (b"\n", b"\r\n"):
         return b""  # the blank line at once: an empty body
     pieces: list[bytes] = []
     total = 0
     partial = b""  # the last piece's line that has not ended yet
     piece = first
     done = False
+    crlf = None  # whether the body's first line ends in "\r\n": then it is read by lines
+    line_start = True  # a CRLF body's reading stopped at the end of a line
     while True:
         if not done:
             try:
-                piece += await reader.readuntil(b"\n\n")
-                done = True
+                if crlf is None:  # the first line to its end, then the blank line if it comes at once
+                    piece += await reader.readuntil(b"\n")
+                    crlf = (partial + piece).endswith(b"\r\n")  # partial: the line's start
+                    if not crlf:  # readuntil(b"\n\n") would miss "\n" + "\n": its first is read
+                        piece += await reader.readexactly(1)
+                        if piece.endswith(b"\n\r"):
+                            piece += await reader.readexactly(1)
+                        done = piece.endswith((b"\n\n", b"\n\r\n"))
+                elif crlf:
+                    got, done = await _read_lines(reader, line_start)
+                    piece += got
+                    line_start = got.endswith(b"\n")
+                else:
+                    piece += await reader.readuntil(b"\n\n")
+                    done = True
             except asyncio.LimitOverrunError as e:
                 piece += await reader.readexactly(e.consumed)
             except asyncio.IncompleteReadError as e:
@@ -189,8 +225,10 @@ async def _read_pieces(
                 done = True
                 if (piece or partial) and not piece.endswith(b"\n"):
                     piece += b"\n"  # the last line, cut by EOF
-        if done and piece.endswith(b"\n\n"):
-            piece = piece[:-1]  # the blank line ends the request
+        if done:  # the blank line that ends the request is not kept
+            k = piece.rfind(b"\n", 0, len(piece) - 1) + 1  # where piece's last line starts
+            if piece[k:] in _BLANK_LINES and (k or not partial):
+                piece = piece[:k]
         if total + len(piece) > MAX_BODY_BYTES or (budget is not None and not budget.take(len(piece))):
             return errno.ENOMEM
         total += len(piece)
@@ -203,7 +241,7 @@ async def _read_pieces(
         if bad is not None and not done:  # kept up to the end of that line, the rest drained
             cut = bad.end() - len(partial)
             pieces.append(piece[:cut])
-            return await _drain(reader, b"".join(pieces), len(piece) - cut)
+            return await _drain(reader, b"".join(pieces), len(piece) - cut, bool(crlf), line_start)
         partial = window[end:]
         pieces.append(piece)
         if done:
@@ -212,18 +250,48 @@ async def _read_pieces(
         await asyncio.sleep(0)  # pieces already buffered are read without a pause: make one
 
 
-async def _drain(reader: asyncio.StreamReader, kept: bytes, drained: int) -> Union[bytes, tuple]:
+async def _drain(
+    reader: asyncio.StreamReader, kept: bytes, drained: int, crlf: bool = False, line_start: bool = True
+) -> Union[bytes, tuple]:
     """After a line no parser takes: the rest of the request read and thrown
     away, up to DRAIN_LIMIT.  `kept` (the body up to that line) fails to
     parse with the error the whole body would: returned as the body if the
     request ended within the limit (or at EOF), else as ("cut", kept).
-    `drained`: what was read past that line already."""
+    `drained`: what was read past that line already; crlf, line_start: a
+    CRLF body's, read by lines (_read_lines)."""
     while drained <= DRAIN_LIMIT:
         try:
-            await reader.readuntil(b"\n\n")
-            return kept
+            if not crlf:
+                await reader.readuntil(b"\n\n")
+                return kept
+            got, ended = await _read_lines(reader, line_start)
+            if ended:
+                return kept
+            drained += len(got)
+            line_start = got.endswith(b"\n")
         except asyncio.LimitOverrunError as e:
             drained += len(await reader.readexactly(e.consumed))
         except asyncio.IncompleteReadError:
             return kept
     return "cut", kept
+
+
+async def _read_lines(reader: asyncio.StreamReader, line_start: bool) -> tuple:
+    """A CRLF body's next lines: (bytes, True) up to the blank line ("\n"
+    or "\r\n", read but not returned), or (bytes, False) after _CRLF_CHUNK bytes or at a line longer
+    than the stream's limit (the part of it that was buffered).  line_start:
+    the reading before stopped at the end of a line (else the first line read
+    is the rest of one, never blank).  EOF raises IncompleteReadError with
+    everything read."""
+    got = b""
+    while len(got) < _CRLF_CHUNK:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError as e:
+            return got + await reader.readexactly(e.consumed), False
+        except asyncio.IncompleteReadError as e:
+            raise asyncio.IncompleteReadError(got + e.partial, None) from None
+        if line in _BLANK_LINES and (got or line_start):
+            return got, True  # without the blank line
+        got += line
+    return got, False
