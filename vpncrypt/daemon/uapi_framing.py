@@ -277,12 +277,12 @@ async def _drain(
 
 
 async def _read_lines(reader: asyncio.StreamReader, line_start: bool) -> tuple:
-    """A CRLF body's next lines: (bytes, True) up to the blank line ("\n"
-    or "\r\n", read but not returned), or (bytes, False) after _CRLF_CHUNK bytes or at a line longer
-    than the stream's limit (the part of it that was buffered).  line_start:
-    the reading before stopped at the end of a line (else the first line read
-    is the rest of one, never blank).  EOF raises IncompleteReadError with
-    everything read."""
+    """A CRLF body's next lines: (bytes, True) up to the blank line ("\\n"
+    or "\\r\\n", read but not returned), or (bytes, False) after _CRLF_CHUNK
+    bytes or at a line longer than the stream's limit (the part of it that
+    was buffered).  line_start: the reading before stopped at the end of a
+    line (else the first line read is the rest of one, never blank).  EOF
+    raises IncompleteReadError with everything read."""
     got = b""
     while len(got) < _CRLF_CHUNK:
         try:
