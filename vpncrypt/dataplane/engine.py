@@ -21,8 +21,9 @@ worker's thread, its results posted to the loop):
     _on_readable(tx)            the TUN fd is readable (the loop's reader)
       Worker.rounds             this file
         path.send_rounds(...)   protocol/datapath.py BatchPath -> transport/native.py Batch.send_rounds
-         vc_wg_send_rounds      ONE call into C (native/wg_rounds.c) for up to MAX_ROUNDS
-                                rounds while they are routine and full; each round:
+         vc_wg_send_rounds      ONE call into C (native/wg_rounds.c) for up to TURN_ROUNDS
+                                (on a worker's thread MAX_ROUNDS) rounds while they are
+                                routine and full; each round:
           vc_wg_send_round      read(2) from the TUN
                                 with the TSO/USO split (tun_offload.c), route, pad and seal
                                 (wg_data.c), sendmmsg with GSO (udp_batch.c)
@@ -35,7 +36,7 @@ One packet in:
     _on_readable(rx)            the UDP fd is readable
       Worker.rounds
         path.receive_rounds(...) BatchPath -> Batch.receive_rounds:
-         vc_wg_receive_rounds   ONE call into C for up to MAX_ROUNDS routine rounds; each:
+         vc_wg_receive_rounds   ONE call into C for up to TURN_ROUNDS routine rounds; each:
           vc_wg_receive_round   recvmmsg with GRO;
                                 replay window, open, AllowedIPs, and the handshake
                                 messages' cheap checks (sizes, mac1, under load mac2)
@@ -108,8 +109,16 @@ from vpncrypt.wire import TRANSPORT_OVERHEAD
 
 log = logging.getLogger("vpncrypt.dataplane")
 
-# How many batches one readiness callback may take before yielding.
+# How many batches a worker on a thread of its own (threads=2) takes, and
+# posts to the loop at once, before it looks at its fd again.
 MAX_ROUNDS = 16
+# How many batches one readiness callback on the loop (threads=1) takes
+# before yielding.  Both directions and the timers share the loop: at full
+# speed 16 rounds were 2-3 ms of sealing while the ACKs and a ping's reply
+# waited in the other direction's socket, and the inner TCP's RTT, and so its
+# window, grew with it (BENCHMARKS.md: 4 rounds, the loaded ping's p50 -17%,
+# its p99 -15%, the CPU per Gbit +4%).
+TURN_ROUNDS = 4
 # Handshake messages the Device serves in one turn of the event loop (each
 # costs it up to 3 X25519 operations); the rest wait for the next turn, after
 # the sockets have been served again.
@@ -687,7 +696,7 @@ class Engine:
     # ------------------------------------------------------------ on the loop
 
     def _on_readable(self, w) -> None:
-        """A worker's fd is readable (threads=1): up to MAX_ROUNDS rounds,
+        """A worker's fd is readable (threads=1): up to TURN_ROUNDS rounds,
         each handed to the Device, until one finds nothing more to do
         (Worker.more).  If the last one still found work, the rest waits for
         the next turn of the loop, not for the fd: what a socket or TUN
@@ -705,7 +714,7 @@ class Engine:
         )
         now = time.monotonic()  # for all of this turn's rounds (they take microseconds each)
         try:
-            left = MAX_ROUNDS
+            left = TURN_ROUNDS
             while left > 0:
                 n = rounds(now, left)  # (the routine ones in one call)
                 used = path.rounds
@@ -730,7 +739,7 @@ class Engine:
             return
         to_addr = self.udp.endpoints.to_addr
         try:
-            for _ in range(MAX_ROUNDS):
+            for _ in range(TURN_ROUNDS):
                 n, view, off, lens, ep = self.udp.recv()
                 if n == 0:
                     return
@@ -748,7 +757,7 @@ class Engine:
         if not self._running:
             return
         try:
-            for _ in range(MAX_ROUNDS):
+            for _ in range(TURN_ROUNDS):
                 n, view, off, lens = self.inner.read()
                 if n == 0:
                     return
