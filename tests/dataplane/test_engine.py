@@ -184,9 +184,9 @@ def test_handshake_then_data_both_ways(backend):
 
 def test_a_burst_past_one_wakeups_rounds_is_delivered_whole(backend):
     """More datagrams at once than one wakeup's rounds take (4 batches of 64
-    on the loop, 16 on a worker's thread): the socket object keeps the GRO segments past a batch in its own
-    state, which does not make the fd readable.  They were once left there
-    until the next datagram came."""
+    on the loop, 16 on a worker's thread): the socket object keeps the GRO
+    segments past a batch in its own state, which does not make the fd
+    readable.  They were once left there until the next datagram came."""
 
     async def main():
         a, b = await world(backend)

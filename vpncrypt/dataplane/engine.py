@@ -116,8 +116,8 @@ MAX_ROUNDS = 16
 # before yielding.  Both directions and the timers share the loop: at full
 # speed 16 rounds were 2-3 ms of sealing while the ACKs and a ping's reply
 # waited in the other direction's socket, and the inner TCP's RTT, and so its
-# window, grew with it (BENCHMARKS.md: 4 rounds, the loaded ping's p50 -17%,
-# its p99 -15%, the CPU per Gbit +4%).
+# window, grew with it (BENCHMARKS.md: 4 rounds, the loaded ping's p50 -23%,
+# its p99 -13%, TCP +6%, the CPU per Gbit +2.4%).
 TURN_ROUNDS = 4
 # Handshake messages the Device serves in one turn of the event loop (each
 # costs it up to 3 X25519 operations); the rest wait for the next turn, after
