@@ -364,16 +364,23 @@ def _udp_queues(lab, side, port):
     return tuple(sum(f[i] for f in found) for i in range(4))
 
 
-_UNACKED = re.compile(r"\bmss:(\d+)\b.*?\bunacked:(\d+)")
+_MSS = re.compile(r"\bmss:(\d+)\b")
+_UNACKED = re.compile(r"\bunacked:(\d+)\b")
 
 
 def _tcp_in_flight(lab, target):
     """Bytes A's iperf3 TCP flow to `target` has sent and not yet had
-    acknowledged (ss -ti: unacked segments x mss), or None."""
+    acknowledged (ss -ti: unacked segments x mss; ss prints no unacked: when
+    there are none, which is 0), or None when ss shows no such flow."""
     r = lab.run_in(
         "A", "ss", "-H", "-t", "-i", "-n", "dst", target, "dport", f"= :{IPERF_PORT}", check=False, timeout=10
     )
-    found = [int(m.group(1)) * int(m.group(2)) for m in _UNACKED.finditer(r.stdout)]
+    found = []
+    for line in r.stdout.splitlines():
+        mss = _MSS.search(line)
+        if mss:
+            unacked = _UNACKED.search(line)
+            found.append(int(mss.group(1)) * (int(unacked.group(1)) if unacked else 0))
     return max(found) if found else None
 
 
