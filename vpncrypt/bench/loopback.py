@@ -853,106 +853,264 @@ def _rss_kb():
     return 0
 
 
-async def _worker_main(cfg, inp, outp):
-    from vpncrypt.dataplane.engine import Engine
+def _open_sockets(cfg) -> list:
+    """A batch UDP socket on 127.0.0.1 for each of this worker's devices."""
     from vpncrypt.dataplane.io import UdpBatchSocket
+
+    socks = []
+    for _dcfg in cfg["devices"]:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        force_buffers(s, 16 << 20)
+        s.bind(("127.0.0.1", 0))
+        socks.append(UdpBatchSocket(s, batch=cfg["batch"], mtu=2048))
+    return socks
+
+
+def _start_planes(cfg, socks, peer_ports, sink, loop) -> tuple[list, list]:
+    """The wireguard rows: a data plane per device, built by the daemon's
+    own construction (its Device, then its Engine with the daemon's threads
+    and event handling), the sink in the TUN's place, so that what is
+    measured is what `vpncrypt up` runs.  (devices, engines)."""
+    from vpncrypt.daemon.data_plane import DataPlane
     from vpncrypt.protocol import keys
-    from vpncrypt.protocol.device import Device
     from vpncrypt.protocol.timers import ProtocolConfig
 
-    loop = asyncio.get_running_loop()
-    lines = asyncio.Queue()
-    loop.add_reader(inp.fileno(), lambda: lines.put_nowait(inp.readline()))
+    backend = "pynacl" if cfg["crypto"] == "pynacl" else "native"
+    devices, engines = [], []
+    for dcfg, udp in zip(cfg["devices"], socks):
+        timers = ProtocolConfig(**cfg["timers"]) if cfg.get("timers") else None
+        plane = DataPlane(
+            keys.decode(dcfg["private_key"]),
+            protocol_config=timers,
+            mtu=max(cfg["sizes"]) + HEADER,
+            threads=cfg.get("threads", 1),
+            backend=backend,
+        )
+        dev = plane.device
+        for j, pcfg in enumerate(dcfg["peers"]):
+            port = peer_ports[j] if len(dcfg["peers"]) > 1 else peer_ports[0]
+            dev.add_peer(
+                keys.decode(pcfg["public_key"]),
+                allowed_ips=pcfg["allowed_ips"],
+                endpoint=("127.0.0.1", port),
+            )
+        plane.start_engine([udp], [sink], loop=loop, max_packet=max(cfg["sizes"]) + HEADER)
+        devices.append(dev)
+        engines.append(plane.engine)
+    return devices, engines
 
-    async def read():
-        line = await lines.get()
+
+def _start_plain(socks, peer_ports, sink, loop) -> list:
+    """The baseline rows: each socket's datagrams straight to the sink, no
+    encryption.  The peers' endpoints."""
+    from vpncrypt.dataplane.io import endpoint_from_addr
+
+    def on_plain(udp):
+        while True:
+            n, view, off, lens, ep = udp.recv()
+            if n == 0:
+                return
+            sink.write(udp.slab, off, lens, n)
+
+    for udp in socks:
+        loop.add_reader(udp.fd, on_plain, udp)
+    return [endpoint_from_addr(("127.0.0.1", p)) for p in peer_ports]
+
+
+async def _handshake(name, devices, engines, src, dsts, loop) -> tuple[bool, str | None]:
+    """One packet to each peer (from A alone, so the handshakes never
+    cross), then wait for every session: (ready, error)."""
+    if name == "A":
+        from vpncrypt._native import lib
+
+        probe = _Source([64], len(dsts), src, dsts, 99)
+        probe.fill(len(dsts), lib.vc_monotonic_ns())
+        engines[0].send_inner(probe.slab, probe.view, probe.off, probe.len, len(dsts))
+    # a lost first initiation is sent again after REKEY_TIMEOUT (5 s), and
+    # a machine under load may need more than one more: room for several
+    deadline = loop.time() + 30
+    while loop.time() < deadline:
+        if all(d.has_session(p) for d in devices for p in d.peers.values()):
+            return True, None
+        await asyncio.sleep(0.01)
+    return False, "handshake did not complete within 30 s"
+
+
+def _plain_endpoints(eps, batch: int):
+    """The baseline's destinations for a batch: the peers in turn."""
+    from vpncrypt._native import ffi
+
+    plain_ep = ffi.new("vc_endpoint[]", batch)
+    for i in range(batch):
+        plain_ep[i] = eps[i % len(eps)][0]
+    return plain_ep
+
+
+async def _send(cfg, source, out, stop, window, peer_sink, write) -> tuple[int, Pacer | None]:
+    """The source's loop: batches out through the first engine (wireguard
+    rows) or straight to the peers (baseline; out: (engines, sockets,
+    endpoints)) until the row's time or packet count is reached (or the
+    parent says stop), paced or windowed as asked.  (packets sent, the
+    pacer)."""
+    from vpncrypt._native import lib
+
+    wireguard = cfg["mode"] == "wireguard"
+    engines, socks, eps = out
+
+    batch = cfg["batch"]
+    limit = cfg["packets"]
+    # the source's clock: time.monotonic, not loop.time(): uvloop's clock
+    # counts whole milliseconds, and pacing 100-200 us batches by it sends
+    # them in bursts of up to 1 ms of traffic, a queue at the receiver
+    clock = time.monotonic
+    t0 = clock()
+    end = t0 + cfg["duration"] if cfg["duration"] else None
+    next_report = t0 + 0.5
+    rate = cfg["rate"]
+    pacer = Pacer(rate, t0) if rate else None
+    if rate:  # paced: batches of about 200 us of traffic, so pacing adds no bursts
+        batch = max(1, min(batch, int(rate * 0.0002)))
+    udp0 = socks[0]
+    plain_ep = None if wireguard else _plain_endpoints(eps, batch)
+    sent = 0
+    rounds = 0
+    while not stop.is_set():
+        now = clock()
+        if (end is not None and now >= end) or (limit is not None and sent >= limit):
+            break
+        n = batch if limit is None else min(batch, limit - sent)
+        if window is not None and window.room(sent, peer_sink.received, now) < n:
+            # the peer is behind: let this loop serve its own socket, then
+            # give the core up for a moment (the peer may be waiting for it)
+            await asyncio.sleep(0)
+            if window.room(sent, peer_sink.received, clock()) < n:
+                time.sleep(WINDOW_WAIT_S)
+            continue
+        if pacer is not None:
+            wait = pacer.wait(sent, now)
+            if wait > 0.002:
+                await asyncio.sleep(wait - 0.001)  # the loop's timers are coarse (1 ms)
+                continue  # then the rest finely
+            if wait > 0:
+                time.sleep(wait)  # fine pacing: nothing else waits on this loop
+        source.fill(n, lib.vc_monotonic_ns())
+        if wireguard:
+            engines[0].send_inner(source.slab, source.view, source.off, source.len, n)
+        else:
+            udp0.send(source.slab, source.off, source.len, plain_ep, n)
+        sent += n
+        rounds += 1
+        if rounds % 4 == 0:
+            await asyncio.sleep(0)
+        if now >= next_report:
+            write({"progress": {"sent": sent, "elapsed": now - t0}})
+            next_report = now + 0.5
+    return sent, pacer
+
+
+def _drops_and_stop(engines, socks) -> dict:
+    """Every drop the devices, the engines and the sockets counted; the
+    engines stopped."""
+    drops: dict = {}
+    for eng in engines:
+        for k, v in eng.device.drops().items():
+            drops[k] = drops.get(k, 0) + v
+        for k, v in eng.counters.as_dict().items():
+            if k.endswith("dropped") and v:
+                drops[k] = drops.get(k, 0) + v
+        eng.stop()
+    rx_overflow = sum(socket_drops(s.sock) for s in socks)
+    if rx_overflow:
+        drops["socket_receive_buffer"] = rx_overflow
+    return drops
+
+
+def _served_kernels(cfg, engines) -> list | None:
+    """The kernels the native rows' data path last served with."""
+    if cfg["mode"] != "wireguard" or cfg["crypto"] != "native":
+        return None
+    from vpncrypt.crypto import last_kernels
+
+    kernels = list(last_kernels())  # this thread's last seal or open (threads=1)
+    for eng in engines:
+        kernels = list(getattr(eng, "last_kernels", None) or kernels)
+    return kernels
+
+
+class _Samples:
+    """The worker's memory, descriptors and tasks, every 0.25 s."""
+
+    def __init__(self):
+        self.rss, self.fds, self.tasks = [], [], []
+
+    async def run(self):
+        while True:
+            self.rss.append(_rss_kb())
+            self.fds.append(len(os.listdir("/proc/self/fd")))
+            self.tasks.append(len(asyncio.all_tasks()))
+            await asyncio.sleep(0.25)
+
+    def report(self) -> dict:
+        def gauge(samples):
+            return {
+                "after_warmup": _after_warmup(samples),
+                "max": max(samples, default=None),
+                "last": samples[-1] if samples else None,
+            }
+
+        return {
+            "rss_growth": _growth(self.rss),
+            "rss_after_warmup_kb": _after_warmup(self.rss),
+            "fds": gauge(self.fds),
+            "tasks": gauge(self.tasks),
+        }
+
+
+class _Pipe:
+    """The worker's side of the parent's pipes: a JSON object a line."""
+
+    def __init__(self, loop, inp, outp):
+        self.lines: asyncio.Queue = asyncio.Queue()
+        self.outp = outp
+        loop.add_reader(inp.fileno(), lambda: self.lines.put_nowait(inp.readline()))
+
+    async def read(self):
+        line = await self.lines.get()
         if not line:
             raise SystemExit(0)
         return json.loads(line)
 
-    def write(obj):
-        outp.write(json.dumps(obj) + "\n")
-        outp.flush()
+    def write(self, obj):
+        self.outp.write(json.dumps(obj) + "\n")
+        self.outp.flush()
 
+
+async def _worker_main(cfg, inp, outp):
+    loop = asyncio.get_running_loop()
+    pipe = _Pipe(loop, inp, outp)
+    read, write = pipe.read, pipe.write
     wireguard = cfg["mode"] == "wireguard"
     stream = 1 if cfg["name"] == "A" else 2
     counts = SharedCounts(cfg["counts_fd"]) if cfg.get("counts_fd") is not None else None
     sink = _Sink([2 if stream == 1 else 1], counts.sink(cfg["name"]) if counts else None)
     peer_sink = counts.sink(counts.peer(cfg["name"])) if counts else None
-    socks, engines, devices = [], [], []
-    for dcfg in cfg["devices"]:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        force_buffers(s, 16 << 20)
-        s.bind(("127.0.0.1", 0))
-        socks.append(UdpBatchSocket(s, batch=cfg["batch"], mtu=2048))
+    socks = _open_sockets(cfg)
     write({"ports": [s.sock.getsockname()[1] for s in socks]})
     peer_ports = (await read())["peer_ports"]
 
     src = cfg["devices"][0]["address"]
+    devices, engines, eps = [], [], []
     if wireguard:
-        backend = "pynacl" if cfg["crypto"] == "pynacl" else "native"
-        for i, (dcfg, udp) in enumerate(zip(cfg["devices"], socks)):
-            timers = ProtocolConfig(**cfg["timers"]) if cfg.get("timers") else None
-            dev = Device(
-                keys.decode(dcfg["private_key"]),
-                backend=backend,
-                protocol_config=timers,
-                mtu=max(cfg["sizes"]) + HEADER,
-            )
-            for j, pcfg in enumerate(dcfg["peers"]):
-                port = peer_ports[j] if len(dcfg["peers"]) > 1 else peer_ports[0]
-                dev.add_peer(
-                    keys.decode(pcfg["public_key"]),
-                    allowed_ips=pcfg["allowed_ips"],
-                    endpoint=("127.0.0.1", port),
-                )
-            eng = Engine(
-                dev,
-                udp,
-                sink,
-                loop=loop,
-                max_packet=max(cfg["sizes"]) + HEADER,
-                threads=cfg.get("threads", 1),
-            )
-            eng.start()
-            devices.append(dev)
-            engines.append(eng)
+        devices, engines = _start_planes(cfg, socks, peer_ports, sink, loop)
     else:
-        from vpncrypt.dataplane.io import endpoint_from_addr
-
-        eps = [endpoint_from_addr(("127.0.0.1", p)) for p in peer_ports]
-
-        def on_plain(udp):
-            while True:
-                n, view, off, lens, ep = udp.recv()
-                if n == 0:
-                    return
-                sink.write(udp.slab, off, lens, n)
-
-        for udp in socks:
-            loop.add_reader(udp.fd, on_plain, udp)
+        eps = _start_plain(socks, peer_ports, sink, loop)
 
     dsts = [p["allowed_ips"][0].split("/")[0] for p in cfg["devices"][0]["peers"]]
     source = _Source(cfg["sizes"], cfg["batch"], src, dsts, stream) if cfg["send"] else None
 
-    # The handshake: one packet to each peer, then wait for the sessions.
     ready, error = True, None
     if wireguard:
-        if cfg["name"] == "A":  # one side starts, so the handshakes never cross
-            from vpncrypt._native import lib
-
-            probe = _Source([64], len(dsts), src, dsts, 99)
-            probe.fill(len(dsts), lib.vc_monotonic_ns())
-            engines[0].send_inner(probe.slab, probe.view, probe.off, probe.len, len(dsts))
-        # a lost first initiation is sent again after REKEY_TIMEOUT (5 s), and
-        # a machine under load may need more than one more: room for several
-        deadline = loop.time() + 30
-        while loop.time() < deadline:
-            if all(d.has_session(p) for d in devices for p in d.peers.values()):
-                break
-            await asyncio.sleep(0.01)
-        else:
-            ready, error = False, "handshake did not complete within 30 s"
+        ready, error = await _handshake(cfg["name"], devices, engines, src, dsts, loop)
     write({"ready": ready, "error": error})
     await read()  # arm
     sink.armed = True
@@ -976,75 +1134,13 @@ async def _worker_main(cfg, inp, outp):
                 return
 
     ctl = asyncio.create_task(control())
-    rss_samples, fd_samples, task_samples = [], [], []
-
-    async def sample_rss():
-        while True:
-            rss_samples.append(_rss_kb())
-            fd_samples.append(len(os.listdir("/proc/self/fd")))
-            task_samples.append(len(asyncio.all_tasks()))
-            await asyncio.sleep(0.25)
-
-    sampler = asyncio.create_task(sample_rss())
+    samples = _Samples()
+    sampler = asyncio.create_task(samples.run())
     gc_pauses = _GcPauses()
     gc_pauses.start()
     pacer: Pacer | None = None
     if source is not None:
-        from vpncrypt._native import lib
-
-        batch = cfg["batch"]
-        limit = cfg["packets"]
-        # the source's clock: time.monotonic, not loop.time(): uvloop's clock
-        # counts whole milliseconds, and pacing 100-200 us batches by it sends
-        # them in bursts of up to 1 ms of traffic, a queue at the receiver
-        clock = time.monotonic
-        t0 = clock()
-        end = t0 + cfg["duration"] if cfg["duration"] else None
-        next_report = t0 + 0.5
-        rate = cfg["rate"]
-        pacer = Pacer(rate, t0) if rate else None
-        if rate:  # paced: batches of about 200 us of traffic, so pacing adds no bursts
-            batch = max(1, min(batch, int(rate * 0.0002)))
-        udp0 = socks[0]
-        plain_ep = None
-        if not wireguard:
-            from vpncrypt._native import ffi
-
-            plain_ep = ffi.new("vc_endpoint[]", batch)
-            for i in range(batch):
-                plain_ep[i] = eps[i % len(eps)][0]
-        rounds = 0
-        while not stop.is_set():
-            now = clock()
-            if (end is not None and now >= end) or (limit is not None and sent >= limit):
-                break
-            n = batch if limit is None else min(batch, limit - sent)
-            if window is not None and window.room(sent, peer_sink.received, now) < n:
-                # the peer is behind: let this loop serve its own socket, then
-                # give the core up for a moment (the peer may be waiting for it)
-                await asyncio.sleep(0)
-                if window.room(sent, peer_sink.received, clock()) < n:
-                    time.sleep(WINDOW_WAIT_S)
-                continue
-            if pacer is not None:
-                wait = pacer.wait(sent, now)
-                if wait > 0.002:
-                    await asyncio.sleep(wait - 0.001)  # the loop's timers are coarse (1 ms)
-                    continue  # then the rest finely
-                if wait > 0:
-                    time.sleep(wait)  # fine pacing: nothing else waits on this loop
-            source.fill(n, lib.vc_monotonic_ns())
-            if wireguard:
-                engines[0].send_inner(source.slab, source.view, source.off, source.len, n)
-            else:
-                udp0.send(source.slab, source.off, source.len, plain_ep, n)
-            sent += n
-            rounds += 1
-            if rounds % 4 == 0:
-                await asyncio.sleep(0)
-            if now >= next_report:
-                write({"progress": {"sent": sent, "elapsed": now - t0}})
-                next_report = now + 0.5
+        sent, pacer = await _send(cfg, source, (engines, socks, eps), stop, window, peer_sink, pipe.write)
         write({"sent_done": sent})
         # a sender's share of a core: over its sending only (not the drain after)
         share_cpu, share_wall = time.process_time() - cpu0, time.monotonic() - wall0
@@ -1057,25 +1153,7 @@ async def _worker_main(cfg, inp, outp):
     if source is None:
         share_cpu, share_wall = cpu, wall
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    drops = {}
-    for eng in engines:
-        for k, v in eng.device.drops().items():
-            drops[k] = drops.get(k, 0) + v
-        for k, v in eng.counters.as_dict().items():
-            if k.endswith("dropped") and v:
-                drops[k] = drops.get(k, 0) + v
-        eng.stop()
-    rx_overflow = sum(socket_drops(s.sock) for s in socks)
-    if rx_overflow:
-        drops["socket_receive_buffer"] = rx_overflow
-    handshakes = sum(p.counters.handshakes_completed for d in devices for p in d.peers.values())
-    kernels = None
-    if wireguard and cfg["crypto"] == "native":
-        from vpncrypt.crypto import last_kernels
-
-        kernels = list(last_kernels())  # this thread's last seal or open (threads=1)
-        for eng in engines:
-            kernels = list(getattr(eng, "last_kernels", None) or kernels)
+    drops = _drops_and_stop(engines, socks)
     write(
         {
             "sent": sent,
@@ -1096,20 +1174,9 @@ async def _worker_main(cfg, inp, outp):
             },
             "drops": drops,
             "rss_kb": _rss_kb(),
-            "handshakes": handshakes,
-            "kernels": kernels,
-            "rss_growth": _growth(rss_samples),
-            "rss_after_warmup_kb": _after_warmup(rss_samples),
-            "fds": {
-                "after_warmup": _after_warmup(fd_samples),
-                "max": max(fd_samples, default=None),
-                "last": fd_samples[-1] if fd_samples else None,
-            },
-            "tasks": {
-                "after_warmup": _after_warmup(task_samples),
-                "max": max(task_samples, default=None),
-                "last": task_samples[-1] if task_samples else None,
-            },
+            "handshakes": sum(p.counters.handshakes_completed for d in devices for p in d.peers.values()),
+            "kernels": _served_kernels(cfg, engines),
+            **samples.report(),
         }
     )
 

@@ -98,10 +98,11 @@ class DataPlane:
         threads: int = 1,
         tun_offloads: bool = True,
         fair_queue: bool = False,
+        backend: str = "native",  # "pynacl": `vpncrypt loopback-bench --crypto pynacl`'s naive row
     ):
         from ..protocol.device import Device
 
-        self.device = Device(private_key, protocol_config=protocol_config, mtu=mtu)
+        self.device = Device(private_key, backend=backend, protocol_config=protocol_config, mtu=mtu)
         self.engine: Any = None  # the Engine, once started
         self.inner: Any = None  # its TunBatch
         self.threads = threads
@@ -134,7 +135,6 @@ class DataPlane:
     def start(self, udp, tun_fd, *, loop, mtu: int, on_fatal) -> None:
         """`udp`: a batch socket, or one per queue (a list); `tun_fd`: the
         TUN's descriptor, or one per queue (a list as long)."""
-        from ..dataplane.engine import Engine
         from ..dataplane.io import OFFLOAD_ALL, TunBatch, offload_names
 
         udps = list(udp) if isinstance(udp, (list, tuple)) else [udp]
@@ -154,15 +154,28 @@ class DataPlane:
         if len(fds) > 1:
             log.info("%d queues: a TUN queue and a UDP socket each", len(fds))
         self.device.set_mtu(mtu)
+        self.start_engine(udps, self._inners, loop=loop, on_fatal=on_fatal)
+
+    def start_engine(
+        self, udps: list, inners: list, *, loop, on_fatal=None, max_packet: int = MAX_PACKET
+    ) -> None:
+        """Start the Engine over these batch sockets and inner sides, a pair
+        per queue: the daemon's TUN queues (start), or `vpncrypt
+        loopback-bench`'s in-memory packet source and sink, which measures
+        the data plane the daemon runs through this one construction (its
+        threads, handshake threads, event handling, fair queue).
+        max_packet: the largest packet the inner side carries."""
+        from ..dataplane.engine import Engine
+
         self.engine = Engine(
             self.device,
             udps[0],
-            self._inners[0],
-            max_packet=MAX_PACKET,
+            inners[0],
+            max_packet=max_packet,
             threads=self.threads,
             handshake_threads=handshake_threads(),
             on_events=self.on_events,
-            queues=list(zip(udps[1:], self._inners[1:])),
+            queues=list(zip(udps[1:], inners[1:])),
             loop=loop,
             on_fatal=on_fatal,
             fair_queue=self.fair_queue,
