@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vpncrypt import crypto
-from vpncrypt.bench import crypto as bench
+from vpncrypt.bench import ciphers as bench
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = ROOT / "native" / "bench" / "build.sh"
@@ -207,7 +207,7 @@ def test_plot_writes_png(capsys, tmp_path):
 
 def test_module_entry_point():
     p = subprocess.run(
-        [sys.executable, "-m", "vpncrypt.bench.crypto", "--help"], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "vpncrypt.bench.ciphers", "--help"], capture_output=True, text=True, cwd=ROOT
     )
     assert p.returncode == 0 and "--c-level" in p.stdout
 

@@ -1,4 +1,4 @@
-"""`vpncrypt bench flood` in a tiny form (1 s of iperf3, a 20,000/s flood,
+"""`python3 -m tests.benchlab.handshake_flood` in a tiny form (1 s of iperf3, a 20,000/s flood,
 vpncrypt and Debian 13's wireguard-go): each implementation runs a control
 round and a round per flood kind; the control carries pings and TCP and the
 new peer completes its handshake; the flood was sent (and never above the
@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from tests.bench.requires import root_and_tools
+from tests.benchlab import REPO
 from tests.bench.test_tunnel_bench import RUN_LINE, _assert_nothing_left, _started, current_wireguard_go
 
 RATE = 20000
@@ -48,8 +49,8 @@ def _needs():
 
 
 def _flood(*args):
-    cmd = [sys.executable, "-m", "vpncrypt", "bench", "flood", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    cmd = [sys.executable, "-m", "tests.benchlab.handshake_flood", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
 
 
 def test_tiny_flood_rounds_are_well_formed_and_leave_nothing():

@@ -1,4 +1,4 @@
-"""`vpncrypt bench storm` in a tiny form (60 peers, quiet and busy, vpncrypt
+"""`python3 -m tests.benchlab.reconnect_storm` in a tiny form (60 peers, quiet and busy, vpncrypt
 and Debian 13's wireguard-go; 20 and 45 peers from 3 addresses): every peer
 completes, every response authenticates as the initiator checks it, every
 peer's keepalive sets the victim's latest-handshake, the victim saw one
@@ -16,8 +16,9 @@ import time
 import pytest
 
 from tests.bench.requires import root_and_tools
+from tests.benchlab import REPO
 from tests.bench.test_tunnel_bench import RUN_LINE, _assert_nothing_left, _started, current_wireguard_go
-from vpncrypt.bench.storm import COUNTERS
+from tests.benchlab.reconnect_storm import COUNTERS
 
 # A storm's result: its own fields, and one per counter the storm keeps (the
 # checks below name every counter; a counter the product stops keeping fails them)
@@ -53,8 +54,8 @@ def _needs():
 
 
 def _storm(*args):
-    cmd = [sys.executable, "-m", "vpncrypt", "bench", "storm", "--json", "-v", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "tests.benchlab.reconnect_storm", "--json", "-v", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     return proc, (json.loads(proc.stdout) if proc.stdout.strip() else None)
 
 
@@ -116,7 +117,7 @@ def test_two_sizes_shared_sources_and_bad_arguments():
 
 
 def test_storm_peers_initiations_and_response_check_against_the_responder_code():
-    from vpncrypt.bench import handshakeload as H
+    from tests.benchlab import handshakeload as H
     from vpncrypt.crypto import get_backend
     from vpncrypt.protocol import keys
     from vpncrypt.protocol.cookie import CookieState

@@ -8,7 +8,7 @@ holds, not what the peers already have.
 The slices are counted here, never timed: each server runs with
 slice_seconds=0, so it lets the loop run after every piece of work.  How
 long the loop is held is measured by the benchmark (python3 -m
-vpncrypt.bench.uapi)."""
+tests.benchlab.uapi_load)."""
 
 import asyncio
 import errno

@@ -15,8 +15,8 @@ import sys
 import time
 
 from tests.installed import vpncrypt_command
-from vpncrypt.bench import lab as benchlab
-from vpncrypt.bench.lab import SOCKET_DIR, Proc
+from vpncrypt.bench import nslab
+from vpncrypt.bench.nslab import SOCKET_DIR, Proc
 from vpncrypt.daemon import uapiclient
 from vpncrypt.protocol import keys
 
@@ -200,8 +200,8 @@ class Node:
         return r.returncode == 0
 
 
-class Lab(benchlab.Lab):
-    """vpncrypt.bench.lab's Lab, set up at once, with what the tests add:
+class Lab(nslab.Lab):
+    """vpncrypt.bench.nslab's Lab, set up at once, with what the tests add:
     their nodes, notify sockets, the test tools and `vpncrypt up` with
     READY=1 awaited."""
 

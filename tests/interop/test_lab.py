@@ -1,4 +1,4 @@
-"""The one namespace lab (vpncrypt.bench.lab, which tests/interop/lab.py
+"""The one namespace lab (vpncrypt.bench.nslab, which tests/interop/lab.py
 extends): close() removes everything it made, also a process still running
 in one of its namespaces that it did not start itself, and a second close()
 is harmless."""
@@ -8,7 +8,7 @@ import subprocess
 import time
 
 from tests.interop.lab import Lab
-from vpncrypt.bench import lab as benchlab
+from vpncrypt.bench import nslab
 
 
 def _namespaces():
@@ -26,7 +26,7 @@ def _alive(pid):
 def test_close_ends_a_stray_process_and_removes_namespaces_and_veths():
     lab = Lab()
     try:
-        assert isinstance(lab, benchlab.Lab)
+        assert isinstance(lab, nslab.Lab)
         ns = list(lab.ns.values())
         assert all(n in _namespaces() for n in ns)
         # a process in namespace B that the lab knows nothing about (as a
@@ -55,7 +55,7 @@ def test_a_failing_command_names_itself():
     try:
         try:
             lab.run_in("A", "ip", "link", "show", "nosuchdev0")
-        except benchlab.BenchError as e:
+        except nslab.BenchError as e:
             assert "nosuchdev0" in str(e) and "failed" in str(e)
         else:
             raise AssertionError("a failing command did not raise")

@@ -32,7 +32,7 @@ KINDS = ("cookie", "valid", "nomac", "nomac")  # socket i has kind KINDS[i % 4]
 
 def build_bodies(victim_pub: bytes, n: int):
     """n initiation bodies (the 116 bytes before mac1) from unknown static keys."""
-    from vpncrypt.bench.handshakeload import unknown_initiation_bodies
+    from tests.benchlab.handshakeload import unknown_initiation_bodies
     from vpncrypt.crypto import get_backend
 
     crypto = get_backend("native")

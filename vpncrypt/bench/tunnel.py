@@ -58,7 +58,7 @@ import threading
 import time
 from typing import Any
 
-from vpncrypt.bench.lab import (
+from vpncrypt.bench.nslab import (
     CLK_TCK,
     INNER,
     OUTER,
@@ -693,6 +693,47 @@ def _parse_pairings(text):
     return names
 
 
+def _result(args, names: list, builds: list, lab, pairings: list) -> dict:
+    """The run's record: the machine, the versions, the settings, every
+    pairing and the ratios between the implementations."""
+    return {
+        "command": "vpncrypt bench tunnel " + " ".join(sys.argv[3:]) if len(sys.argv) > 2 else "",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "kernel": os.uname().release,
+        "versions": {
+            "iperf3": version(["iperf3", "--version"]),
+            "wireguard-go": builds[0]["version"] if builds else None,
+            "wireguard-go-builds": [{k: b[k] for k in ("path", "version")} for b in builds],
+            "vpncrypt": __import__("vpncrypt").__version__,
+            "python": sys.version.split()[0],
+        },
+        "settings": {
+            "duration": args.duration,
+            "mtu": args.mtu,
+            "udp_length": UDP_LEN,
+            "pairings": names,
+            "tcp": not args.no_tcp,
+            "udp": not args.no_udp,
+            "check_mib": args.check_mib,
+            "txqueuelen": args.txqueuelen,
+            "wireguard_go_tso": args.wireguard_go_tso,
+            "latency": args.latency,
+            "ping_interval": PING_INTERVAL if args.latency else None,
+            "vpncrypt_tun_qdisc": args.vpncrypt_tun_qdisc,
+        },
+        "run_id": lab.id,
+        "namespaces": list(lab.ns.values()),
+        "veth": list(lab.veth.values()),
+        "pairings": pairings,
+        "ratio_vpncrypt_over_wireguard_go": _ratios(pairings),
+        "latency_ratios_by_wireguard_go": {b["path"]: _latency_ratios(pairings, b["path"]) for b in builds},
+        "ratios_by_wireguard_go": {b["path"]: _ratios(pairings, b["path"]) for b in builds},
+        "ok": all(p["ok"] for p in pairings),
+    }
+
+
 def run(args) -> int:
     prog = "vpncrypt bench tunnel"
     try:
@@ -757,42 +798,7 @@ def run(args) -> int:
     if status is not None:
         return status
 
-    result = {
-        "command": "vpncrypt bench tunnel " + " ".join(sys.argv[3:]) if len(sys.argv) > 2 else "",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "kernel": os.uname().release,
-        "versions": {
-            "iperf3": version(["iperf3", "--version"]),
-            "wireguard-go": builds[0]["version"] if builds else None,
-            "wireguard-go-builds": [{k: b[k] for k in ("path", "version")} for b in builds],
-            "vpncrypt": __import__("vpncrypt").__version__,
-            "python": sys.version.split()[0],
-        },
-        "settings": {
-            "duration": args.duration,
-            "mtu": args.mtu,
-            "udp_length": UDP_LEN,
-            "pairings": names,
-            "tcp": not args.no_tcp,
-            "udp": not args.no_udp,
-            "check_mib": args.check_mib,
-            "txqueuelen": args.txqueuelen,
-            "wireguard_go_tso": args.wireguard_go_tso,
-            "latency": args.latency,
-            "ping_interval": PING_INTERVAL if args.latency else None,
-            "vpncrypt_tun_qdisc": args.vpncrypt_tun_qdisc,
-        },
-        "run_id": lab.id,
-        "namespaces": list(lab.ns.values()),
-        "veth": list(lab.veth.values()),
-        "pairings": pairings,
-        "ratio_vpncrypt_over_wireguard_go": _ratios(pairings),
-        "latency_ratios_by_wireguard_go": {b["path"]: _latency_ratios(pairings, b["path"]) for b in builds},
-        "ratios_by_wireguard_go": {b["path"]: _ratios(pairings, b["path"]) for b in builds},
-        "ok": all(p["ok"] for p in pairings),
-    }
+    result = _result(args, names, builds, lab, pairings)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -1,4 +1,4 @@
-"""vpncrypt bench flood: an established session while a handshake flood hits its daemon.
+"""python3 -m tests.benchlab.handshake_flood: an established session while a handshake flood hits its daemon.
 
 Needs root.  Three network namespaces: A and B joined by a veth, C joined to B
 by its own veth.  In each a WireGuard daemon of the implementation under test
@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 
-from vpncrypt.bench.handshakeload import (
+from tests.benchlab.handshakeload import (
     IP_FREEBIND,
     IPPROTO_IP,
     SO_SNDBUFFORCE,
@@ -63,10 +63,11 @@ from vpncrypt.bench.handshakeload import (
     udp_drops,
     unknown_initiations,
 )
-from vpncrypt.bench.lab import add_run_arguments, logger, measured_round, CLK_TCK, WG_PORT, BenchError, Node
-from vpncrypt.bench.lab import cpu_ticks, preflight, run_in_lab, version, wait_tunnel
+from vpncrypt.bench.nslab import add_run_arguments, logger, measured_round, CLK_TCK, WG_PORT, BenchError, Node
+from vpncrypt.bench.nslab import cpu_ticks, preflight, run_in_lab, version, wait_tunnel
 from vpncrypt.bench.report import cell, print_builds, print_head
 from vpncrypt.bench.tunnel import IPERF_PORT
+from tests.benchlab import bench_main, lab_module
 
 KINDS = ("mac1", "nomac")
 INNER = {"A": "10.77.0.1", "B": "10.77.0.2", "C": "10.77.0.3"}
@@ -308,7 +309,7 @@ def _round(lab, nodes, kind, args, counter, log):
         gen = lab.spawn(
             f"flood-{kind}",
             "A",
-            [sys.executable, "-m", "vpncrypt.bench.flood", "--generate", json.dumps(cfg)],
+            lab_module("tests.benchlab.handshake_flood", "--generate", json.dumps(cfg)),
             stdout=subprocess.PIPE,
         )
         ready, _, _ = select.select([gen.stdout], [], [], 30)
@@ -422,7 +423,7 @@ def run_implementation(lab, impl, index, args, log, wg=None):
 
 
 def run(args) -> int:
-    prog = "vpncrypt bench flood"
+    prog = "tests.benchlab.handshake_flood"
     args.kind_list = [k.strip() for k in args.kinds.split(",") if k.strip()]
     impls = implementations(args.implementations)
     if not args.kind_list or any(k not in KINDS for k in args.kind_list) or not impls:
@@ -486,7 +487,7 @@ def print_table(result):
     s = result["settings"]
     rate = "as fast as one generator goes" if not s["rate"] else f"aiming at {s['rate']:.0f}/s"
     print(
-        f"vpncrypt bench flood: handshake initiations at B from {s['sources']} addresses, "
+        f"handshake_flood: handshake initiations at B from {s['sources']} addresses, "
         f"{rate}; iperf3 {s['duration']:g} s, ping every {s['ping_interval'] * 1000:.0f} ms; "
         f"{result['cpu']} ({result['cores']} cores), kernel {result['kernel']}"
     )
@@ -532,11 +533,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["--generate"]:
         generate(json.loads(argv[1]))
         return 0
-    ap = argparse.ArgumentParser(
-        prog="vpncrypt bench flood", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_arguments(ap)
-    return run(ap.parse_args(argv))
+    return bench_main("tests.benchlab.handshake_flood", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

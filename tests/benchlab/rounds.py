@@ -2,7 +2,7 @@
 call into C (native/wg_rounds.c) and as the same steps composed in Python,
 on loopback UDP and a datagram socketpair standing for the TUN:
 
-    python3 -m vpncrypt.bench.rounds [--rounds 2000] [--sizes 1,16,64] [--length 1400]
+    python3 -m tests.benchlab.rounds [--rounds 2000] [--sizes 1,16,64] [--length 1400]
 
 Only the round itself is timed (process CPU time and wall time per round);
 making the datagrams, writing the TUN side's packets and draining what was
@@ -151,7 +151,9 @@ def send_cost(composed: bool, size: int, length: int, rounds: int) -> tuple[floa
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python3 -m tests.benchlab.rounds", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--sizes", default="1,16,64", help="messages per round")
     ap.add_argument("--length", type=int, default=1400, help="inner packet bytes")

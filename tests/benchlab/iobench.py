@@ -1,6 +1,6 @@
 """Loopback datagram rate of the batch UDP paths vs a plain Python loop.
 
-    python3 -m vpncrypt.bench.iobench [--size 1500] [--count 200000] [--runs 5] [--batch 64]
+    python3 -m tests.benchlab.iobench [--size 1500] [--count 200000] [--runs 5] [--batch 64]
 
 One thread sends a batch to 127.0.0.1 and then receives it (loopback delivers
 during the send), so each figure is the combined send+receive cost per
@@ -78,7 +78,7 @@ def run_native(size, count, batch, gso, gro):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m tests.benchlab.iobench", description=__doc__.split("\n")[0])
     p.add_argument("--size", type=int, default=1500)
     p.add_argument("--count", type=int, default=200000)
     p.add_argument("--runs", type=int, default=5)

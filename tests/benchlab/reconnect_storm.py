@@ -1,10 +1,10 @@
-"""vpncrypt bench storm: a reconnect storm, N peers' handshakes at once.
+"""python3 -m tests.benchlab.reconnect_storm: a reconnect storm, N peers' handshakes at once.
 
 Needs root.  Two network namespaces, A and B, joined by a veth.  In B the
 daemon under test (vpncrypt: `vpncrypt up`; wireguard-go: `wireguard-go -f`),
 configured by `wg setconf` with N peers (--peers N, repeatable; the same key
 for every victim, so that the peers are made once per N).  In A this process
-speaks for all N peers through one UDP socket (vpncrypt.bench.handshakeload):
+speaks for all N peers through one UDP socket (tests.benchlab.handshakeload):
 peer i sends from its own address of an any-IP range (10.200.0.0/16, local in
 A, routed back by B; --sources S shares S addresses round-robin instead).
 
@@ -47,7 +47,7 @@ import select
 import sys
 import time
 
-from vpncrypt.bench.handshakeload import (
+from tests.benchlab.handshakeload import (
     INIT_MAC1_OFFSET,
     MAX_SOURCES,
     UdpBatch,
@@ -66,9 +66,10 @@ from vpncrypt.bench.handshakeload import (
     udp_drops,
     unpack_u32,
 )
-from vpncrypt.bench.lab import add_run_arguments, logger, CLK_TCK, OUTER, WG_PORT, BenchError, Node
-from vpncrypt.bench.lab import cpu_ticks, preflight, run_in_lab
+from vpncrypt.bench.nslab import add_run_arguments, logger, CLK_TCK, OUTER, WG_PORT, BenchError, Node
+from vpncrypt.bench.nslab import cpu_ticks, preflight, run_in_lab
 from vpncrypt.bench.report import cell, print_builds, print_head
+from tests.benchlab import bench_main
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.noise import MAC
 
@@ -357,6 +358,19 @@ def _confirm(lab, node, storm, log):
     return len(seen & want.keys()), len(old)
 
 
+def _endpoint_addresses(lab, node) -> int:
+    """How many addresses the victim's peers have as endpoints (`wg show
+    IFACE endpoints`)."""
+    out = lab.run_in("B", "wg", "show", node.iface, "endpoints", timeout=120).stdout
+    return len(
+        {
+            line.split()[1].rsplit(":", 1)[0]
+            for line in out.splitlines()
+            if len(line.split()) == 2 and line.split()[1] != "(none)"
+        }
+    )
+
+
 def run_storm(lab, impl, index, peers, victim, load, args, log, wg=None):
     from vpncrypt.crypto import get_backend
 
@@ -435,14 +449,7 @@ def run_storm(lab, impl, index, peers, victim, load, args, log, wg=None):
         )
         log(f"{label} {load} {n}: {done} complete in {seconds:.1f} s")
         result["confirmed"], result["expired_unconfirmed"] = _confirm(lab, node, storm, log)
-        out = lab.run_in("B", "wg", "show", node.iface, "endpoints", timeout=120).stdout
-        result["victim_endpoint_addresses"] = len(
-            {
-                line.split()[1].rsplit(":", 1)[0]
-                for line in out.splitlines()
-                if len(line.split()) == 2 and line.split()[1] != "(none)"
-            }
-        )
+        result["victim_endpoint_addresses"] = _endpoint_addresses(lab, node)
         result["ok"] = done == n and result["confirmed"] == n and not storm.c["bad_responses"]
         if not result["ok"]:
             result["error"] = (
@@ -467,7 +474,7 @@ def run_storm(lab, impl, index, peers, victim, load, args, log, wg=None):
 
 
 def run(args) -> int:
-    prog = "vpncrypt bench storm"
+    prog = "tests.benchlab.reconnect_storm"
     sizes = args.peers or [10000]
     loads = ["busy"] if args.busy else [x.strip() for x in args.load.split(",") if x.strip()]
     impls = implementations(args.implementations)
@@ -544,7 +551,7 @@ def print_table(result):
     )
     rate = "all at once" if not s["rate"] else f"{s['rate']:.0f}/s"
     print(
-        f"vpncrypt bench storm: N peers' initiations, {src}, {rate}, retry after "
+        f"reconnect_storm: N peers' initiations, {src}, {rate}, retry after "
         f"{s['retry_timeout']:g} s; {result['cpu']} ({result['cores']} cores), kernel "
         f"{result['kernel']}"
     )
@@ -586,8 +593,4 @@ def print_table(result):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(
-        prog="vpncrypt bench storm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_arguments(ap)
-    raise SystemExit(run(ap.parse_args()))
+    raise SystemExit(bench_main("tests.benchlab.reconnect_storm", __doc__, add_arguments, run))

@@ -1,18 +1,18 @@
-"""python3 -m vpncrypt.bench.metrics: what a Prometheus scrape of a daemon
+"""python3 -m tests.benchlab.scrape_load: what a Prometheus scrape of a daemon
 with many peers costs, and whether it stalls the data plane.
 
 Needs root.  Two network namespaces (A and B) joined by a veth pair
-(vpncrypt.bench.lab's Lab): a vpncrypt in A started with `--metrics
+(vpncrypt.bench.nslab's Lab): a vpncrypt in A started with `--metrics
 127.0.0.1:9586`, a tunnel to a wireguard-go in B, and --peers more peers
 given to A over the UAPI (10,000 by default: a /32 and an endpoint each).
 B sends a numbered UDP datagram through the tunnel every millisecond, and A
-records when each arrives (vpncrypt.bench.uapi's probe).  In A, a scraper
+records when each arrives (tests.benchlab.uapi_load's probe).  In A, a scraper
 GETs /metrics --scrapes times, one after another (text format, then as
 many in OpenMetrics), each after a pause; the probe's longest gap within
 each scrape is compared with its longest gap in idle windows of the same
 length (the control: this machine's own gaps).
 
-    python3 -m vpncrypt.bench.metrics [--peers 10000] [--scrapes 6] [--threads 1] [--json]
+    python3 -m tests.benchlab.scrape_load [--peers 10000] [--scrapes 6] [--threads 1] [--json]
 
 --in-process (no root): a Device with --peers peers in this process, every
 one with a handshake round-trip histogram (the largest scrape: a tunnel
@@ -33,9 +33,9 @@ import statistics
 import sys
 import time
 
-from vpncrypt.bench.lab import BenchError, Lab, Node, guarded, wait_tunnel
-from vpncrypt.bench.uapi import _uapi, longest_gap, read_arrivals, start_probe
-from vpncrypt.selfcmd import python_command
+from vpncrypt.bench.nslab import BenchError, Lab, Node, guarded, wait_tunnel
+from tests.benchlab.uapi_load import _uapi, longest_gap, read_arrivals, start_probe
+from tests.benchlab import lab_python
 
 METRICS = ("127.0.0.1", 9586)
 PAUSE = 1.0  # seconds between scrapes (and the idle windows' length floor)
@@ -116,8 +116,9 @@ def run(args, log) -> dict:
             log(f"{args.scrapes} scrapes")
             r = lab.run_in(
                 "A",
-                *python_command(
-                    f"from vpncrypt.bench.metrics import scrape_loop; scrape_loop({args.scrapes}, {PAUSE})"
+                *lab_python(
+                    "from tests.benchlab.scrape_load import scrape_loop; "
+                    f"scrape_loop({args.scrapes}, {PAUSE})"
                 ),
                 timeout=600,
             )
@@ -250,7 +251,7 @@ def run_in_process(args) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python3 -m vpncrypt.bench.metrics",
+        prog="python3 -m tests.benchlab.scrape_load",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -291,14 +292,14 @@ def main(argv=None) -> int:
         print(f"loop's longest gap without a scrape (as long as {args.scrapes}): {idle} ms")
         return 0
     if os.geteuid() != 0:
-        print("vpncrypt.bench.metrics: needs root (network namespaces)", file=sys.stderr)
+        print("tests.benchlab.scrape_load: needs root (network namespaces)", file=sys.stderr)
         return 1
 
     def log(msg, *_a, **_k):
         if args.verbose:
-            print(f"[bench metrics] {msg}", file=sys.stderr, flush=True)
+            print(f"[scrape_load] {msg}", file=sys.stderr, flush=True)
 
-    status, measured = guarded("vpncrypt.bench.metrics", lambda: run(args, log))
+    status, measured = guarded("tests.benchlab.scrape_load", lambda: run(args, log))
     if status is not None or measured is None:
         return status or 1
     res = measured

@@ -1,4 +1,5 @@
-"""Handshake load for `vpncrypt bench flood` and `vpncrypt bench storm`.
+"""Handshake load for the lab benches tests.benchlab.handshake_flood and
+tests.benchlab.reconnect_storm.
 
 * UdpBatch: sendmmsg/recvmmsg through ctypes on one UDP socket, each message
   with its own source address (an IP_PKTINFO control message), so that one
@@ -16,7 +17,7 @@
   static key, so that a retry costs one AEAD for the new timestamp; its
   keepalive() checks a victim's response the way the initiator does and
   returns the first transport message of the new session).
-* Small lab pieces both benches add to bench.lab's Lab: the any-IP routes, a
+* Small lab pieces both benches add to vpncrypt.bench.nslab's Lab: the any-IP routes, a
   background CPU load (--busy) and the UDP socket's drop count.
 """
 

@@ -4,7 +4,7 @@ NHPoly1305 and Adiantum against OpenSSL's AES-256-XTS (--wide-block, default on)
 
 Running it
     vpncrypt bench crypto [options]               (or python3 -m vpncrypt bench crypto)
-    python3 -m vpncrypt.bench.crypto [options]    (the same, without the CLI)
+    python3 -m vpncrypt.bench.ciphers [options]    (the same, without the CLI)
     native/bench/build.sh /tmp/cbench && /tmp/cbench [--quick] [--json]
                                                   (the C level on its own)
 
@@ -1134,6 +1134,201 @@ def format_wide_block(rows: list[dict]) -> list[str]:
     return out
 
 
+def _c_level_notes(c: dict | None) -> list[str]:
+    """What the C level's run tells the reader beside its figures."""
+    notes = []
+    if c is not None and "error" in c:
+        notes.append("C level: " + c["error"])
+    if c is not None and c.get("build_warnings"):
+        notes += ["C bench built with " + w for w in c["build_warnings"]]
+    if c is not None and c.get("exit_status"):
+        notes.append(
+            f"C level: cbench exited with status {c['exit_status']} "
+            "(3: an implementation gave wrong output; 4: an operation failed)"
+        )
+    return notes
+
+
+def _points(args, nrand: int, step: int) -> tuple[list[int], list[int], list]:
+    """The random lengths, the sweep's sizes, and the points to measure:
+    (group, view, size or None, lengths or None)."""
+    rng = random.Random(args.seed)
+    rand_lens = [rng.randrange(*RANDOM_RANGE) for _ in range(nrand)]
+    sweep_sizes = list(range(SWEEP_START, SWEEP_STOP + 1, step)) if args.sweep else []
+    points: list[tuple[str, str, int | None, list[int] | None]] = []
+    for view in args.views:
+        for s in args.sizes:
+            points.append(("tcrypt", view, s, None))
+        if rand_lens:
+            points.append(("random", view, None, rand_lens))
+        for s in sweep_sizes:
+            points.append(("sweep", view, s, None))
+    if args.batch and "seal" in args.views:
+        points.append(("batch", "seal", BATCH_LEN, None))
+    return rand_lens, sweep_sizes, points
+
+
+def _measure_python(
+    points: list, impls: list, repeat: int, min_time: float, prog, saved: tuple
+) -> list[dict]:
+    """Every point at the Python level, each implementation in turn; the
+    kernels selected before (saved: ChaCha20, Poly1305) selected again after."""
+    from vpncrypt import crypto
+
+    results: list[dict] = []
+    sealed_cache: dict[int, bytes] = {}
+
+    def sealed(n):
+        if n not in sealed_cache:
+            crypto.use_implementation("generic")
+            sealed_cache[n] = crypto.seal(KEY, NONCE, _payload(n))
+        return sealed_cache[n]
+
+    try:
+        for group, view, size, lens in points:
+            if group == "batch":
+                pts = [_payload(BATCH_LEN) for _ in range(BATCH_N)]
+                nonces = [i.to_bytes(4, "little") + NONCE[4:] for i in range(BATCH_N)]
+                entries: list[tuple[Impl, Any, int, float]] = [
+                    (im, im.batch_runner(nonces, pts), 1, BATCH_N * BATCH_LEN) for im in impls
+                ]
+            else:
+                ls: list[int] = lens if lens is not None else [size or 0]  # size is set when lens is not
+                items = [sealed(n) if view == "open" else _payload(n) for n in ls]
+                nbytes = sum(ls) / len(ls)
+                entries = [
+                    (im, im.runner(view, items), len(items), nbytes)
+                    for im in impls
+                    if view not in im.unavailable
+                ]
+            for r in measure_point(entries, repeat, min_time / 2 if group == "sweep" else min_time):
+                r.update(level="python", group=group, view=view, size=size)
+                results.append(r)
+            prog.step(f"{view} {RAND_LABEL if size is None else size} ({group})")
+    finally:
+        crypto.use_implementation(saved[0])
+        crypto.use_poly1305_implementation(saved[1])
+    return results
+
+
+def _report(args, impls: list, min_time: float, lengths: tuple, kernels: tuple) -> dict:
+    """The run's record without its figures (run() adds them): the settings,
+    the platform, the implementations.  lengths: the sweep's sizes and the
+    random lengths; kernels: the ChaCha20 and Poly1305 kernels selected."""
+    sweep_sizes, rand_lens = lengths
+    default_impl = f"vpncrypt:{kernels[0]}"
+    return {
+        "tool": "vpncrypt bench crypto",
+        "level": "python",
+        "config": {
+            "sizes": args.sizes,
+            "sweep": sweep_sizes,
+            "random_lengths": {
+                "range": list(RANDOM_RANGE),
+                "count": len(rand_lens),
+                "seed": args.seed,
+                "mean": round(sum(rand_lens) / len(rand_lens), 2) if rand_lens else None,
+            },
+            "views": list(args.views),
+            "repeat": args.repeat,
+            "min_time": min_time,
+            "quick": bool(args.quick),
+            "batch": {"packets": BATCH_N, "len": BATCH_LEN} if args.batch else None,
+            "c_level": bool(args.c_level),
+        },
+        "platform": {
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "system": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "poly1305": args.poly1305 or kernels[1],
+        "reference": REFERENCE,
+        "implementations": [
+            {
+                "name": i.name,
+                "library": i.library,
+                "version": i.version,
+                "verified": i.verified,
+                "unavailable": i.unavailable,
+                "default": i.name == default_impl,
+            }
+            for i in impls
+        ],
+        "preempted_batches_rerun": PREEMPTED[0],
+    }
+
+
+def _text(report: dict) -> list[str]:
+    """The report as the tables printed without --json."""
+    names = [i["name"] for i in report["implementations"]]
+    vpn = [i["name"] for i in report["implementations"] if i["library"] == "vpncrypt"]
+    default_impl = report["default_impl"]
+    saved_chacha = default_impl.split(":", 1)[1]
+    results, c, oneshot = report["results"], report["c_level"], report["oneshot"]
+    wide, threads, targets = report["wide_block"], report["threads"], report["targets"]
+    repeat, min_time = report["config"]["repeat"], report["config"]["min_time"]
+    views = report["config"]["views"]
+    out = [
+        "vpncrypt bench crypto: ChaCha kernels "
+        f"{', '.join(k.split(':')[1] for k in vpn if ':' in k) or '-'} "
+        f"(default {saved_chacha}), Poly1305 {report['poly1305']}; "
+        f"median of {repeat}, >= {min_time * 1e3:g} ms per batch"
+    ]
+    for i in report["implementations"]:
+        out.append(f"  {i['name']:<20} {i['version']}" + ("" if i["verified"] else "   WRONG OUTPUT"))
+    titles = {"stream": "ChaCha20 stream", "seal": "AEAD seal", "open": "AEAD open"}
+    for view in views:
+        out += format_table(results, "tcrypt", view, names, REFERENCE, f"Python {titles[view]}")
+        out += format_table(
+            results,
+            "random",
+            view,
+            names,
+            REFERENCE,
+            f"Python {titles[view]}, random lengths [{RANDOM_RANGE[0]}, {RANDOM_RANGE[1]})",
+        )
+        out += format_sweep(results, view, names, REFERENCE, f"Python {titles[view]} sweep")
+    out += format_table(
+        results,
+        "batch",
+        "seal",
+        names,
+        REFERENCE,
+        f"Python seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: seal_batch, one call)",
+        "GB/s",
+    )
+    if c and c.get("results"):
+        cn = [i["name"] for i in c["implementations"]]
+        cres = [dict(r, mbps=r["gbps"] * 1e3) for r in c["results"]]
+        for view in views:
+            out += format_table(cres, "tcrypt", view, cn, C_REFERENCE, f"C {titles[view]}", "GB/s")
+        out += format_sweep(cres, "stream", cn, C_REFERENCE, "C ChaCha20 stream sweep", "GB/s")
+        out += format_table(
+            cres,
+            "batch",
+            "batch",
+            cn,
+            C_REFERENCE,
+            f"C seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: one packed call)",
+            "GB/s",
+        )
+    out += format_oneshot(oneshot, default_impl)
+    out += format_wide_block(wide)
+    if threads:
+        out.append("")
+        out.append(
+            f"Data path sealing on N threads at once (session table, {BATCH_N} x 1472 B "
+            f"a call, GIL released), median of 3"
+        )
+        for r in threads:
+            out.append(f"  {r['threads']} thread(s): {r['gbps']:6.2f} GB/s   x{r['scaling']:.2f}")
+    out += format_targets(targets, default_impl)
+    for n in report["notes"]:
+        out.append(f"note: {n}")
+    return out
+
+
 def run(args) -> int:
     """Run the benchmark for parsed args; returns the exit status."""
     plt: Any = load_pyplot("vpncrypt bench crypto") if args.plot else None
@@ -1176,76 +1371,21 @@ def run(args) -> int:
     default_impl = f"vpncrypt:{saved_chacha}"
     progress_on = args.progress or sys.stderr.isatty()
 
-    # the points: (group, view, size or None, items)
-    rng = random.Random(args.seed)
-    rand_lens = [rng.randrange(*RANDOM_RANGE) for _ in range(nrand)]
-    sweep_sizes = list(range(SWEEP_START, SWEEP_STOP + 1, step)) if args.sweep else []
-    points: list[tuple[str, str, int | None, list[int] | None]] = []
-    for view in args.views:
-        for s in sizes:
-            points.append(("tcrypt", view, s, None))
-        if rand_lens:
-            points.append(("random", view, None, rand_lens))
-        for s in sweep_sizes:
-            points.append(("sweep", view, s, None))
-    if args.batch and "seal" in args.views:
-        points.append(("batch", "seal", BATCH_LEN, None))
+    rand_lens, sweep_sizes, points = _points(args, nrand, step)
 
     prog = Progress(len(points), progress_on)
     problems = verify(impls, list(args.views))
     for p in problems:
         prog.note("WARNING: " + p)
 
-    results: list[dict] = []
-    sealed_cache: dict[int, bytes] = {}
-
-    def sealed(n):
-        if n not in sealed_cache:
-            crypto.use_implementation("generic")
-            sealed_cache[n] = crypto.seal(KEY, NONCE, _payload(n))
-        return sealed_cache[n]
-
-    try:
-        for group, view, size, lens in points:
-            if group == "batch":
-                pts = [_payload(BATCH_LEN) for _ in range(BATCH_N)]
-                nonces = [i.to_bytes(4, "little") + NONCE[4:] for i in range(BATCH_N)]
-                entries: list[tuple[Impl, Any, int, float]] = [
-                    (im, im.batch_runner(nonces, pts), 1, BATCH_N * BATCH_LEN) for im in impls
-                ]
-            else:
-                ls: list[int] = lens if lens is not None else [size or 0]  # size is set when lens is not
-                items = [sealed(n) if view == "open" else _payload(n) for n in ls]
-                nbytes = sum(ls) / len(ls)
-                entries = [
-                    (im, im.runner(view, items), len(items), nbytes)
-                    for im in impls
-                    if view not in im.unavailable
-                ]
-            for r in measure_point(entries, args.repeat, min_time / 2 if group == "sweep" else min_time):
-                r.update(level="python", group=group, view=view, size=size)
-                results.append(r)
-            prog.step(f"{view} {RAND_LABEL if size is None else size} ({group})")
-    finally:
-        crypto.use_implementation(saved_chacha)
-        crypto.use_poly1305_implementation(saved_poly)
+    results = _measure_python(points, impls, args.repeat, min_time, prog, (saved_chacha, saved_poly))
 
     for r in results:
         ref = _find(results, r["group"], r["view"], r["size"], REFERENCE)
         r["ratio_vs_ref"] = paired_ratio(r, ref)
 
-    c = None
-    if args.c_level:
-        c = run_c_level(args, names, progress_on, prog.note)
-        if "error" in c:
-            notes.append("C level: " + c["error"])
-        if c.get("build_warnings"):
-            notes += ["C bench built with " + w for w in c["build_warnings"]]
-        if c.get("exit_status"):
-            notes.append(
-                f"C level: cbench exited with status {c['exit_status']} "
-                "(3: an implementation gave wrong output; 4: an operation failed)"
-            )
+    c = run_c_level(args, names, progress_on, prog.note) if args.c_level else None
+    notes += _c_level_notes(c)
 
     try:
         thread_counts = [int(x) for x in _csv(args.threads)] if args.threads else []
@@ -1258,117 +1398,23 @@ def run(args) -> int:
 
     targets = python_targets(results, vpn) + c_targets(c)
     oneshot = oneshot_summary(results, default_impl)
-    report = {
-        "tool": "vpncrypt bench crypto",
-        "level": "python",
-        "config": {
-            "sizes": sizes,
-            "sweep": sweep_sizes,
-            "random_lengths": {
-                "range": list(RANDOM_RANGE),
-                "count": len(rand_lens),
-                "seed": args.seed,
-                "mean": round(sum(rand_lens) / len(rand_lens), 2) if rand_lens else None,
-            },
-            "views": list(args.views),
-            "repeat": args.repeat,
-            "min_time": min_time,
-            "quick": bool(args.quick),
-            "batch": {"packets": BATCH_N, "len": BATCH_LEN} if args.batch else None,
-            "c_level": bool(args.c_level),
-        },
-        "platform": {
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "system": platform.platform(),
-            "cpus": os.cpu_count(),
-        },
-        "default_impl": default_impl,
-        "poly1305": args.poly1305 or saved_poly,
-        "reference": REFERENCE,
-        "implementations": [
-            {
-                "name": i.name,
-                "library": i.library,
-                "version": i.version,
-                "verified": i.verified,
-                "unavailable": i.unavailable,
-                "default": i.name == default_impl,
-            }
-            for i in impls
-        ],
-        "results": results,
-        "c_level": c,
-        "oneshot": oneshot,
-        "threads": threads,
-        "wide_block": wide,
-        "targets": targets,
-        "notes": notes + problems,
-        "preempted_batches_rerun": PREEMPTED[0],
-    }
+    report = _report(args, impls, min_time, (sweep_sizes, rand_lens), (saved_chacha, saved_poly))
+    report.update(
+        default_impl=default_impl,
+        results=results,
+        c_level=c,
+        oneshot=oneshot,
+        threads=threads,
+        wide_block=wide,
+        targets=targets,
+        notes=notes + problems,
+    )
 
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        out = [
-            "vpncrypt bench crypto: ChaCha kernels "
-            f"{', '.join(k.split(':')[1] for k in vpn if ':' in k) or '-'} "
-            f"(default {saved_chacha}), Poly1305 {report['poly1305']}; "
-            f"median of {args.repeat}, >= {min_time * 1e3:g} ms per batch"
-        ]
-        for i in impls:
-            out.append(f"  {i.name:<20} {i.version}" + ("" if i.verified else "   WRONG OUTPUT"))
-        titles = {"stream": "ChaCha20 stream", "seal": "AEAD seal", "open": "AEAD open"}
-        for view in args.views:
-            out += format_table(results, "tcrypt", view, names, REFERENCE, f"Python {titles[view]}")
-            out += format_table(
-                results,
-                "random",
-                view,
-                names,
-                REFERENCE,
-                f"Python {titles[view]}, random lengths [{RANDOM_RANGE[0]}, {RANDOM_RANGE[1]})",
-            )
-            out += format_sweep(results, view, names, REFERENCE, f"Python {titles[view]} sweep")
-        out += format_table(
-            results,
-            "batch",
-            "seal",
-            names,
-            REFERENCE,
-            f"Python seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: seal_batch, one call)",
-            "GB/s",
-        )
-        if c and c.get("results"):
-            cn = [i["name"] for i in c["implementations"]]
-            cres = [dict(r, mbps=r["gbps"] * 1e3) for r in c["results"]]
-            for view in args.views:
-                out += format_table(cres, "tcrypt", view, cn, C_REFERENCE, f"C {titles[view]}", "GB/s")
-            out += format_sweep(cres, "stream", cn, C_REFERENCE, "C ChaCha20 stream sweep", "GB/s")
-            out += format_table(
-                cres,
-                "batch",
-                "batch",
-                cn,
-                C_REFERENCE,
-                f"C seal batch {BATCH_N} x {BATCH_LEN} B (vpncrypt: one packed call)",
-                "GB/s",
-            )
-        out += format_oneshot(oneshot, default_impl)
-        out += format_wide_block(wide)
-        if threads:
-            out.append("")
-            out.append(
-                f"Data path sealing on N threads at once (session table, {BATCH_N} x 1472 B "
-                f"a call, GIL released), median of 3"
-            )
-            for r in threads:
-                out.append(f"  {r['threads']} thread(s): {r['gbps']:6.2f} GB/s   x{r['scaling']:.2f}")
-        out += format_targets(targets, default_impl)
-        for n in notes + problems:
-            out.append(f"note: {n}")
-        print("\n".join(out))
+        print("\n".join(_text(report)))
 
     if args.plot:
         plot(args.plot, report, plt)

@@ -1,4 +1,4 @@
-"""The network-namespace lab of `vpncrypt bench` and of the tests.
+"""The network-namespace lab of `vpncrypt bench tunnel`, the lab benches and the tests.
 
 Two network namespaces A and B joined by a veth pair (OUTER addresses, /24),
 more namespaces on veths of their own (add_namespace), processes started in

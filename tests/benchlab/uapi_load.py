@@ -1,8 +1,8 @@
-"""python3 -m vpncrypt.bench.uapi: what big UAPI requests cost the data
+"""python3 -m tests.benchlab.uapi_load: what big UAPI requests cost the data
 plane, and `wg show IFACE dump` at many peers, vpncrypt against wireguard-go.
 
 Needs root.  Two network namespaces (A and B) joined by a veth pair
-(vpncrypt.bench.lab's Lab).  For each implementation under test in A
+(vpncrypt.bench.nslab's Lab).  For each implementation under test in A
 (vpncrypt, then wireguard-go), a tunnel to a wireguard-go in B carries a
 probe: B sends a numbered UDP datagram through the tunnel every millisecond,
 A records when each arrives.  While the probe runs, A's daemon is sent, over
@@ -23,7 +23,7 @@ setconf`; `wg show IFACE dump` is timed --repeat times on each (min and
 median, seconds; and the daemon's own CPU seconds for one answer, all its
 threads, which a loaded machine distorts less), and the rows are counted.
 
-    python3 -m vpncrypt.bench.uapi --wireguard-go "$(bash tests/tools/fetch-wireguard-go.sh)"
+    python3 -m tests.benchlab.uapi_load --wireguard-go "$(bash tests/tools/fetch-wireguard-go.sh)"
 
 Options: --lines N, --peers N, --rounds N (idle/set/get rounds), --repeat N
 (dumps), --skip-gaps, --skip-dump, --json.  --in-process runs only the set
@@ -47,8 +47,8 @@ import struct
 import sys
 import time
 
-from vpncrypt.bench.lab import CLK_TCK, INNER, BenchError, Lab, Node, cpu_ticks, guarded, wait_tunnel
-from vpncrypt.selfcmd import python_command
+from vpncrypt.bench.nslab import CLK_TCK, INNER, BenchError, Lab, Node, cpu_ticks, guarded, wait_tunnel
+from tests.benchlab import bench_main, lab_python
 
 PROBE_PORT = 5401
 PROBE_INTERVAL = 0.001
@@ -107,7 +107,7 @@ def start_probe(lab, name: str, out: str):
     recv = lab.spawn(
         f"probe-recv-{name}",
         "A",
-        python_command(f"from vpncrypt.bench.uapi import probe_recv; probe_recv({PROBE_PORT}, {out!r})"),
+        lab_python(f"from tests.benchlab.uapi_load import probe_recv; probe_recv({PROBE_PORT}, {out!r})"),
     )
     deadline = time.monotonic() + 10
     while not os.path.exists(out + ".ready"):
@@ -117,8 +117,8 @@ def start_probe(lab, name: str, out: str):
     send = lab.spawn(
         f"probe-send-{name}",
         "B",
-        python_command(
-            f"from vpncrypt.bench.uapi import probe_send; probe_send({INNER['A']!r}, {PROBE_PORT})"
+        lab_python(
+            f"from tests.benchlab.uapi_load import probe_send; probe_send({INNER['A']!r}, {PROBE_PORT})"
         ),
     )
     return recv, send
@@ -403,19 +403,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python3 -m vpncrypt.bench.uapi",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(p)
-    return run(p.parse_args(argv))
+    return bench_main("tests.benchlab.uapi_load", __doc__, add_arguments, run, argv)
 
 
 def run(args) -> int:
     def log(msg, always=False, pid=False):
         if args.verbose or always:
-            print(f"[bench uapi] {msg}", file=sys.stderr, flush=True)
+            print(f"[uapi_load] {msg}", file=sys.stderr, flush=True)
 
     if args.in_process:
         res = run_in_process(args, log)
@@ -429,7 +423,7 @@ def run(args) -> int:
             )
         return 0
     if os.geteuid() != 0:
-        print("vpncrypt.bench.uapi: needs root (network namespaces)", file=sys.stderr)
+        print("tests.benchlab.uapi_load: needs root (network namespaces)", file=sys.stderr)
         return 1
 
     lab = Lab(log)
@@ -454,7 +448,7 @@ def run(args) -> int:
             lab.close()
         return results
 
-    status, _ = guarded("vpncrypt.bench.uapi", measure)
+    status, _ = guarded("tests.benchlab.uapi_load", measure)
     if status is not None:
         return status
     if args.json:
