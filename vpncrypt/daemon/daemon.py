@@ -26,8 +26,8 @@ what startup did and exit 0.
 The interface may be moved to another network namespace and back (`ip link
 set IFACE netns NS`): the UDP socket stays here, and the MTU set there is
 followed (tun.py).  If the interface is deleted, in whichever namespace it
-is (`ip link del`, `wg-quick down`), or the data plane fails, the daemon
-cleans up and exits 1.
+is (`ip link del`, `wg-quick down`), the daemon cleans up and exits 0 (an
+orderly stop, as wireguard-go); if the data plane fails, it exits 1.
 
 A startup failure is one line on stderr (``FILE:LINE: [Section] Key:
 reason`` for config errors) and exit status 1.
@@ -461,8 +461,7 @@ class Daemon:
         if self._stop.is_set():
             return
         if self._tun.gone():
-            log.error("interface %s was deleted; shutting down", self._tun.name)
-            self.stop(1)
+            self._deleted()
             return
         self._check_namespace()
         self.check_mtu()
@@ -501,11 +500,23 @@ class Daemon:
                 )
 
     def _on_fatal(self, exc) -> None:
+        """The data plane stopped on `exc`: an orderly stop if the TUN was
+        deleted (a read on it then fails with EBADFD), else a failure."""
         if self._tun.gone():
-            log.error("interface %s was deleted; shutting down", self._tun.name)
-        else:
-            log.error("data plane failed (%s); shutting down", describe(exc))
+            self._deleted()
+            return
+        log.error("data plane failed (%s); shutting down", describe(exc))
         self.stop(1)
+
+    def _deleted(self) -> None:
+        """The interface was deleted (`ip link del`, `wg-quick down`): what an
+        operator does to stop a tunnel, so one INFO line and exit status 0,
+        as wireguard-go (0.0.20250522 exits 0 and logs no error then).  A
+        unit with Restart=on-failure (systemd/vpncrypt@.service) thus stays
+        stopped; exit 1 would have it start again, making the interface anew."""
+        if not self._stop.is_set():
+            log.info("interface %s was deleted; stopping", self._tun.name)
+        self.stop(0)
 
     def stop(self, code: int = 0, why: str = "") -> None:
         if why:
