@@ -197,3 +197,24 @@ def test_unit_lets_the_full_tunnel_set_src_valid_mark(container):
     c.run("systemctl", "stop", "vpncrypt@vct2")
     assert "vpncrypt-vct2" not in c.run("nft", "list", "tables").stdout
     assert "suppress_prefixlength" not in c.run("ip", "-4", "rule", "show").stdout
+
+
+def test_interface_deleted_stops_the_unit_for_good(container):
+    """`ip link del` (what `wg-quick down` does) is an operator's stop: the
+    unit ends inactive with Result=success and Restart=on-failure does not
+    start it again (it would make the interface anew); the journal holds no
+    line at error priority (journald's PRIORITY 3 or lower)."""
+    c = container
+    _install(c, _visible_dirs())
+    _write(c, "vct3", _conf([keys.pubkey(keys.genkey())], keys.genkey()))
+    c.run("systemctl", "start", "vpncrypt@vct3")
+    c.run("ip", "link", "del", "vct3")
+    _wait("the unit's stop", lambda: c.show("vpncrypt@vct3", "ActiveState")["ActiveState"] == "inactive")
+    time.sleep(4)  # RestartSec=2s: a restart would have come by now
+    s = c.show("vpncrypt@vct3", "ActiveState", "Result", "NRestarts", "ExecMainStatus")
+    assert s == {"ActiveState": "inactive", "Result": "success", "NRestarts": "0", "ExecMainStatus": "0"}, s
+    assert c.run("ip", "link", "show", "vct3", check=False).returncode != 0
+    journal = ("journalctl", "-u", "vpncrypt@vct3", "--no-pager", "-o", "cat")
+    log = c.run(*journal).stdout
+    assert "interface vct3 was deleted; stopping" in log, log
+    assert c.run(*journal, "-p", "err").stdout.strip() == "", log
