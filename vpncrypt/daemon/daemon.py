@@ -59,7 +59,7 @@ from .udpsocket import open_udp_sockets, set_fwmark
 from .uapi import DEFAULT_SOCKET_DIR, UAPIServer, apply_operations, socket_path, start_uapi_server
 
 if TYPE_CHECKING:  # loaded with --metrics only
-    from .metrics import MetricsServer
+    from .metrics import MetricsServer, MetricsSettings
 
 log = logging.getLogger("vpncrypt.daemon")
 
@@ -113,7 +113,7 @@ class Daemon:
         on_ready: Optional[Callable[[], None]] = None,
         threads: int = 1,
         tun_offloads: bool = True,
-        metrics_address: Optional[tuple] = None,
+        metrics_address: Optional[MetricsSettings] = None,
         queues: int = 1,
         queue_fallback: bool = False,
         fair_queue: bool = False,
@@ -123,7 +123,7 @@ class Daemon:
         # without multi_queue gets one (else it is a startup error)
         self.queues = queues
         self.queue_fallback = queue_fallback
-        self.metrics_address = metrics_address  # (host, port), checked; None: no metrics
+        self.metrics_address = metrics_address  # where and how, checked; None: no metrics
         self.metrics: Optional[MetricsServer] = None
         self.threads = threads
         self.tun_offloads = tun_offloads
@@ -415,7 +415,7 @@ class Daemon:
         )
         self._checkpoint()
         if self.metrics_address is not None:
-            await self._start_metrics(*self.metrics_address)
+            await self._start_metrics(self.metrics_address)
             self._checkpoint()
         self.routes = Routes(
             self._tun.name, iface.table, get_fwmark=lambda: self.fwmark, set_fwmark=self.set_fwmark
@@ -442,15 +442,17 @@ class Daemon:
             log.info("SIGHUP during startup: reloading %s", self.config_path)
             self.reload()
 
-    async def _start_metrics(self, host: str, port: int) -> None:
+    async def _start_metrics(self, settings: MetricsSettings) -> None:
         from .metrics import start_metrics_server
+        from .unixlisten import UnixListenError
 
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            self.metrics = await start_metrics_server(self, host, port)
-        except OSError as e:
+            self.metrics = await start_metrics_server(self, settings)
+        except UnixListenError as e:  # its words name the path
+            raise StartupError(f"--metrics {settings.address}: cannot listen: {e.strerror}") from None
+        except OSError as e:  # (asyncio's text repeats the address and the errno)
             why = os.strerror(e.errno) if e.errno else describe(e)
-            raise StartupError(f"--metrics {where}: cannot listen: {why}") from None
+            raise StartupError(f"--metrics {settings.address}: cannot listen: {why}") from None
 
     # ------------------------------------------------------------ running
 
