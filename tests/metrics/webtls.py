@@ -8,7 +8,7 @@ import os
 import bcrypt
 
 
-def _certificates(folder):
+def certificates(folder):
     """A CA, and a server certificate for 127.0.0.1 signed by it: (ca file,
     cert file, key file), PEM."""
     import ipaddress
@@ -74,7 +74,7 @@ def web_config(lab, name="web.yml", *, tls=True, users=True, mode=0o600, extra="
     "scraper" with PASSWORD), and the CA file that checks its certificate."""
     folder = os.path.join(lab.tmp, "web")
     os.makedirs(folder, exist_ok=True)
-    ca, cert, key = _certificates(folder)
+    ca, cert, key = certificates(folder)
     text = ""
     if tls:
         text += f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
