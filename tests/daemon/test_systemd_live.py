@@ -218,3 +218,30 @@ def test_interface_deleted_stops_the_unit_for_good(container):
     log = c.run(*journal).stdout
     assert "interface vct3 was deleted; stopping" in log, log
     assert c.run(*journal, "-p", "err").stdout.strip() == "", log
+
+
+def test_metrics_drop_in_serves_the_group_only(container):
+    """systemd/vpncrypt-metrics.conf.example as shipped (form 1: a UNIX
+    socket for the group prometheus) under the hardened unit: the socket is
+    0660 root:prometheus in /run/vpncrypt, a member of the group scrapes
+    it, another local user cannot, and it goes with the stop."""
+    c = container
+    _install(c, _visible_dirs())
+    c.run("groupadd", "--system", "prometheus")
+    drop_in = open(os.path.join(REPO, "systemd", "vpncrypt-metrics.conf.example")).read()
+    c.run("mkdir", "-p", "/etc/systemd/system/vpncrypt@vct4.service.d")
+    c.run("tee", "/etc/systemd/system/vpncrypt@vct4.service.d/metrics.conf", input=drop_in)
+    c.run("systemctl", "daemon-reload")
+    _write(c, "vct4", _conf([keys.pubkey(keys.genkey())], keys.genkey()))
+    c.run("systemctl", "start", "vpncrypt@vct4")
+    sock = "/run/vpncrypt/vct4-metrics.sock"
+    assert c.run("stat", "-c", "%a %U %G %F", sock).stdout.split() == ["660", "root", "prometheus", "socket"]
+    assert c.run("stat", "-c", "%a", "/run/vpncrypt").stdout.strip() == "755"
+    client = os.path.join(REPO, "tests", "metrics", "scrape_client.py")
+    scrape = ("/usr/bin/python3", client, f"unix:{sock}")
+    member = c.run("setpriv", "--reuid=nobody", "--regid=prometheus", "--clear-groups", *scrape, check=False)
+    assert member.stdout.startswith("status: 200\n") and "vpncrypt_peers" in member.stdout, member
+    other = c.run("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *scrape, check=False)
+    assert other.stdout.startswith("error: PermissionError"), other
+    c.run("systemctl", "stop", "vpncrypt@vct4")
+    assert c.run("test", "-e", sock, check=False).returncode != 0
