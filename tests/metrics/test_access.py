@@ -46,7 +46,7 @@ def lab():
 class Daemon:
     """vpncrypt up in namespace A with one peer (an Endpoint in the file) and `args`."""
 
-    def __init__(self, lab, *args, wait_ready=True, log_level="info"):
+    def __init__(self, lab, *args, wait_ready=True, log_level="info", prefix=()):
         self.lab = lab
         self.node = lab.node("A", "vpncrypt")
         self.peer_public = keys.pubkey(keys.genkey())
@@ -55,7 +55,13 @@ class Daemon:
         )
         path = self.node.write_conf(text)
         self.proc = lab.spawn_vpncrypt(
-            "A", self.node.iface, path, extra_args=args, wait_ready=wait_ready, log_level=log_level
+            "A",
+            self.node.iface,
+            path,
+            extra_args=args,
+            wait_ready=wait_ready,
+            log_level=log_level,
+            prefix=prefix,
         )
 
     def exit_code(self, timeout=30):
@@ -98,11 +104,14 @@ def test_unix_socket_default_mode_refuses_other_users(lab):
 
 
 def test_unix_socket_group_lets_its_members_in(lab):
-    path = _socket_path(lab, "group")
-    d = Daemon(lab, "--metrics", f"unix:{path}", "--metrics-socket-group", "nogroup")
+    # under the unit's UMask=0077: the folder made and the socket get their modes all the same
+    path = os.path.join(lab.top, "run077", "group.sock")
+    umask = ("sh", "-c", 'umask 077 && exec "$@"', "sh")
+    d = Daemon(lab, "--metrics", f"unix:{path}", "--metrics-socket-group", "nogroup", prefix=umask)
     try:
         st = os.lstat(path)
         assert oct(st.st_mode & 0o777) == oct(0o660) and st.st_gid == 65534
+        assert oct(os.stat(os.path.dirname(path)).st_mode & 0o777) == oct(0o755)
         status, body = scrape(lab, f"unix:{path}", user=AS_NOBODY)  # nobody, group nogroup
         assert status == 200 and "vpncrypt_peers" in body, body
         status, err = scrape(lab, f"unix:{path}", user=AS_NOBODY_OTHER_GROUP)

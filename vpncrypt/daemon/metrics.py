@@ -108,7 +108,8 @@ def parse_address(text: str, allow_remote: bool = False) -> tuple:
     if not addr.is_loopback and not allow_remote:
         raise MetricsAddressError(
             f"--metrics {text}: {host} is not a loopback address; the metrics name every peer "
-            "and endpoint, so serving them to other hosts needs --metrics-allow-remote"
+            "(and with --metrics-endpoints their addresses), so serving them to other hosts needs "
+            "--metrics-allow-remote"
         )
     return str(addr), int(port)
 
@@ -598,7 +599,10 @@ class MetricsServer:
             self.port = self._server.sockets[0].getsockname()[1]
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vpncrypt-metrics")
         what = [w for w, on in (("TLS", tls), ("basic auth", s.web and s.web.users)) if on]
-        where = f"unix:{s.unix_path} (mode {s.socket_mode:04o})" if s.unix_path else f"http://{self.address}"
+        scheme = "https" if tls else "http"
+        where = (
+            f"unix:{s.unix_path} (mode {s.socket_mode:04o})" if s.unix_path else f"{scheme}://{self.address}"
+        )
         log.info(
             "metrics on %s/metrics%s%s",
             where,

@@ -51,7 +51,10 @@ def bind_unix_listener(path: str, mode: int, gid: Optional[int], backlog: int = 
     """(the listening socket, (st_dev, st_ino) of its file at `path`)."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
+        made = not os.path.lexists(directory)
         ensure_private_dir(directory, 0o755)
+        if made:  # (makedirs' mode goes through the umask: the unit's 0077 would make it 0700)
+            os.chmod(directory, 0o755)
     except PermissionError as e:
         raise UnixListenError(errno.EPERM, str(e)) from None
     _check_stale(path)
