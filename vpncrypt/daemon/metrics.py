@@ -309,7 +309,7 @@ _PEER_METRICS: tuple[tuple[str, str, str, str, Callable[[Any], Any]], ...] = (
     (
         "gauge",
         "vpncrypt_peer_info",
-        "The peer's endpoint and allowed IPs (comma-separated); always 1.",
+        "The peer's endpoint (empty unless --metrics-endpoints) and allowed IPs (comma-separated); always 1.",
         "info",
         lambda r: 1,
     ),
