@@ -6,8 +6,10 @@ import os
 import stat
 
 
-def secret_file_problem(path: str, st: os.stat_result | None = None) -> str | None:
-    """Why ``path`` (holding a private key) is unsafe, or None if it is fine.
+def secret_file_problem(
+    path: str, st: os.stat_result | None = None, what: str = "a private key"
+) -> str | None:
+    """Why ``path`` (holding `what`, a secret) is unsafe, or None if it is fine.
 
     Unsafe: readable/writable/executable by group or others (mode & 0o077), or
     owned by a user other than root or the daemon's own user.
@@ -17,11 +19,11 @@ def secret_file_problem(path: str, st: os.stat_result | None = None) -> str | No
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         return (
-            f"{path}: holds a private key but is accessible by group or others "
+            f"{path}: holds {what} but is accessible by group or others "
             f"(mode {mode:04o}); fix it with `chmod 600 {path}`"
         )
     if st.st_uid not in (0, os.geteuid()):
-        return f"{path}: holds a private key but is owned by uid {st.st_uid}; fix it with `chown root {path}`"
+        return f"{path}: holds {what} but is owned by uid {st.st_uid}; fix it with `chown root {path}`"
     return None
 
 

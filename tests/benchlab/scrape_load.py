@@ -94,7 +94,13 @@ def run(args, log) -> dict:
             "A",
             "vpncrypt",
             0,
-            vc_args=("--metrics", f"{METRICS[0]}:{METRICS[1]}", "--threads", str(args.threads)),
+            vc_args=(
+                "--metrics",
+                f"{METRICS[0]}:{METRICS[1]}",
+                "--metrics-endpoints",  # the largest scrape, as before endpoints were opt-in
+                "--threads",
+                str(args.threads),
+            ),
         )
         b = Node(lab, "B", "wireguard-go", 0, wg_path=args.wireguard_go)
         a.start()
@@ -222,7 +228,7 @@ def run_in_process(args) -> dict:
                 await asyncio.sleep(0.01)
                 t0 = time.perf_counter()
                 with _cyclic_gc_paused(True), _short_switch_interval(True):
-                    box = [await read_state(host)]
+                    box = [await read_state(host, endpoints=True)]  # the largest scrape
                     body, _ = await loop.run_in_executor(worker, render_and_free, box, accept)
                 took = time.perf_counter() - t0
                 done.set()

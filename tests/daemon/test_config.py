@@ -1,6 +1,7 @@
 import base64
 import ipaddress
 import os
+import re
 import shutil
 import textwrap
 
@@ -22,6 +23,8 @@ from vpncrypt.config import (
     syncconf_operations,
 )
 from vpncrypt.config.keytypes import ZERO_KEY
+from vpncrypt.protocol import keys
+from tests.example_configs import KeyRing, example_text, filled_example
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K = [bytes([i + 1]) * 32 for i in range(6)]
@@ -263,13 +266,89 @@ def test_load_errors(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["wg0.conf.example", "client.conf.example"])
-def test_example_configs_parse(tmp_path, name):
+def test_example_configs_parse_once_filled(tmp_path, name):
     dst = tmp_path / name
-    shutil.copy(os.path.join(REPO, "config", name), dst)
+    dst.write_text(filled_example(name))
     os.chmod(dst, 0o600)
     cfg = load_config(str(dst))
     assert cfg.interface.private_key is not None and cfg.peers and not cfg.warnings
     assert all(p.allowed_ips for p in cfg.peers)
+
+
+def test_example_configs_pair_up():
+    # filled from one key ring, the two examples are the two ends of one tunnel
+    ring = KeyRing()
+    server = parse_config(filled_example("wg0.conf.example", ring), "wg0.conf")
+    client = parse_config(filled_example("client.conf.example", ring), "client.conf")
+    (to_server,) = client.peers
+    laptop = server.peers[0]
+    assert to_server.public_key.to_base64() == keys.pubkey(server.interface.private_key.to_base64())
+    assert laptop.public_key.to_base64() == keys.pubkey(client.interface.private_key.to_base64())
+    assert laptop.preshared_key == to_server.preshared_key is not None
+
+
+@pytest.mark.parametrize("name", ["wg0.conf.example", "client.conf.example"])
+def test_example_configs_hold_no_key(tmp_path, name):
+    # copied as they are, they never start a tunnel: the first key line is
+    # refused as a placeholder, FILE:LINE: [Section] Key: reason
+    dst = tmp_path / name
+    shutil.copy(os.path.join(REPO, "config", name), dst)
+    os.chmod(dst, 0o600)
+    lines = example_text(name).splitlines()
+    first = next(i for i, line in enumerate(lines, 1) if line.startswith("PrivateKey"))
+    with pytest.raises(ConfigError) as e:
+        load_config(str(dst))
+    assert str(e.value) == (
+        f"{dst}:{first}: [Interface] PrivateKey: a placeholder, not a key: "
+        "generate one with `umask 077; wg genkey` (its public key: `wg pubkey`)"
+    )
+    # no line of any example holds a key (44 characters of base64, or 64 hex digits)
+    text = example_text(name)
+    assert not re.search(r"[A-Za-z0-9+/]{43}=", text) and not re.search(r"[0-9a-fA-F]{64}", text)
+
+
+@pytest.mark.parametrize(
+    "section, key, advice",
+    [
+        ("Interface", "PrivateKey", "generate one with `umask 077; wg genkey`"),
+        ("Peer", "PublicKey", "put the peer's own public key here"),
+        ("Peer", "PresharedKey", "generate one with `umask 077; wg genpsk`"),
+    ],
+)
+def test_placeholder_refused_for_each_key(section, key, advice):
+    message = _refused(section, key, f"<YOUR {key.upper()} HERE>")
+    assert message.startswith(f"{P}:3: [{section}] {key}: a placeholder, not a key: {advice}")
+    assert "YOUR" not in message
+
+
+def _refused(section: str, key: str, value: str) -> str:
+    """The ConfigError for `key = value` on line 3 of a config, in `section`."""
+    head = {
+        "Interface": "# one\n[Interface]\n",
+        "Peer": f"[Peer]\nPublicKey = {B[1]}\n" if key != "PublicKey" else "[Peer]\n# one\n",
+    }[section]
+    with pytest.raises(ConfigError) as e:
+        parse_config(f"{head}{key} = {value}\n", P)
+    return str(e.value)
+
+
+# The keys config/*.example shipped before they had placeholders (their
+# private halves are in the same files): refused wherever they appear.
+OLD_EXAMPLE_KEYS = [
+    ("Interface", "PrivateKey", "8GIQxST+0XtOtOJknYACVFNJonZVkRsic1xgmkVP4Xg="),
+    ("Interface", "PrivateKey", "aIkfaj9R5mxQ1XR/7Xh17bHAyEOcKQOwSj9Vp6sIYVQ="),
+    ("Peer", "PublicKey", "fIWpvvDgo45FoXWAt9mgnt97fbsp8jNd9fgSMzxMhyk="),
+    ("Peer", "PublicKey", "5VDuuHCuZRhe7sIkW8v/UpB9tPViN7sy2Aee0j7rVQo="),
+    ("Peer", "PublicKey", "0hDEEPENVQCtVcGqND0HGhEGOcsLPkrHkyHLedUhT2Q="),
+    ("Peer", "PresharedKey", "8mvMtmCyt5y220CzggmJXK2LFNQpbQWYbr6aPGsOrM0="),
+]
+
+
+@pytest.mark.parametrize("section, key, value", OLD_EXAMPLE_KEYS)
+def test_keys_the_examples_published_are_refused(section, key, value):
+    message = _refused(section, key, value)
+    assert message.startswith(f"{P}:3: [{section}] {key}: a key from vpncrypt's example configs (published")
+    assert value not in message
 
 
 # ---------------------------------------------------------------- diff (SIGHUP reload)

@@ -197,3 +197,51 @@ def test_unit_lets_the_full_tunnel_set_src_valid_mark(container):
     c.run("systemctl", "stop", "vpncrypt@vct2")
     assert "vpncrypt-vct2" not in c.run("nft", "list", "tables").stdout
     assert "suppress_prefixlength" not in c.run("ip", "-4", "rule", "show").stdout
+
+
+def test_interface_deleted_stops_the_unit_for_good(container):
+    """`ip link del` (what `wg-quick down` does) is an operator's stop: the
+    unit ends inactive with Result=success and Restart=on-failure does not
+    start it again (it would make the interface anew); the journal holds no
+    line at error priority (journald's PRIORITY 3 or lower)."""
+    c = container
+    _install(c, _visible_dirs())
+    _write(c, "vct3", _conf([keys.pubkey(keys.genkey())], keys.genkey()))
+    c.run("systemctl", "start", "vpncrypt@vct3")
+    c.run("ip", "link", "del", "vct3")
+    _wait("the unit's stop", lambda: c.show("vpncrypt@vct3", "ActiveState")["ActiveState"] == "inactive")
+    time.sleep(4)  # RestartSec=2s: a restart would have come by now
+    s = c.show("vpncrypt@vct3", "ActiveState", "Result", "NRestarts", "ExecMainStatus")
+    assert s == {"ActiveState": "inactive", "Result": "success", "NRestarts": "0", "ExecMainStatus": "0"}, s
+    assert c.run("ip", "link", "show", "vct3", check=False).returncode != 0
+    journal = ("journalctl", "-u", "vpncrypt@vct3", "--no-pager", "-o", "cat")
+    log = c.run(*journal).stdout
+    assert "interface vct3 was deleted; stopping" in log, log
+    assert c.run(*journal, "-p", "err").stdout.strip() == "", log
+
+
+def test_metrics_drop_in_serves_the_group_only(container):
+    """systemd/vpncrypt-metrics.conf.example as shipped (form 1: a UNIX
+    socket for the group prometheus) under the hardened unit: the socket is
+    0660 root:prometheus in /run/vpncrypt, a member of the group scrapes
+    it, another local user cannot, and it goes with the stop."""
+    c = container
+    _install(c, _visible_dirs())
+    c.run("groupadd", "--system", "prometheus")
+    drop_in = open(os.path.join(REPO, "systemd", "vpncrypt-metrics.conf.example")).read()
+    c.run("mkdir", "-p", "/etc/systemd/system/vpncrypt@vct4.service.d")
+    c.run("tee", "/etc/systemd/system/vpncrypt@vct4.service.d/metrics.conf", input=drop_in)
+    c.run("systemctl", "daemon-reload")
+    _write(c, "vct4", _conf([keys.pubkey(keys.genkey())], keys.genkey()))
+    c.run("systemctl", "start", "vpncrypt@vct4")
+    sock = "/run/vpncrypt/vct4-metrics.sock"
+    assert c.run("stat", "-c", "%a %U %G %F", sock).stdout.split() == ["660", "root", "prometheus", "socket"]
+    assert c.run("stat", "-c", "%a", "/run/vpncrypt").stdout.strip() == "755"
+    client = os.path.join(REPO, "tests", "metrics", "scrape_client.py")
+    scrape = ("/usr/bin/python3", client, f"unix:{sock}")
+    member = c.run("setpriv", "--reuid=nobody", "--regid=prometheus", "--clear-groups", *scrape, check=False)
+    assert member.stdout.startswith("status: 200\n") and "vpncrypt_peers" in member.stdout, member
+    other = c.run("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *scrape, check=False)
+    assert other.stdout.startswith("error: PermissionError"), other
+    c.run("systemctl", "stop", "vpncrypt@vct4")
+    assert c.run("test", "-e", sock, check=False).returncode != 0

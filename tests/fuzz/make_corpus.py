@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 
+from tests.example_configs import KeyRing, example_text, filled_example
 from tests.fuzz import targets as T
 from tests.unix_server import UnixServer
 from vpncrypt.config.parser import parse_config
@@ -142,6 +143,12 @@ def datagram_seeds() -> dict[str, bytes]:
 K = [hashlib.sha256(b"uapi-key-%d" % i).digest() for i in range(4)]
 
 
+def _seed_keys() -> KeyRing:
+    """The keys the example configs are filled with: the same every run."""
+    counter = iter(range(1 << 30))
+    return KeyRing(rng=lambda n: hashlib.sha256(b"example-key-%d" % next(counter)).digest()[:n])
+
+
 def set_body_from_config(cfg) -> str:
     """What `wg setconf` sends for a config (numeric endpoints only)."""
     out = []
@@ -198,18 +205,22 @@ def capture_wg_requests() -> dict[str, bytes]:
     try:
         with tempfile.TemporaryDirectory() as td:
             conf = os.path.join(td, "c.conf")
-            with open(os.path.join(REPO, "config", "client.conf.example")) as f:
-                text = f.read().replace("vpn.example.com", "192.0.2.50")
+            text = filled_example("client.conf.example", _seed_keys())
+            text = text.replace("vpn.example.com", "192.0.2.50")
             with open(conf, "w") as f:
                 f.write(text)
             os.chmod(conf, 0o600)
+            server_conf = os.path.join(td, "wg0.conf")
+            with open(server_conf, "w") as f:
+                f.write(filled_example("wg0.conf.example", _seed_keys()))
+            os.chmod(server_conf, 0o600)
             keyf = os.path.join(td, "k")
             with open(keyf, "w") as f:
                 f.write(__import__("base64").b64encode(K[2]).decode() + "\n")
             pub = __import__("base64").b64encode(K[3]).decode()
             cmds = {
                 "wg-setconf": [wg, "setconf", iface, conf],
-                "wg-addconf": [wg, "addconf", iface, os.path.join(REPO, "config", "wg0.conf.example")],
+                "wg-addconf": [wg, "addconf", iface, server_conf],
                 "wg-set": [
                     wg,
                     "set",
@@ -269,8 +280,7 @@ def uapi_seeds() -> dict[str, bytes]:
         "set-bad-port": "listen_port=99999\n",
     }
     for name in ("wg0.conf.example", "client.conf.example"):
-        with open(os.path.join(REPO, "config", name)) as f:
-            cfg = parse_config(f.read(), name)
+        cfg = parse_config(filled_example(name, _seed_keys()), name)
         bodies["set-" + name.split(".")[0]] = set_body_from_config(cfg)
     for name, body in bodies.items():
         s["body-" + name] = b"\x01" + body.encode()
@@ -302,8 +312,9 @@ def uapi_seeds() -> dict[str, bytes]:
 def config_seeds() -> dict[str, bytes]:
     s: dict[str, bytes] = {}
     for name in sorted(os.listdir(os.path.join(REPO, "config"))):
-        with open(os.path.join(REPO, "config", name), "rb") as f:
-            s[name.replace(".", "-")] = f.read()
+        if name.endswith(".conf.example"):  # as shipped (placeholders), and filled in
+            s[name.replace(".", "-")] = example_text(name).encode()
+            s[name.replace(".", "-") + "-filled"] = filled_example(name, _seed_keys()).encode()
     import base64
 
     b = [base64.b64encode(k).decode() for k in K]

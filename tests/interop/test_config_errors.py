@@ -112,3 +112,18 @@ def test_interface_held_by_another_daemon(lab):
     finally:
         go.terminate()
         go.wait(10)
+
+
+def test_example_config_copied_as_it_is_does_not_start(lab):
+    # `cp config/wg0.conf.example x.conf` once started a tunnel with keys
+    # anyone could read in the repository; its placeholders are refused now
+    from tests.example_configs import example_text
+
+    a = lab.node("A", "vpncrypt")
+    text = example_text("wg0.conf.example")
+    path, line = _fails(lab, a, text)
+    n = _line_of(text, "PrivateKey")
+    assert line == (
+        f"{path}:{n}: [Interface] PrivateKey: a placeholder, not a key: "
+        "generate one with `umask 077; wg genkey` (its public key: `wg pubkey`)"
+    ), line

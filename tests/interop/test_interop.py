@@ -303,14 +303,24 @@ def _drain(sock, seconds=0.5):
     return out
 
 
-def test_interface_deleted_exits_nonzero(lab):
+def test_interface_deleted_is_an_orderly_stop(lab):
+    # `ip link del` is how an operator (and wg-quick down) stops a userspace
+    # tunnel: wireguard-go exits 0 and logs no error then, and a unit with
+    # Restart=on-failure must not start it again, so exit 0 and no ERROR line.
     a, b = pair(lab, "vpncrypt", "wggo", initiator="A")
     a.ping(b)
     lab.run_in("A", "ip", "link", "delete", a.iface)
     rc = a.proc.popen.wait(10)
-    assert rc != 0
-    assert f"interface {a.iface} was deleted" in a.proc.log()
+    log = a.proc.log()
+    assert rc == 0, log
+    assert f"interface {a.iface} was deleted; stopping" in log
+    assert _error_lines(log) == [], log
     assert not os.path.exists(a.sock)
+
+
+def _error_lines(log: str) -> list:
+    """The log's lines at ERROR or CRITICAL (setup_logging's level column)."""
+    return [line for line in log.splitlines() if " ERROR " in line or " CRITICAL " in line]
 
 
 def test_world_readable_key_file_refused(lab):
@@ -376,6 +386,10 @@ def test_wg_quick_with_vpncrypt_go(lab):
             time.sleep(0.1)
         assert not _alive(pid) and not os.path.exists(a.sock), open(log).read()
         assert not lab.link_exists("A", a.iface)
+        # wg-quick down deletes the interface: an orderly stop, logged at INFO
+        text = open(log).read()
+        assert f"interface {a.iface} was deleted; stopping" in text, text
+        assert _error_lines(text) == [], text
     finally:
         # the forked daemon is ours: stop it by its pid if the test failed
         r = subprocess.run(["pgrep", "-f", f"vpncrypt-go {a.iface}"], capture_output=True, text=True)

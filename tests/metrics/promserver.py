@@ -23,9 +23,10 @@ def need_prometheus():
         )
 
 
-def http_get(lab, side, url, accept=None, check=True):
-    """(content type, body) of a GET made inside the namespace."""
-    cmd = [sys.executable, "-m", "tests.metrics.http_get", url] + ([accept] if accept else [])
+def http_get(lab, side, url, accept=None, check=True, opts=()):
+    """(content type, body) of a GET made inside the namespace; `opts`:
+    http_get's --cafile, --user, --password."""
+    cmd = [sys.executable, "-m", "tests.metrics.http_get", url] + ([accept] if accept else []) + list(opts)
     r = subprocess.run(["ip", "netns", "exec", lab.ns[side], *cmd], capture_output=True, timeout=30, cwd=REPO)
     if not check and r.returncode:
         return None, r.stderr.decode(errors="replace")
@@ -35,7 +36,8 @@ def http_get(lab, side, url, accept=None, check=True):
 
 
 class Prometheus:
-    def __init__(self, lab, side, target, interval="1s"):
+    def __init__(self, lab, side, target, interval="1s", auth=None):
+        """`auth`: (CA file, user, password) to scrape over TLS with basic auth."""
         need_prometheus()
         self.lab, self.side = lab, side
         self.dir = os.path.join(lab.tmp, "prometheus")
@@ -51,6 +53,13 @@ class Prometheus:
                 "    static_configs:\n"
                 f"      - targets: ['{target}']\n"
             )
+            if auth is not None:
+                ca, user, password = auth
+                f.write(
+                    "    scheme: https\n"
+                    f"    tls_config:\n      ca_file: {ca}\n"
+                    f"    basic_auth:\n      username: {user}\n      password: '{password}'\n"
+                )
         log = os.path.join(self.dir, "prometheus.log")
         with open(log, "wb") as out:
             p = subprocess.Popen(

@@ -1,7 +1,8 @@
 """The daemon's metrics scraped by a real Prometheus server (Debian's
 package): a vpncrypt daemon in namespace A carries traffic with a
 wireguard-go peer in namespace B; Prometheus runs in A (the metrics listen on
-A's loopback) and its HTTP API is compared with `wg show IFACE dump`.  Also:
+A's loopback, over TLS with basic auth from an exporter web config, the
+peers' endpoints switched on) and its HTTP API is compared with `wg show IFACE dump`.  Also:
 promtool on a scrape, the OpenMetrics form, no private or preshared key in
 any scrape, `vpncrypt show --json` against both daemons, and the start-up
 errors (a remote address without the flag, a port in use)."""
@@ -18,6 +19,7 @@ import pytest
 from tests.installed import script
 from tests.interop.lab import Lab, need, pair
 from tests.metrics.promserver import Prometheus, http_get
+from tests.metrics.webtls import PASSWORD, web_config
 
 METRICS = "127.0.0.1:9586"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -30,19 +32,27 @@ def tunnel():
     need("wireguard-go")
     lab = Lab()
     try:
-        # the environment form of --metrics (what the unit's drop-in sets)
-        a, b = pair(lab, "vpncrypt", "wggo", initiator="A", psk=True, env_a={"VPNCRYPT_METRICS": METRICS})
+        # the environment form of the --metrics options (what the unit's drop-in
+        # sets): TLS and basic auth from a web config, the peers' endpoints served
+        web, ca = web_config(lab)
+        env = {
+            "VPNCRYPT_METRICS": METRICS,
+            "VPNCRYPT_METRICS_WEB_CONFIG": web,
+            "VPNCRYPT_METRICS_ENDPOINTS": "1",
+        }
+        a, b = pair(lab, "vpncrypt", "wggo", initiator="A", psk=True, env_a=env)
         a.ping(b, count=4)
         # a packet into the interface for no peer: one drop (no_route) to count
         a.run("ping", "-c", "1", "-W", "1", "10.200.0.99", check=False)
-        prom = Prometheus(lab, "A", METRICS)
+        lab.scrape_opts = ("--cafile", ca, "--user", "scraper", "--password", PASSWORD)
+        prom = Prometheus(lab, "A", METRICS, auth=(ca, "scraper", PASSWORD))
         yield lab, a, b, prom
     finally:
         lab.close()
 
 
 def scrape(lab, accept=None):
-    ctype, body = http_get(lab, "A", f"http://{METRICS}/metrics", accept)
+    ctype, body = http_get(lab, "A", f"https://{METRICS}/metrics", accept, opts=lab.scrape_opts)
     return ctype, body.decode()
 
 

@@ -13,6 +13,7 @@ from ..daemon.logsetup import LEVELS, report_failure, setup_logging
 
 if TYPE_CHECKING:  # the daemon and the data plane load when a daemon starts, not for --help
     from ..daemon.daemon import Daemon
+    from ..daemon.metrics import MetricsSettings
     from ..protocol.timers import ProtocolConfig
 
 UP_DESCRIPTION = """\
@@ -59,19 +60,48 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
 def add_metrics_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metrics",
-        metavar="ADDR:PORT",
+        metavar="ADDR:PORT|unix:PATH",
         default=None,
-        help="serve Prometheus/OpenMetrics on http://ADDR:PORT/metrics (default "
-        "$VPNCRYPT_METRICS, else off); a loopback address unless "
-        "--metrics-allow-remote",
+        help="serve Prometheus/OpenMetrics on http://ADDR:PORT/metrics, or on a UNIX socket at "
+        "PATH (default $VPNCRYPT_METRICS, else off); a loopback address unless "
+        "--metrics-allow-remote.  Any local user can read a loopback port: a UNIX socket "
+        "(see --metrics-socket-mode/-group) or --metrics-web-config restricts who may",
     )
     p.add_argument(
         "--metrics-allow-remote",
         action="store_true",
         default=None,
         help="allow a --metrics address other than loopback (the metrics name "
-        "every peer's public key and endpoint); also "
-        "VPNCRYPT_METRICS_ALLOW_REMOTE=1",
+        "every peer's public key); also VPNCRYPT_METRICS_ALLOW_REMOTE=1",
+    )
+    p.add_argument(
+        "--metrics-socket-mode",
+        metavar="MODE",
+        default=None,
+        help="permissions of the unix:PATH socket, in octal (default "
+        "$VPNCRYPT_METRICS_SOCKET_MODE, else 0660 with --metrics-socket-group, else 0600)",
+    )
+    p.add_argument(
+        "--metrics-socket-group",
+        metavar="GROUP",
+        default=None,
+        help="group (name or number) of the unix:PATH socket, e.g. prometheus (default "
+        "$VPNCRYPT_METRICS_SOCKET_GROUP, else the daemon's)",
+    )
+    p.add_argument(
+        "--metrics-web-config",
+        metavar="FILE",
+        default=None,
+        help="TLS and basic authentication for the metrics, from a Prometheus exporter web "
+        "config file (tls_server_config, basic_auth_users with bcrypt hashes, "
+        "http_server_config.headers); default $VPNCRYPT_METRICS_WEB_CONFIG, else none",
+    )
+    p.add_argument(
+        "--metrics-endpoints",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve each peer's endpoint (IP address and port) in vpncrypt_peer_info's "
+        "endpoint label (default $VPNCRYPT_METRICS_ENDPOINTS, else off: the label is empty)",
     )
 
 
@@ -126,19 +156,66 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def metrics_settings(
-    address: Optional[str] = None, allow_remote: Optional[bool] = None
-) -> Optional[tuple[str, int]]:
-    """--metrics / --metrics-allow-remote, else the environment: (host, port)
-    or None (off).  ValueError with one line for the user."""
-    from ..daemon.metrics import parse_address
+    address: Optional[str] = None,
+    allow_remote: Optional[bool] = None,
+    socket_mode: Optional[str] = None,
+    socket_group: Optional[str] = None,
+    web_config: Optional[str] = None,
+    endpoints: Optional[bool] = None,
+) -> Optional[MetricsSettings]:
+    """The --metrics* options, else the environment: where and how the
+    metrics are served, or None (off).  ValueError with one line for the
+    user (the web config file is read and checked here, before the start)."""
+    from ..daemon.metrics import MetricsSettings, parse_address
+    from ..daemon.webconfig import load_web_config
 
-    if address is None:
-        address = os.environ.get("VPNCRYPT_METRICS", "").strip() or None
+    address = address if address is not None else _env("VPNCRYPT_METRICS")
     if allow_remote is None:
         allow_remote = env_switch("VPNCRYPT_METRICS_ALLOW_REMOTE")
+    mode_text = socket_mode if socket_mode is not None else _env("VPNCRYPT_METRICS_SOCKET_MODE")
+    group = socket_group if socket_group is not None else _env("VPNCRYPT_METRICS_SOCKET_GROUP")
+    web_path = web_config if web_config is not None else _env("VPNCRYPT_METRICS_WEB_CONFIG")
+    if endpoints is None:
+        endpoints = env_switch("VPNCRYPT_METRICS_ENDPOINTS")
     if address is None or address.lower() == "off":
         return None
-    return parse_address(address, allow_remote)
+    host, port = parse_address(address, allow_remote)
+    unix = port if host == "unix" else None
+    if unix is None and (mode_text or group):
+        raise ValueError(f"--metrics {address}: --metrics-socket-mode and -group are for a unix:PATH socket")
+    gid = _group_id(group) if group else None
+    mode = _socket_mode(mode_text) if mode_text else (0o660 if gid is not None else 0o600)
+    web = load_web_config(web_path) if web_path else None
+    if unix is not None:
+        return MetricsSettings(unix_path=unix, socket_mode=mode, socket_gid=gid, web=web, endpoints=endpoints)
+    return MetricsSettings(host=host, port=port, web=web, endpoints=endpoints)
+
+
+def _env(name: str) -> Optional[str]:
+    """An environment variable's value, None if unset or blank."""
+    return os.environ.get(name, "").strip() or None
+
+
+def _socket_mode(text: str) -> int:
+    """Octal permission bits (0660, 660, 0o660), nothing beyond 0777."""
+    digits = text[2:] if text.lower().startswith("0o") else text
+    if not (digits and digits.isascii() and all(c in "01234567" for c in digits) and int(digits, 8) <= 0o777):
+        raise ValueError(
+            f"--metrics-socket-mode {text!r}: give permissions in octal, 0000 to 0777 (e.g. 0660)"
+        )
+    return int(digits, 8)
+
+
+def _group_id(group: str) -> int:
+    """A group's number, from its name or as given."""
+    import grp
+
+    if is_decimal(group):
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ValueError(f"--metrics-socket-group {group!r}: no such group") from None
 
 
 def fair_queue_settings(fair_queue: Optional[bool] = None) -> bool:
@@ -221,7 +298,18 @@ def data_plane_settings(
 
 # The command line's data-plane and metrics settings, as build_daemon takes
 # them (None: from the environment, else the default)
-UP_SETTINGS = ("threads", "tun_offloads", "queues", "metrics", "metrics_allow_remote", "fair_queue")
+UP_SETTINGS = (
+    "threads",
+    "tun_offloads",
+    "queues",
+    "metrics",
+    "metrics_allow_remote",
+    "metrics_socket_mode",
+    "metrics_socket_group",
+    "metrics_web_config",
+    "metrics_endpoints",
+    "fair_queue",
+)
 
 
 def build_daemon(
@@ -234,6 +322,10 @@ def build_daemon(
     queues: Optional[int] = None,
     metrics: Optional[str] = None,
     metrics_allow_remote: Optional[bool] = None,
+    metrics_socket_mode: Optional[str] = None,
+    metrics_socket_group: Optional[str] = None,
+    metrics_web_config: Optional[str] = None,
+    metrics_endpoints: Optional[bool] = None,
     protocol_config: Optional[ProtocolConfig] = None,
     fair_queue: Optional[bool] = None,
 ) -> Optional[Daemon]:
@@ -249,7 +341,14 @@ def build_daemon(
         raise_open_files_limit()
         threads_n, offloads = data_plane_settings(threads, tun_offloads)
         queues_n, queue_fallback = queue_settings(queues)
-        metrics_address = metrics_settings(metrics, metrics_allow_remote)
+        metrics_address = metrics_settings(
+            metrics,
+            metrics_allow_remote,
+            metrics_socket_mode,
+            metrics_socket_group,
+            metrics_web_config,
+            metrics_endpoints,
+        )
         fair_queue_on = fair_queue_settings(fair_queue)
     except ValueError as e:
         report_failure(str(e))

@@ -124,3 +124,26 @@ def fingerprint(public_key: bytes | bytearray | memoryview) -> str:
     """A public key as logs name a peer: its first 8 base64 characters and an
     ellipsis, enough to tell peers apart and nothing of any secret."""
     return wgkeys.encode(bytes(public_key))[:8] + "…"
+
+
+# The keys the example configs (config/*.example) carried up to 0.1.0, each
+# pair's private half in the same files: known to anyone, so a config that
+# still holds one (copied before the examples got placeholders) is refused.
+# A public key is among them because its private key is: anyone can pose
+# as that peer.
+_PUBLISHED = frozenset(
+    wgkeys.decode(k)
+    for k in (
+        "8GIQxST+0XtOtOJknYACVFNJonZVkRsic1xgmkVP4Xg=",  # wg0.conf.example: the server's private key
+        "fIWpvvDgo45FoXWAt9mgnt97fbsp8jNd9fgSMzxMhyk=",  # ... its public key
+        "aIkfaj9R5mxQ1XR/7Xh17bHAyEOcKQOwSj9Vp6sIYVQ=",  # client.conf.example: the laptop's private key
+        "5VDuuHCuZRhe7sIkW8v/UpB9tPViN7sy2Aee0j7rVQo=",  # ... its public key
+        "8mvMtmCyt5y220CzggmJXK2LFNQpbQWYbr6aPGsOrM0=",  # both: the laptop's preshared key
+        "0hDEEPENVQCtVcGqND0HGhEGOcsLPkrHkyHLedUhT2Q=",  # wg0.conf.example: the phone's public key
+    )
+)
+
+
+def is_published(key: bytes) -> bool:
+    """Whether `key` is one the example configs once shipped (_PUBLISHED)."""
+    return bytes(key) in _PUBLISHED

@@ -23,7 +23,7 @@ import stat
 from typing import Any, Callable
 
 from ..endpoints import parse_config_endpoint
-from .keytypes import KeyFormatError, PresharedKey, PrivateKey, PublicKey
+from .keytypes import KeyFormatError, PresharedKey, PrivateKey, PublicKey, is_published
 from .model import Config, ConfigError, InterfaceConfig, PeerConfig
 from .prefixes import parse_interface, parse_network
 from .rttables import table_names
@@ -287,15 +287,42 @@ def _parse_list(value: str, parse: Callable[[str], Any], what: str) -> list:
     return out
 
 
+# What to put where an example config has a placeholder or a published key
+_KEY_ADVICE = {
+    "PrivateKey": "generate one with `umask 077; wg genkey` (its public key: `wg pubkey`)",
+    "PublicKey": "put the peer's own public key here (`wg pubkey` prints it from the peer's private key)",
+    "PresharedKey": "generate one with `umask 077; wg genpsk` (the same on both peers), or remove the line",
+}
+
+
+def _is_placeholder(value: str) -> bool:
+    """``<ANYTHING>``, as the example configs mark what the operator fills
+    in (`wg` refuses it as a malformed key; so would vpncrypt, but without
+    saying why)."""
+    return len(value) > 2 and value.startswith("<") and value.endswith(">")
+
+
+def _parse_key(key: str, value: str):
+    if _is_placeholder(value):
+        raise ValueError(f"a placeholder, not a key: {_KEY_ADVICE[key]}")
+    cls = {"PrivateKey": PrivateKey, "PublicKey": PublicKey, "PresharedKey": PresharedKey}[key]
+    try:
+        parsed = cls.from_base64(value)
+    except KeyFormatError as e:
+        # never echo the value: it may be (a mangled) secret
+        tool = {"PrivateKey": "wg genkey", "PublicKey": "wg pubkey", "PresharedKey": "wg genpsk"}[key]
+        raise ValueError(f"{e} (44 characters of base64, as printed by `{tool}`)") from None
+    if is_published(parsed):
+        raise ValueError(
+            "a key from vpncrypt's example configs (published, so anyone holds its secret), "
+            f"not a key of yours: {_KEY_ADVICE[key]}"
+        )
+    return parsed
+
+
 def _parse_value(key: str, value: str):
     if key in ("PrivateKey", "PublicKey", "PresharedKey"):
-        cls = {"PrivateKey": PrivateKey, "PublicKey": PublicKey, "PresharedKey": PresharedKey}[key]
-        try:
-            return cls.from_base64(value)
-        except KeyFormatError as e:
-            # never echo the value: it may be (a mangled) secret
-            tool = {"PrivateKey": "wg genkey", "PublicKey": "wg pubkey", "PresharedKey": "wg genpsk"}[key]
-            raise ValueError(f"{e} (44 characters of base64, as printed by `{tool}`)") from None
+        return _parse_key(key, value)
     if key == "ListenPort":
         try:
             return _parse_int(value, 0, 65535)

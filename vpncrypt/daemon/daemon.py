@@ -26,8 +26,8 @@ what startup did and exit 0.
 The interface may be moved to another network namespace and back (`ip link
 set IFACE netns NS`): the UDP socket stays here, and the MTU set there is
 followed (tun.py).  If the interface is deleted, in whichever namespace it
-is (`ip link del`, `wg-quick down`), or the data plane fails, the daemon
-cleans up and exits 1.
+is (`ip link del`, `wg-quick down`), the daemon cleans up and exits 0 (an
+orderly stop, as wireguard-go); if the data plane fails, it exits 1.
 
 A startup failure is one line on stderr (``FILE:LINE: [Section] Key:
 reason`` for config errors) and exit status 1.
@@ -59,7 +59,7 @@ from .udpsocket import open_udp_sockets, set_fwmark
 from .uapi import DEFAULT_SOCKET_DIR, UAPIServer, apply_operations, socket_path, start_uapi_server
 
 if TYPE_CHECKING:  # loaded with --metrics only
-    from .metrics import MetricsServer
+    from .metrics import MetricsServer, MetricsSettings
 
 log = logging.getLogger("vpncrypt.daemon")
 
@@ -113,7 +113,7 @@ class Daemon:
         on_ready: Optional[Callable[[], None]] = None,
         threads: int = 1,
         tun_offloads: bool = True,
-        metrics_address: Optional[tuple] = None,
+        metrics_address: Optional[MetricsSettings] = None,
         queues: int = 1,
         queue_fallback: bool = False,
         fair_queue: bool = False,
@@ -123,7 +123,7 @@ class Daemon:
         # without multi_queue gets one (else it is a startup error)
         self.queues = queues
         self.queue_fallback = queue_fallback
-        self.metrics_address = metrics_address  # (host, port), checked; None: no metrics
+        self.metrics_address = metrics_address  # where and how, checked; None: no metrics
         self.metrics: Optional[MetricsServer] = None
         self.threads = threads
         self.tun_offloads = tun_offloads
@@ -415,7 +415,7 @@ class Daemon:
         )
         self._checkpoint()
         if self.metrics_address is not None:
-            await self._start_metrics(*self.metrics_address)
+            await self._start_metrics(self.metrics_address)
             self._checkpoint()
         self.routes = Routes(
             self._tun.name, iface.table, get_fwmark=lambda: self.fwmark, set_fwmark=self.set_fwmark
@@ -442,15 +442,17 @@ class Daemon:
             log.info("SIGHUP during startup: reloading %s", self.config_path)
             self.reload()
 
-    async def _start_metrics(self, host: str, port: int) -> None:
+    async def _start_metrics(self, settings: MetricsSettings) -> None:
         from .metrics import start_metrics_server
+        from .unixlisten import UnixListenError
 
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            self.metrics = await start_metrics_server(self, host, port)
-        except OSError as e:
+            self.metrics = await start_metrics_server(self, settings)
+        except UnixListenError as e:  # its words name the path
+            raise StartupError(f"--metrics {settings.address}: cannot listen: {e.strerror}") from None
+        except OSError as e:  # (asyncio's text repeats the address and the errno)
             why = os.strerror(e.errno) if e.errno else describe(e)
-            raise StartupError(f"--metrics {where}: cannot listen: {why}") from None
+            raise StartupError(f"--metrics {settings.address}: cannot listen: {why}") from None
 
     # ------------------------------------------------------------ running
 
@@ -461,8 +463,7 @@ class Daemon:
         if self._stop.is_set():
             return
         if self._tun.gone():
-            log.error("interface %s was deleted; shutting down", self._tun.name)
-            self.stop(1)
+            self._deleted()
             return
         self._check_namespace()
         self.check_mtu()
@@ -501,11 +502,23 @@ class Daemon:
                 )
 
     def _on_fatal(self, exc) -> None:
+        """The data plane stopped on `exc`: an orderly stop if the TUN was
+        deleted (a read on it then fails with EBADFD), else a failure."""
         if self._tun.gone():
-            log.error("interface %s was deleted; shutting down", self._tun.name)
-        else:
-            log.error("data plane failed (%s); shutting down", describe(exc))
+            self._deleted()
+            return
+        log.error("data plane failed (%s); shutting down", describe(exc))
         self.stop(1)
+
+    def _deleted(self) -> None:
+        """The interface was deleted (`ip link del`, `wg-quick down`): what an
+        operator does to stop a tunnel, so one INFO line and exit status 0,
+        as wireguard-go (0.0.20250522 exits 0 and logs no error then).  A
+        unit with Restart=on-failure (systemd/vpncrypt@.service) thus stays
+        stopped; exit 1 would have it start again, making the interface anew."""
+        if not self._stop.is_set():
+            log.info("interface %s was deleted; stopping", self._tun.name)
+        self.stop(0)
 
     def stop(self, code: int = 0, why: str = "") -> None:
         if why:

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the running daemon (`vpncrypt up --metrics ADDR:PORT`).
+"""Prometheus metrics of the running daemon (`vpncrypt up --metrics ADDR:PORT`,
+or `--metrics unix:PATH`).
 
 An HTTP server on the daemon's event loop answers ``GET /metrics`` in the
 Prometheus text format, or in OpenMetrics when the scraper asks for it
@@ -10,7 +11,12 @@ from that copy on a thread of its own.
 
 No key material but public keys is ever served.  Off by default; an
 address other than loopback is refused unless allow_remote is given
-(`--metrics-allow-remote`).
+(`--metrics-allow-remote`).  A TCP port on loopback is open to every local
+user; a UNIX socket (`--metrics unix:PATH`) is open to those its mode and
+group let in (unixlisten.py).  TLS and basic authentication come from an
+exporter web config file (webconfig.py).  The peers' endpoints (their IP
+addresses and ports) are served only with `--metrics-endpoints`: otherwise
+vpncrypt_peer_info's ``endpoint`` label is empty (the names stay the same).
 
 The names: everything under ``vpncrypt_``, plus the three that the common
 WireGuard exporters (prometheus_wireguard_exporter) serve and dashboards
@@ -24,11 +30,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import dataclasses
 import ipaddress
 import logging
+import os
 from typing import Any, Callable, Optional
 
 from ..dataplane.engine import BATCH_SIZE_BOUNDS
+from .webconfig import WebConfig
 
 log = logging.getLogger("vpncrypt.daemon")
 
@@ -43,10 +52,46 @@ class MetricsAddressError(ValueError):
     """--metrics ADDR:PORT that cannot be served (one line for the user)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class MetricsSettings:
+    """Where and how the metrics are served: a TCP (host, port), or a UNIX
+    socket at `unix_path` with `socket_mode` and the group `socket_gid`
+    (None: the daemon's); `web`: TLS and basic auth (webconfig.py);
+    `endpoints`: the peers' endpoints in vpncrypt_peer_info."""
+
+    host: str = ""
+    port: int = 0
+    unix_path: Optional[str] = None
+    socket_mode: int = 0o600
+    socket_gid: Optional[int] = None
+    web: Optional[WebConfig] = None
+    endpoints: bool = False
+
+    @property
+    def address(self) -> str:
+        if self.unix_path is not None:
+            return f"unix:{self.unix_path}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+UNIX_PREFIX = "unix:"
+
+
 def parse_address(text: str, allow_remote: bool = False) -> tuple:
     """``ADDR:PORT`` (``[v6]:PORT``; ``localhost`` is 127.0.0.1) as (host,
-    port).  A non-loopback address needs allow_remote."""
+    port), or ``unix:/ABSOLUTE/PATH`` as ("unix", path).  A non-loopback
+    address needs allow_remote."""
     value = text.strip()
+    if value.startswith(UNIX_PREFIX):
+        path = value[len(UNIX_PREFIX) :]
+        if not path.startswith("/") or "\0" in path or path.endswith("/"):
+            raise MetricsAddressError(
+                f"--metrics {text!r}: a UNIX socket needs an absolute path, e.g. "
+                "unix:/run/vpncrypt/wg0-metrics.sock"
+            )
+        if len(os.fsencode(path)) > 107:  # sun_path: 108 bytes with the NUL
+            raise MetricsAddressError(f"--metrics {text!r}: the path is longer than 107 bytes")
+        return "unix", path
     host, sep, port = value.rpartition(":")
     if not sep or not host:
         raise MetricsAddressError(f"--metrics {text!r}: use ADDR:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}")
@@ -63,7 +108,8 @@ def parse_address(text: str, allow_remote: bool = False) -> tuple:
     if not addr.is_loopback and not allow_remote:
         raise MetricsAddressError(
             f"--metrics {text}: {host} is not a loopback address; the metrics name every peer "
-            "and endpoint, so serving them to other hosts needs --metrics-allow-remote"
+            "(and with --metrics-endpoints their addresses), so serving them to other hosts needs "
+            "--metrics-allow-remote"
         )
     return str(addr), int(port)
 
@@ -76,13 +122,15 @@ def _b64(key: bytes) -> str:
 # what a scrape reads (on the loop), and the families made from it (anywhere)
 
 
-async def read_state(daemon, part: int = PART) -> dict:
+async def read_state(daemon, part: int = PART, endpoints: bool = False) -> dict:
     """The daemon's state for one scrape: plain data, read on the loop, the
-    peers ``part`` at a time with the loop let run between parts."""
+    peers ``part`` at a time with the loop let run between parts.
+    `endpoints`: whether the peers' endpoints are served (else empty)."""
     dp = daemon.dataplane
     from .data_plane import kernels
 
     state = {
+        "endpoints": endpoints,
         "interface": daemon.interface,
         "listen_port": daemon.listen_port,
         "public_key": _b64(dp.device.public_key) if dp.device.public_key else None,
@@ -261,7 +309,7 @@ _PEER_METRICS: tuple[tuple[str, str, str, str, Callable[[Any], Any]], ...] = (
     (
         "gauge",
         "vpncrypt_peer_info",
-        "The peer's endpoint and allowed IPs (comma-separated); always 1.",
+        "The peer's endpoint (empty unless --metrics-endpoints) and allowed IPs (comma-separated); always 1.",
         "info",
         lambda r: 1,
     ),
@@ -341,7 +389,7 @@ def _peer_families(state: dict):
         for r in peers:
             v = [iface, _b64(r.public_key)]
             if labels == "info":
-                v += [r.endpoint or "", ",".join(r.allowed_ips)]
+                v += [_endpoint(state, r), ",".join(r.allowed_ips)]
             elif labels == "compat":
                 v.append(",".join(r.allowed_ips))
             x = value(r)
@@ -351,6 +399,12 @@ def _peer_families(state: dict):
                 family.add_metric(v, x.cumulative(), x.total)
         yield family
         del family
+
+
+def _endpoint(state: dict, row) -> str:
+    """A peer's endpoint label: its address only if the operator asked for
+    them (--metrics-endpoints)."""
+    return (row.endpoint or "") if state.get("endpoints") else ""
 
 
 def _esc(value: str) -> str:
@@ -414,7 +468,7 @@ def _peer_lines(state: dict):
                     )
                 else:
                     add(
-                        f'{sample}{{allowed_ips="{ips[i]}",endpoint="{_esc(r.endpoint or "")}",'
+                        f'{sample}{{allowed_ips="{ips[i]}",endpoint="{_esc(_endpoint(state, r))}",'
                         f'interface="{iface}",public_key="{pk}"}} {num(value(r))}\n'
                     )
                 if len(lines) >= FLUSH:
@@ -505,29 +559,66 @@ def _encoded(encoder, family) -> bytes:
 
 
 class MetricsServer:
-    def __init__(self, daemon, host: str, port: int):
+    def __init__(self, daemon, settings: MetricsSettings):
         self.daemon = daemon
-        self.host, self.port = host, port
+        self.settings = settings
+        self.host, self.port = settings.host, settings.port
         self._server: Optional[asyncio.AbstractServer] = None
         self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._unix: Optional[tuple] = None  # (path, (st_dev, st_ino)) of the socket made
         self._clients = 0
         self._lock = asyncio.Lock()  # one scrape at a time
         self.scrapes = 0
+        web = settings.web
+        self._headers = "".join(f"{k}: {v}\r\n" for k, v in (web.headers if web else ()))
 
     @property
     def address(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return MetricsSettings(host=self.host, port=self.port, unix_path=self.settings.unix_path).address
 
     async def start(self) -> "MetricsServer":
-        self._server = await asyncio.start_server(self._client, self.host, self.port, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
+        s = self.settings
+        tls = s.web.tls if s.web is not None else None
+        if s.unix_path is not None:
+            from .unixlisten import bind_unix_listener
+
+            sock, ident = bind_unix_listener(s.unix_path, s.socket_mode, s.socket_gid)
+            self._unix = (s.unix_path, ident)
+            self._server = await asyncio.start_unix_server(
+                self._client, sock=sock, ssl=tls, ssl_handshake_timeout=REQUEST_TIMEOUT if tls else None
+            )
+        else:
+            self._server = await asyncio.start_server(
+                self._client,
+                self.host,
+                self.port,
+                reuse_address=True,
+                ssl=tls,
+                ssl_handshake_timeout=REQUEST_TIMEOUT if tls else None,
+            )
+            self.port = self._server.sockets[0].getsockname()[1]
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vpncrypt-metrics")
-        log.info("metrics on http://%s/metrics", self.address)
+        what = [w for w, on in (("TLS", tls), ("basic auth", s.web and s.web.users)) if on]
+        scheme = "https" if tls else "http"
+        where = (
+            f"unix:{s.unix_path} (mode {s.socket_mode:04o})" if s.unix_path else f"{scheme}://{self.address}"
+        )
+        log.info(
+            "metrics on %s/metrics%s%s",
+            where,
+            f" with {' and '.join(what)}" if what else "",
+            ", with the peers' endpoints" if s.endpoints else "",
+        )
         return self
 
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._unix is not None:
+            from .unixlisten import remove_unix_listener
+
+            remove_unix_listener(*self._unix)
+            self._unix = None
         if self._worker is not None:
             self._worker.shutdown(wait=False, cancel_futures=True)
             self._worker = None
@@ -558,6 +649,15 @@ class MetricsServer:
             self._clients -= 1
             writer.close()
 
+    async def _authorized(self, headers: dict) -> bool:
+        """basic_auth_users' verdict, bcrypt's tens of milliseconds on a
+        thread of the loop's (the loop serves the tunnel meanwhile)."""
+        web = self.settings.web
+        if web is None or web.users is None:
+            return True
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, web.authorized, headers.get("authorization"))
+
     async def _serve(self, reader, writer) -> None:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
         if len(head) > MAX_HEAD:
@@ -572,6 +672,10 @@ class MetricsServer:
             k, sep, v = line.partition(":")
             if sep:
                 headers[k.strip().lower()] = v.strip()
+        if not await self._authorized(headers):
+            return await self._reply(
+                writer, 401, b"unauthorized\n", extra='WWW-Authenticate: Basic realm="vpncrypt"\r\n'
+            )
         if target != "/metrics":
             return await self._reply(writer, 404, b"not found: the metrics are at /metrics\n")
         if method not in ("GET", "HEAD"):
@@ -584,7 +688,7 @@ class MetricsServer:
         # loop at the short interval the UAPI uses for big requests
         async with self._lock:
             with _cyclic_gc_paused(True), _short_switch_interval(True):
-                box = [await read_state(self.daemon)]
+                box = [await read_state(self.daemon, endpoints=self.settings.endpoints)]
                 worker = self._worker
                 if worker is None:
                     return
@@ -594,8 +698,8 @@ class MetricsServer:
             self.scrapes += 1
         await self._reply(writer, 200, body, ctype, head_only=method == "HEAD")
 
-    @staticmethod
     async def _reply(
+        self,
         writer,
         status: int,
         body: bytes,
@@ -607,6 +711,7 @@ class MetricsServer:
         reason = {
             200: "OK",
             400: "Bad Request",
+            401: "Unauthorized",
             404: "Not Found",
             405: "Method Not Allowed",
             431: "Request Header Fields Too Large",
@@ -614,7 +719,7 @@ class MetricsServer:
         writer.write(
             (
                 f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+                f"Content-Length: {len(body)}\r\n{extra}{self._headers}Connection: close\r\n\r\n"
             ).encode()
         )
         if not head_only:
@@ -622,5 +727,5 @@ class MetricsServer:
         await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT)
 
 
-async def start_metrics_server(daemon, host: str, port: int) -> MetricsServer:
-    return await MetricsServer(daemon, host, port).start()
+async def start_metrics_server(daemon, settings: MetricsSettings) -> MetricsServer:
+    return await MetricsServer(daemon, settings).start()

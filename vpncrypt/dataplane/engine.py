@@ -880,7 +880,13 @@ class Engine:
             pass
 
     def _fatal(self, exc) -> None:
-        log.error("data plane stopped: %s", exc)
+        # With on_fatal the owner decides what it was: the daemon calls a
+        # read's EBADFD on a deleted TUN an orderly stop, other errors a
+        # failure, and says so in one line of its own.
+        if self.on_fatal is None:
+            log.error("data plane stopped: %s", exc)
+        else:
+            log.debug("data plane stopped: %s", exc)
         self.stop()
         if self.on_fatal is not None:
             self.on_fatal(exc)
