@@ -2,6 +2,8 @@
 
 - README.md stays a guide: under 200 lines, and its first code block holds
   the two commands .ci/run runs (the main job and the tests), unchanged;
+  its key step does what it says (`wg`'s output, a warning for a key file
+  others can read);
 - docs/metrics.md's tables name every drop reason the code can count and
   every counter `vpncrypt show --json` prints, and nothing else: the drop
   reasons are taken from the code (the protocol core's, the session table's,
@@ -58,6 +60,36 @@ def test_readme_first_code_block_is_the_ci_commands():
         "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/vpncrypt loopback-bench",
         "tests/run.sh",
     ]
+
+
+def _key_command(command: str, mode: int, tmp_path, stdin: bytes = b"") -> tuple[str, str]:
+    """`vpncrypt COMMAND > FILE` where the shell made FILE with `mode`:
+    (what FILE holds, stderr)."""
+    out = tmp_path / f"{command}.{mode:o}"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    os.fchmod(fd, mode)  # whatever this process's umask is
+    try:
+        r = subprocess.run([script("vpncrypt"), command], stdout=fd, stderr=subprocess.PIPE, input=stdin)
+    finally:
+        os.close(fd)
+    assert r.returncode == 0, r.stderr
+    return out.read_text(), r.stderr.decode()
+
+
+def test_readme_key_step(tmp_path):
+    """Step 2 of the README: `vpncrypt genkey` / `pubkey` print what `wg
+    genkey` / `wg pubkey` print (one base64 line each), and, as wg does, a
+    secret written into a file others can read gets a warning."""
+    private, err = _key_command("genkey", 0o600, tmp_path)
+    assert err == ""
+    assert re.fullmatch(r"[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=\n", private)
+    public, err = _key_command("pubkey", 0o600, tmp_path, stdin=private.encode())
+    wg = subprocess.run(["wg", "pubkey"], input=private, capture_output=True, text=True, check=True)
+    assert public == wg.stdout and err == ""
+    for command in ("genkey", "genpsk"):
+        secret, err = _key_command(command, 0o644, tmp_path)
+        assert len(secret) == 45 and "umask 077" in err, err
+        assert secret not in err
 
 
 # ------------------------------------------------------------------ metrics.md's tables
