@@ -4,23 +4,38 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
+
+
+def _warn_if_others_can_read(command: str) -> None:
+    """As `wg genkey` and `wg genpsk` do: a secret about to go into a
+    regular file that others can read (the shell made it before we ran,
+    under its umask) gets a warning on stderr; the key is still printed."""
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return
+    if stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IRWXO:
+        print(
+            f"vpncrypt {command}: warning: the file the key goes to can be read by others; "
+            "run `umask 077` first, then again",
+            file=sys.stderr,
+        )
 
 
 def cmd_genkey(args: argparse.Namespace) -> int:
     from ..protocol import keys
 
-    old = os.umask(0o077)
-    try:
-        print(keys.genkey())
-    finally:
-        os.umask(old)
+    _warn_if_others_can_read("genkey")
+    print(keys.genkey())
     return 0
 
 
 def cmd_genpsk(args: argparse.Namespace) -> int:
     from ..protocol import keys
 
+    _warn_if_others_can_read("genpsk")
     print(keys.genpsk())
     return 0
 

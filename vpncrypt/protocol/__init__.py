@@ -1,11 +1,20 @@
-"""vpncrypt.protocol: the WireGuard protocol core, sans-I/O.
+"""vpncrypt.protocol: the WireGuard protocol core.
 
 Modules: keys (X25519, wg-compatible base64 keys), noise (HASH/MAC/HMAC/KDF,
-constants, SymmetricState), messages (wire formats), handshake (Noise IKpsk2 +
-WireGuard framing), cookie (mac1/mac2, cookie replies, rate limiter, load),
-timers (constants, ProtocolConfig, the timer table), events (Output and events),
-peer, counters, and the Device (device) with its parts: handshakes, sessions
-(lifecycle in the session table, vpncrypt.transport) and datapath.
+constants, SymmetricState), noise_ik (Noise IKpsk2 and WireGuard's framing),
+messages (wire formats), cookie (the sending side of mac1/mac2, and the
+cookies peers send us; the receiving side, the cookie secret, the per-source
+rate limiter and the load state are the session table's: vpncrypt.transport,
+native/wg_admit.c), timers (constants, ProtocolConfig, the timer table),
+events (Output and events), peer, counters, and the Device (device) with its
+parts: handshakes, handshake_work and responder_native (an initiation
+answered in a compute phase and an apply phase), sessions (lifecycle in the
+session table, vpncrypt.transport) and datapath.
+
+The Device is sans-I/O: it opens no socket and reads no clock (every call
+takes ``now``).  Its data-path object, datapath.BatchPath, is the exception
+by design: the data plane hands it the UDP and TUN descriptors, and each of
+its rounds does their I/O and the table's work in one call into C.
 """
 
 from vpncrypt.protocol.device import Device, Output

@@ -1,8 +1,12 @@
 """What the session table says about each message, and about each peer a
-batch touched: native/vc_wg.h's VC_WG_* statuses, VC_WG_EV_* flags and
-sizes (tests/transport/test_status_header.py parses the header and checks
-every name and value here against it); both backends use them.  The drop
-reasons are one enum for the table's and the protocol core's."""
+batch touched: native/vc_wg.h's VC_WG_* statuses (the Status IntEnum),
+VC_WG_EV_* flags (plain int bits) and sizes (tests/transport/test_status_header.py
+parses the header and checks every name and value here against it); both
+backends use them.  DropReason names the table's drop reasons (DROP_NAMES,
+by status) and those of the protocol core's counters
+(vpncrypt.protocol.counters.DROP_REASONS, plain strings there) that the table
+does not count; the daemon adds its own (socket_overflow, truncated, and the
+fair queue's), which are in neither: docs/metrics.md lists them all."""
 
 from enum import Enum, IntEnum, unique
 
