@@ -63,10 +63,13 @@ class NamespaceRelay(HostileRelay):
 def tc_reorder(lab: Lab, every: int, rate_mbit: int) -> None:
     """A kernel-speed reordering path on the veth (no relay: this kernel has
     no netem): HTB with a class at the veth's speed and a slow one, and a u32
-    filter that sends the data messages whose counter's low bits are 0 (one
-    in `every`, a power of 2) to the slow class, so each of those comes out
-    after the ones sent just behind it.  (IPv4 + UDP headers: 28 bytes; the
-    counter, little-endian, follows the type and receiver index: byte 36.)"""
+    filter that sends one data message in `every` (a power of 2) to the slow
+    class, so each of those comes out after the ones sent just behind it.
+    The filter looks at the first ciphertext byte (IPv4 + UDP headers, 28
+    bytes, and the 16-byte data header: byte 44), random for each message:
+    the counter's low bits would pick the same place in every send of a
+    sender whose sends have a period that is a multiple of `every`.  A UDP GSO
+    send is one skb to tc: its datagrams go to a class together, as one."""
     slow = f"{rate_mbit}mbit"
     for side in "AB":
         dev = lab.veth[side]
@@ -75,7 +78,7 @@ def tc_reorder(lab: Lab, every: int, rate_mbit: int) -> None:
             f"class add dev {dev} parent 1: classid 1:10 htb rate 20gbit",
             f"class add dev {dev} parent 1: classid 1:20 htb rate {slow} ceil {slow}",
             f"filter add dev {dev} parent 1: protocol ip u32 match u8 4 0xff at 28"
-            f" match u8 0 {every - 1:#x} at 36 flowid 1:20",
+            f" match u8 0 {every - 1:#x} at 44 flowid 1:20",
         ):
             lab.run_in(side, "tc", *cmd.split())
 
