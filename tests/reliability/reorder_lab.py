@@ -9,7 +9,7 @@ A benchmark, not a test (its figures need a quiet machine; the lab test
 test_reorder_path.py checks the bytes):
 
     python -m tests.reliability.reorder_lab [--seconds 10] [--repeat 2]
-        [--reorder 0.02] [--depth 16 | --tc 16,200[,1]] [--configs vc-vc,vc-vc-off,...]
+        [--reorder 0.02 | --every N] [--depth 16 | --tc 16,200[,1]] [--configs vc-vc,...]
 
 prints one JSON line per run: A sends to B for SECONDS (iperf3), and the
 figures are the sender's TcpRetransSegs (nstat in A), the goodput, the
@@ -45,10 +45,19 @@ CONFIGS = {
 NSTAT = ("TcpRetransSegs", "TcpExtTCPDSACKRecvSegs", "TcpExtTCPOFOQueue", "TcpExtTCPSACKReorder")
 
 
-def reorder_only(rate: float, depth: int) -> Impairments:
+def reorder_only(rate: float, depth: int, every: int = 0) -> Impairments:
     """Each datagram held back, with probability rate, until 1..depth later
-    ones have passed (50 ms at most); nothing else done to any."""
-    return Impairments(drop=0.0, duplicate=0.0, reorder=rate, reorder_depth=depth, delay=0.0, corrupt=0.0)
+    ones have passed (50 ms at most), or with every: every every-th datagram
+    until depth later ones have; nothing else done to any."""
+    return Impairments(
+        drop=0.0,
+        duplicate=0.0,
+        reorder=rate,
+        reorder_depth=depth,
+        reorder_every=every,
+        delay=0.0,
+        corrupt=0.0,
+    )
 
 
 class NamespaceRelay(HostileRelay):
@@ -168,6 +177,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--reorder", type=float, default=0.02)
     ap.add_argument("--depth", type=int, default=16)
+    ap.add_argument("--every", type=int, default=0, help="the relay reorders every EVERY-th datagram instead")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument(
         "--tc",
@@ -178,7 +188,7 @@ def main(argv=None) -> None:
     )
     args = ap.parse_args(argv)
     names = args.configs.split(",")
-    imp = None if args.tc else reorder_only(args.reorder, args.depth)
+    imp = None if args.tc else reorder_only(args.reorder, args.depth, args.every)
     tc = tuple(int(x) for x in args.tc.split(",")) if args.tc else None
     if tc and (len(tc) not in (2, 3) or tc[0] < 2 or tc[0] & (tc[0] - 1)):
         ap.error(f"--tc {args.tc}: EVERY (a power of 2 from 2 up),MBIT[,1]")
