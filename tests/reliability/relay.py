@@ -38,6 +38,10 @@ class Impairments:
     duplicate: float = 0.02
     reorder: float = 0.05  # held back until 1..reorder_depth later datagrams have passed
     reorder_depth: int = 64
+    # instead of `reorder`, a pattern: every reorder_every-th datagram of a
+    # direction held back until exactly reorder_depth later ones have passed
+    # (0: off).  A path that reorders by a fixed pattern, not at random.
+    reorder_every: int = 0
     delay: float = 0.02  # delayed by up to max_delay seconds
     max_delay: float = 0.050
     corrupt: float = 0.01  # truncated or one bit flipped (half each)
@@ -282,7 +286,10 @@ def _relay_main():
                     c["duplicated" + kind] += 1
                 for _ in range(copies):
                     seq += 1
-                    if r() < imp.reorder:
+                    if imp.reorder_every and d.seen % imp.reorder_every == 0:
+                        c["reordered"] += 1
+                        heapq.heappush(d.held, (d.seen + imp.reorder_depth, now + imp.max_delay, seq, data))
+                    elif not imp.reorder_every and r() < imp.reorder:
                         c["reordered"] += 1
                         heapq.heappush(
                             d.held,
