@@ -1,6 +1,6 @@
 """The client side of the WireGuard UAPI: one request over
 /var/run/wireguard/IFACE.sock, the answer as text or parsed.  Used by
-`vpncrypt show`, `vpncrypt bench uapi` and the tests.
+`vpncrypt show`, the lab benches (tests/benchlab/) and the tests.
 
 wireguard-go answers ``get=1`` and ``set=1`` only; it hangs up on anything
 else (vpncrypt's ``get=vpncrypt`` extension included) without a word, so an
