@@ -38,8 +38,12 @@ def _line_of(text, start):
 
 @pytest.mark.parametrize(
     "endpoint, reason",
-    [("no-such-host!.invalid:51820", "host name"), ("[fe80::1%nosuchif0]:51820", "nosuchif0")],
-    ids=["malformed", "zone-of-no-interface"],
+    [
+        ("no-such-host!.invalid:51820", "host name"),
+        ("x-" * 32 + "y.example:51820", "not a valid host name"),  # labels are 1-63 (RFC 1035)
+        ("[fe80::1%nosuchif0]:51820", "nosuchif0"),
+    ],
+    ids=["malformed", "label-too-long", "zone-of-no-interface"],
 )
 def test_bad_endpoint_names_the_endpoint_line(lab, endpoint, reason):
     """A malformed Endpoint, or a numeric one whose zone names no interface.

@@ -10,7 +10,8 @@ test's own (lab_dns.py) whose answers the test changes while it runs.
 * a name that moves is followed, without a reload, once the handshake at
   the old address fails;
 * a peer that roamed in and works is not moved to what the name says;
-* a reload with a name that does not resolve applies the rest of the file.
+* a reload with a name that does not resolve applies the rest of the file;
+  an endpoint set over the UAPI replaces the name until the next reload.
 """
 
 import signal
@@ -215,4 +216,10 @@ def test_a_reload_with_a_name_not_found_applies_the_rest(lab, dns):
     wait_for("the endpoint from the name", lambda: a.dump()[b.public]["endpoint"] == f"{B_OUTER}:{PORT}")
     a.ping(b)
     assert name_state(a, b) == "resolved"
+    # an endpoint set over the UAPI replaces the name: no longer followed
+    a.wg("set", a.iface, "peer", b.public, "endpoint", f"{B_OUTER}:{PORT}")
+    assert shown(a, b)["endpoint_name"] is None
+    # ... until a reload applies the file's Endpoint again
+    a.proc.popen.send_signal(signal.SIGHUP)
+    wait_for("the name followed again", lambda: name_state(a, b) == "resolved")
     assert a.stop(signal.SIGTERM) == 0, a.proc.log()[-3000:]

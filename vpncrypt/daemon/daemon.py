@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import logging
 import os
 import signal
@@ -299,24 +300,25 @@ class Daemon:
     def _with_addresses(self, cfg: Config, found: dict) -> Config:
         """`cfg` with every peer's Endpoint as the address to apply: a
         numeric one checked (ConfigError naming its line otherwise: IPv6 is
-        there, a zone names an interface), a host name's the address
-        `found` for it, or none yet (not found, or still being looked up).
-        Looks nothing up."""
+        there, a zone names an interface), a host name's (checked: labels
+        DNS can carry) the address `found` for it, or none yet (not found,
+        or still being looked up).  Looks nothing up."""
         peers = []
         for p in cfg.peers:
             ep = p.endpoint
             if ep is not None:
-                if ep.is_numeric:
-                    try:
+                try:
+                    if ep.is_numeric:
                         addr: Optional[tuple] = resolve_endpoint(ep, v6=self.v6)
-                    except OSError as e:
-                        line = p.line_of("Endpoint")
-                        raise ConfigError(
-                            f"{cfg.path}:{line}: [Peer] Endpoint: {describe(e)}", path=cfg.path, line=line
-                        ) from None
-                else:
-                    got = found.get(ep.host)
-                    addr = (got[0], ep.port, *got[2:]) if isinstance(got, tuple) else None
+                    else:
+                        _check_name(ep.host)
+                        got = found.get(ep.host)
+                        addr = (got[0], ep.port, *got[2:]) if isinstance(got, tuple) else None
+                except OSError as e:
+                    line = p.line_of("Endpoint")
+                    raise ConfigError(
+                        f"{cfg.path}:{line}: [Peer] Endpoint: {describe(e)}", path=cfg.path, line=line
+                    ) from None
                 p = dataclasses.replace(p, endpoint=_as_endpoint(addr, ep) if addr is not None else None)
             peers.append(p)
         return dataclasses.replace(cfg, peers=tuple(peers))
@@ -340,6 +342,8 @@ class Daemon:
                 found[ep.host] = resolve_endpoint(ep, v6=self.v6)
             except OSError as e:
                 found[ep.host] = e
+            except Exception as e:  # noqa: BLE001 - whatever the resolver raises, the name has an answer
+                found[ep.host] = OSError(errno.EINVAL, f"cannot resolve {ep.host}: {e}")
         return found
 
     async def _look_up_at_start(self, cfg: Config) -> tuple:
@@ -877,6 +881,19 @@ class Daemon:
         finally:
             await self.close()
         return code
+
+
+def _check_name(host: str) -> None:
+    """A host name that DNS can carry: labels of 1-63 characters (RFC 1035,
+    2.3.4), as the IDNA codec that getaddrinfo's caller uses checks them.
+    OSError(EINVAL) otherwise: a malformed Endpoint, not one that resolves
+    later."""
+    try:
+        host.rstrip(".").encode("idna")
+    except UnicodeError:
+        raise OSError(
+            errno.EINVAL, f"{host[:80]}: not a valid host name (a label empty or over 63 characters)"
+        ) from None
 
 
 def _as_endpoint(addr: tuple, ep: Endpoint) -> Endpoint:
