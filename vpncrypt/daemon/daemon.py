@@ -411,7 +411,7 @@ class Daemon:
         now = self._loop.time()
         for pk, name in list(self.names.names.items()):
             got = found.get(name.endpoint.host)
-            if got is not None:
+            if got is not None and name.asking:  # (those answered in time are done)
                 self._names_apply(pk, self.names.answered(pk, asked_at, now, got))
 
     def _names_apply(self, pk: bytes, outcome: Optional[Outcome]) -> None:
