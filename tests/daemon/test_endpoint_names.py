@@ -94,12 +94,17 @@ def test_a_moved_name_is_followed_while_the_handshake_fails():
     out = names.track(KEY, EP, WHERE, 0.0, 0.0, (0, 0), ("192.0.2.1", 51820))
     assert out.address == ("192.0.2.1", 51820)
     names.watch(KEY, 1.0, 1, 1)  # a handshake: nothing to look up
-    names.watch(KEY, 200.0, 1, 1)
+    names.watch(KEY, 120.0, 1, 1)
+    # a rekey's initiation unanswered, while the session still brings data
+    for t, received in ((121.0, 0), (124.0, 1000), (128.0, 2000), (132.0, 3000)):
+        names.watch(KEY, t, 2, 1, received)
+        assert not names.is_failing(KEY) and names.next_deadline() is None
+    names.watch(KEY, 200.0, 2, 2, 3000)
     assert names.next_deadline() is None
-    names.watch(KEY, 201.0, 2, 1)  # an initiation, unanswered ...
-    names.watch(KEY, 206.0, 3, 1)
+    names.watch(KEY, 201.0, 3, 2, 3000)  # an initiation, unanswered ...
+    names.watch(KEY, 206.0, 4, 2, 3000)
     assert names.due(206.0) == []  # ... for less than REKEY_TIMEOUT + jitter
-    names.watch(KEY, 206.5, 3, 1)
+    names.watch(KEY, 206.5, 4, 2, 3000)
     assert names.due(206.5) == [KEY] and names.is_failing(KEY)
     names.asking(KEY)
     assert names.answered(KEY, 206.5, 206.6, ("192.0.2.1", 0)).address == ("192.0.2.1", 51820)
@@ -112,7 +117,7 @@ def test_a_moved_name_is_followed_while_the_handshake_fails():
     names.asking(KEY)
     out = names.answered(KEY, 221.6, 221.7, ("192.0.2.2", 0))
     assert out.address == ("192.0.2.2", 51820) and "moved to 192.0.2.2:51820" in out.message
-    names.watch(KEY, 208.0, 4, 2)  # the handshake works again: nothing more
+    names.watch(KEY, 222.0, 5, 3, 3000)  # the handshake works again: nothing more
     assert not names.is_failing(KEY) and names.next_deadline() is None
 
 

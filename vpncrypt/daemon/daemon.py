@@ -448,13 +448,16 @@ class Daemon:
         if self._stop.is_set():
             return
         now = self._loop.time()
-        peers = self._dp.device.peers
+        dev = self._dp.device
+        table_now = dev.table.clock(time.monotonic())
         for pk in list(self.names.names):
-            peer = peers.get(pk)
+            peer = dev.peers.get(pk)
             if peer is None:
                 self.names.forget(pk)
-            else:
-                self.names.watch(pk, now, peer.counters.handshakes_sent, peer.counters.handshakes_completed)
+                continue
+            c = peer.counters
+            received = peer.stats(table_now).rx_wire_bytes
+            self.names.watch(pk, now, c.handshakes_sent, c.handshakes_completed, received)
         by_host: dict = {}
         for pk in self.names.due(now):
             by_host.setdefault(self.names.names[pk].endpoint.host, []).append(pk)

@@ -14,8 +14,9 @@ applies the addresses (vpncrypt.daemon.daemon).  Per peer, a name is
   peer's handshake is failing, with the same backoff, and the peer follows
   a new address without a reload.
 
-"Failing" is an initiation that has had no handshake after it for
-REKEY_TIMEOUT plus its jitter (the `patience` given): by then the first
+"Failing" is an initiation that has had no handshake after it, and nothing
+heard from the peer, for REKEY_TIMEOUT plus its jitter (the `patience`
+given): by then the first
 retry has gone to the same address, so a lost packet is ruled out, and a
 moved peer is followed within seconds.  (contrib/reresolve-dns.sh waits
 for a handshake older than 135 s because all a cron job can read is the
@@ -81,7 +82,8 @@ class Name:
     # the handshake, as watch() sees it
     sent: int = 0  # initiations sent, at the last look
     done: int = 0  # handshakes completed, at the last look
-    done_at_start: int = 0  # ... when the name was configured
+    received: int = 0  # transport bytes received from the peer, at the last look
+    done_at_start: int = 0  # handshakes completed when the name was configured
     unanswered_since: Optional[float] = None  # initiations went unanswered since then
     failing: bool = False
 
@@ -168,18 +170,20 @@ class EndpointNames:
 
     # ------------------------------------------------------------ the handshake
 
-    def watch(self, key: bytes, now: float, sent: int, done: int) -> None:
-        """The peer's initiations sent and handshakes completed so far (read
-        about once a second): whether its handshake is failing, and so
-        whether a resolved name is looked up again."""
+    def watch(self, key: bytes, now: float, sent: int, done: int, received: int = 0) -> None:
+        """The peer's initiations sent, handshakes completed and transport
+        bytes received so far (read about once a second): whether its
+        handshake is failing, and so whether a resolved name is looked up
+        again.  A peer that is still heard from (its session carries data
+        while a rekey's initiation goes unanswered) is not failing."""
         name = self.names.get(key)
         if name is None:
             return
-        if done != name.done:
+        if done != name.done or received != name.received:
             name.unanswered_since = None
         elif sent != name.sent and name.unanswered_since is None:
             name.unanswered_since = now
-        name.sent, name.done = sent, done
+        name.sent, name.done, name.received = sent, done, received
         failing = name.unanswered_since is not None and now - name.unanswered_since >= self.patience
         if failing and not name.failing and name.state == RESOLVED:
             name.failures = name.tries = 0
