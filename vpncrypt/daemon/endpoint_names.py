@@ -16,9 +16,9 @@ applies the addresses (vpncrypt.daemon.daemon).  Per peer, a name is
 
 "Failing" is an initiation that has had no handshake after it, and nothing
 heard from the peer, for REKEY_TIMEOUT plus its jitter (the `patience`
-given): by then the first
-retry has gone to the same address, so a lost packet is ruled out, and a
-moved peer is followed within seconds.  (contrib/reresolve-dns.sh waits
+given): by then the first retry has gone to the same address, so one lost
+packet is not taken for a move, and a moved peer is followed within
+seconds (the lookups are once a second at most, by the daemon's round).  (contrib/reresolve-dns.sh waits
 for a handshake older than 135 s because all a cron job can read is the
 latest handshake, which an idle peer's is too; the daemon sees the
 initiations that go unanswered.)  A peer whose handshake works is never
