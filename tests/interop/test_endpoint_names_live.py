@@ -102,7 +102,8 @@ def test_start_with_the_resolver_down_comes_up_and_follows_it(lab, dns):
             and a.dump()[b2.public]["handshake"] > 0
         ),
     )
-    entry = shown(a, b)["endpoint_name"]
+    # (no next lookup is shown while one is under way)
+    entry = wait_for("a next lookup", lambda: (e := shown(a, b)["endpoint_name"]) and e["next_try"] and e)
     assert entry["name"] == f"{NAME}:{PORT}" and entry["state"] == "pending", entry
     assert entry["resolved"] is None and entry["next_try"] > 0, entry
     assert shown(a, b2)["endpoint_name"] is None
