@@ -127,6 +127,8 @@ def show_json(interface: str, dev: dict, ours: bool) -> dict:
                 "received_bytes": int(p.get("rx_bytes", 0)),
                 "sent_bytes": int(p.get("tx_bytes", 0)),
                 "persistent_keepalive": int(p.get("persistent_keepalive_interval", 0)),
+                # its Endpoint name, if the daemon follows one: name, state, resolved, next_try
+                "endpoint_name": dev.get("endpoint_names", {}).get(p["public_key"]),
             }
         )
     out["peers"] = peers

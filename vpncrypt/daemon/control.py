@@ -56,6 +56,9 @@ class InterfaceSnapshot:
     # vpncrypt extras that are words, not numbers (the crypto kernels), as
     # vpncrypt_info_<name>=<word> on the same requests
     info: Mapping[str, str] = field(default_factory=dict)
+    # the peers' Endpoint names that are followed, on the same requests:
+    # vpncrypt_endpoint_name=PUBLIC_KEY_HEX STATE RESOLVED NEXT_TRY NAME
+    endpoint_names: Sequence[str] = ()
 
 
 class Control(abc.ABC):

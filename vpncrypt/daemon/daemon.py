@@ -8,14 +8,26 @@ Startup, in an order that leaves nothing behind when a step fails: catch
 SIGTERM/SIGINT/SIGHUP (before anything on the host changes), read the
 config (a config error touches nothing), open the UDP socket (dual-stack
 IPv6, or IPv4; with N queues, N sockets of one SO_REUSEPORT group on one
-port), resolve the endpoints' host names (once: what is applied is the
-address found), create the TUN device or attach to a persistent one (with N
-queues, a multi-queue one: a descriptor per queue), add its Address lines,
-build the data plane (data_plane.py), serve the UAPI on
+port), look up the endpoints' host names (in a thread, for at most
+START_WAIT seconds), create the TUN device or attach to a persistent one
+(with N queues, a multi-queue one: a descriptor per queue), add its Address
+lines, apply the peers, remove what an earlier run left behind and add the
+routes and the fwmark, and only then start the data plane (data_plane.py:
+nothing leaves the UDP socket before the host's routes are in place, or a
+restart onto a persistent TUN would send its first initiation into the
+earlier run's dead default route), serve the UAPI on
 /var/run/wireguard/IFACE.sock, serve the metrics if asked (metrics.py; a
-port that cannot be bound fails the start), remove what an earlier run left
-behind and add the routes, then send READY=1.  A SIGTERM during startup undoes what was
+port that cannot be bound fails the start), then send READY=1.  A SIGTERM during startup undoes what was
 done so far and exits 0; a SIGHUP then is a reload once the daemon is up.
+
+An Endpoint host name that cannot be resolved does not fail the start (nor
+a reload): the peer is there without an endpoint, the others work, and the
+name is looked up again in the background until it resolves; a resolved
+name is looked up again while the peer's handshake fails, and the peer
+follows a new address (endpoint_names.py says when and what; the lookups
+run in threads here).  An `endpoint=` set over the UAPI (`wg set`, `wg
+syncconf`) replaces the name: it is no longer followed, until a reload
+applies the file's Endpoint again.
 
 SIGHUP re-reads the config and applies it as `wg syncconf` would (sessions
 of unchanged peers survive).  Host names are resolved in a thread, so that a
@@ -37,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import logging
 import os
 import signal
@@ -46,9 +59,11 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar
 
 from ..config import Config, ConfigError, SetAddresses, extras_operations, load_config, syncconf_operations
-from ..endpoints import Endpoint, resolve_endpoint
+from ..config.keytypes import fingerprint
+from ..endpoints import Endpoint, format_endpoint, resolve_endpoint
 from ..protocol.timers import ProtocolConfig
 from . import notify
+from .endpoint_names import EndpointNames, Found, Outcome
 from .data_plane import DataPlane
 from .device_control import DeviceControl
 from .control import ControlError
@@ -81,6 +96,13 @@ class _Started(Generic[_T]):
 
 
 TICK = 1.0  # seconds between housekeeping rounds (interface check, MTU, STATUS=)
+# The start waits this long for the Endpoint names' first lookups: glibc's
+# resolver gives up on a server after 5 s (resolv.conf's default timeout),
+# so a resolver that answers at all has answered by then; one that does not
+# holds up no more than this, and its answers are applied when they come.
+START_WAIT = 5.0
+NAMES_CHECK = 1.0  # seconds between looks at the named peers' handshakes and due lookups
+MAX_LOOKUPS = 4  # name lookups (threads) under way at once, in the background
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -157,6 +179,11 @@ class Daemon:
         self._reload_waiting = False
         self._tasks: set = set()
         self._home = True  # whether the interface is in the daemon's namespace
+        pc = protocol_config or ProtocolConfig()
+        # the peers' Endpoint names (on the loop's clock); a handshake is
+        # failing once an initiation had no answer for REKEY_TIMEOUT + jitter
+        self.names = EndpointNames(pc.rekey_timeout + pc.rekey_timeout_jitter)
+        self._lookups = 0  # background lookups under way
         self._mtu_unknown = False  # warned that the MTU cannot be read where it is
 
     # ------------------------------------------------------------ helpers
@@ -182,7 +209,10 @@ class Daemon:
             self.dataplane.changed()
 
     def endpoint_set(self, public_key: bytes, endpoint) -> None:
-        """A peer's endpoint set by the file or the UAPI (for the debug trace)."""
+        """A peer's endpoint set by the file or the UAPI (for the debug trace).
+        Its name, if it had one, is no longer followed (the start and a
+        reload follow the file's names again after applying it)."""
+        self.names.forget(bytes(public_key))
         if self.dataplane is not None:
             self.dataplane.trace.endpoint_set(public_key, endpoint)
 
@@ -267,42 +297,213 @@ class Daemon:
             log.warning("%s", w)
         return cfg
 
-    def _resolve(self, cfg: Config) -> Config:
-        """`cfg` with every peer's Endpoint as the address it resolves to
-        (each host name looked up once), so that applying it looks nothing
-        up; ConfigError naming the Endpoint line otherwise.  Blocks on the
-        resolver: called in a thread."""
-        found: dict = {}
+    def _with_addresses(self, cfg: Config, found: dict) -> Config:
+        """`cfg` with every peer's Endpoint as the address to apply: a
+        numeric one checked (ConfigError naming its line otherwise: IPv6 is
+        there, a zone names an interface), a host name's (checked: labels
+        DNS can carry) the address `found` for it, or none yet (not found,
+        or still being looked up).  Looks nothing up."""
         peers = []
         for p in cfg.peers:
             ep = p.endpoint
             if ep is not None:
                 try:
-                    if ep.host not in found:
-                        found[ep.host] = resolve_endpoint(ep, v6=self.v6)
-                    addr = found[ep.host]
+                    if ep.is_numeric:
+                        addr: Optional[tuple] = resolve_endpoint(ep, v6=self.v6)
+                    else:
+                        _check_name(ep.host)
+                        got = found.get(ep.host)
+                        addr = (got[0], ep.port, *got[2:]) if isinstance(got, tuple) else None
                 except OSError as e:
                     line = p.line_of("Endpoint")
                     raise ConfigError(
                         f"{cfg.path}:{line}: [Peer] Endpoint: {describe(e)}", path=cfg.path, line=line
                     ) from None
-                host = addr[0] if len(addr) < 4 or not addr[3] else f"{addr[0]}%{addr[3]}"
-                p = dataclasses.replace(p, endpoint=Endpoint(host=host, port=ep.port, text=ep.text))
+                p = dataclasses.replace(p, endpoint=_as_endpoint(addr, ep) if addr is not None else None)
             peers.append(p)
         return dataclasses.replace(cfg, peers=tuple(peers))
 
-    async def _resolve_at_start(self, cfg: Config) -> Config:
-        """_resolve() in a thread, nothing on the host changed yet: a stop
-        (`systemctl stop` while a resolver takes its time) ends the wait at
-        once instead of after the resolver's timeouts."""
-        task = asyncio.ensure_future(self._in_thread(self._resolve, cfg))
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=0.05)
-            if done:
-                return task.result()
+    @staticmethod
+    def _names_of(cfg: Config) -> list:
+        """The Endpoints of `cfg` that name a host, one per host name."""
+        seen: dict = {}
+        for p in cfg.peers:
+            ep = p.endpoint
+            if ep is not None and not ep.is_numeric:
+                seen.setdefault(ep.host, ep)
+        return list(seen.values())
+
+    def _look_up(self, names: list, found: dict) -> dict:
+        """Each name's address, or the OSError that says why there is none,
+        into `found` (host -> either) as they come, one after the other.
+        Blocks on the resolver: called in a thread."""
+        for ep in names:
+            try:
+                found[ep.host] = resolve_endpoint(ep, v6=self.v6)
+            except OSError as e:
+                found[ep.host] = e
+            except Exception as e:  # noqa: BLE001 - whatever the resolver raises, the name has an answer
+                found[ep.host] = OSError(errno.EINVAL, f"cannot resolve {ep.host}: {e}")
+        return found
+
+    async def _look_up_at_start(self, cfg: Config) -> tuple:
+        """The names' lookups in a thread, nothing on the host changed yet:
+        (what they found within START_WAIT, the lookups' task if they are
+        still under way).  A stop (`systemctl stop` while a resolver takes
+        its time) ends the wait at once."""
+        names = self._names_of(cfg)
+        if not names:
+            return {}, None
+        found: dict = {}
+        task = asyncio.ensure_future(self._in_thread(self._look_up, names, found))
+        deadline = self._loop.time() + START_WAIT
+        while not task.done() and self._loop.time() < deadline:
+            await asyncio.wait({task}, timeout=0.05)
             if self._early_stop:
                 task.cancel()  # the thread's answer, if it ever comes, is dropped
                 self._checkpoint()
+        if task.done():
+            return found, None
+        log.warning(
+            "endpoint names not resolved within %g s; %s up meanwhile, their peers get their "
+            "endpoints when the names resolve",
+            START_WAIT,
+            self.interface,
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return dict(found), task
+
+    # ------------------------------------------------------------ names
+
+    def _track_names(self, cfg: Config, found: dict, asked_at: float, later=None) -> None:
+        """After the file `cfg` is applied: follow its peers' Endpoint names
+        (their lookups were asked at `asked_at`; `found` has the answers,
+        `later` is the lookups' task if some are still under way) and no
+        other peer's."""
+        now = self._loop.time()
+        dev = self._dp.device
+        named = set()
+        for p in cfg.peers:
+            ep, pk = p.endpoint, bytes(p.public_key)
+            peer = dev.peers.get(pk)
+            if ep is None or ep.is_numeric or peer is None:
+                continue
+            named.add(pk)
+            c = peer.counters
+            where = f"{cfg.path}:{p.line_of('Endpoint')}"
+            outcome = self.names.track(
+                pk, ep, where, asked_at, now, (c.handshakes_sent, c.handshakes_completed), found.get(ep.host)
+            )
+            self._names_apply(pk, outcome)
+        for pk in [k for k in self.names.names if k not in named]:
+            self.names.forget(pk)
+        if later is not None:
+            later.add_done_callback(lambda task: self._names_late(task, asked_at))
+        if self.up:  # (the start's own round begins once it is up)
+            self._schedule_names()
+
+    def _names_late(self, task: asyncio.Future, asked_at: float) -> None:
+        """The start's lookups that came after START_WAIT: their answers."""
+        if task.cancelled() or task.exception() is not None or self._stop.is_set():
+            return
+        found = task.result()
+        now = self._loop.time()
+        for pk, name in list(self.names.names.items()):
+            got = found.get(name.endpoint.host)
+            if got is not None and name.asking:  # (those answered in time are done)
+                self._names_apply(pk, self.names.answered(pk, asked_at, now, got))
+
+    def _names_apply(self, pk: bytes, outcome: Optional[Outcome]) -> None:
+        """What an answer means for the peer: a line logged, and an address
+        set (unless it has it already)."""
+        if outcome is None:
+            return
+        if outcome.message:
+            log.log(outcome.level, "%s", outcome.message)
+        addr = outcome.address
+        dev = self.device
+        peer = dev.peers.get(pk) if dev is not None else None
+        if addr is None or peer is None or format_endpoint(peer.endpoint) == format_endpoint(addr):
+            return
+        try:
+            dev.update_peer(pk, endpoint=addr)
+        except (OSError, ValueError) as e:
+            log.warning("peer %s: cannot use the endpoint %s: %s", fingerprint(pk), format_endpoint(addr), e)
+            return
+        log.info("peer %s: endpoint set to %s (its Endpoint name)", fingerprint(pk), format_endpoint(addr))
+        self._dp.trace.endpoint_set(pk, peer.endpoint)  # not self.endpoint_set: the name stays followed
+        self.changed()
+
+    def _schedule_names(self) -> None:
+        """The names' round, while there are names to follow (a config
+        without any has no such timer)."""
+        if self.names and "names" not in self._timers:
+            self._timers["names"] = self._loop.call_later(NAMES_CHECK, self._names_tick)
+
+    def _names_tick(self) -> None:
+        """About once a second: the named peers' handshakes (is one failing?),
+        and the lookups that are due, in threads (MAX_LOOKUPS at a time)."""
+        self._timers.pop("names", None)
+        if self._stop.is_set():
+            return
+        now = self._loop.time()
+        dev = self._dp.device
+        table_now = dev.table.clock(time.monotonic())
+        for pk in list(self.names.names):
+            peer = dev.peers.get(pk)
+            if peer is None:
+                self.names.forget(pk)
+                continue
+            c = peer.counters
+            received = peer.stats(table_now).rx_wire_bytes
+            self.names.watch(pk, now, c.handshakes_sent, c.handshakes_completed, received)
+        by_host: dict = {}
+        for pk in self.names.due(now):
+            by_host.setdefault(self.names.names[pk].endpoint.host, []).append(pk)
+        for keys in by_host.values():
+            if self._lookups >= MAX_LOOKUPS:
+                break
+            for pk in keys:
+                self.names.asking(pk)
+            task = self._loop.create_task(self._names_lookup(self.names.names[keys[0]].endpoint, keys, now))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._schedule_names()
+
+    async def _names_lookup(self, ep: Endpoint, keys: list, asked_at: float) -> None:
+        self._lookups += 1
+        try:
+            found: Found = (await self._in_thread(self._look_up, [ep], {}))[ep.host]
+        finally:
+            self._lookups -= 1
+        now = self._loop.time()
+        for pk in keys:
+            self._names_apply(pk, self.names.answered(pk, asked_at, now, found))
+
+    def endpoint_name_rows(self) -> list:
+        """Every followed name as a dict for the reports: public key (bytes),
+        name, state, Unix times of the last resolution and of the next
+        lookup (None: never / none wanted)."""
+        mono, wall = self._loop.time() if self.loop is not None else 0.0, time.time()
+
+        def unix(t):
+            return None if t is None else wall - (mono - t)
+
+        return [
+            {"public_key": pk, "name": name, "state": state, "resolved": unix(at), "next_try": unix(nxt)}
+            for pk, name, state, at, nxt in self.names.rows()
+        ]
+
+    def endpoint_name_lines(self) -> list:
+        """The rows as the get=vpncrypt extension's vpncrypt_endpoint_name=
+        values: "PUBLIC_KEY_HEX STATE RESOLVED NEXT_TRY NAME" (times in
+        whole Unix seconds, 0 for none)."""
+        return [
+            f"{r['public_key'].hex()} {r['state']} {int(r['resolved'] or 0)} "
+            f"{int(r['next_try'] or 0)} {r['name']}"
+            for r in self.endpoint_name_rows()
+        ]
 
     async def _in_thread(self, fn, *args):
         """fn(*args) in a thread of its own (a daemon thread: a resolver that
@@ -371,6 +572,40 @@ class Daemon:
         self.loop = asyncio.get_running_loop()
         self._catch_signals_early()
         cfg = self._read_config()
+        self._make_dataplane(cfg)
+        self._open_socket(cfg)
+        self._with_addresses(cfg, {})  # the numeric Endpoints checked before any lookup
+        asked_at = self._loop.time()
+        found, later = await self._look_up_at_start(cfg)
+        self._checkpoint()
+        self._make_tun(cfg)
+        self._checkpoint()
+        self.config = self._with_addresses(cfg, found)
+        apply_operations(syncconf_operations(self.control.snapshot(), self.config), self.control)
+        self._track_names(cfg, found, asked_at, later)
+        # the host's routes and the socket's fwmark before the data plane
+        # sends anything (see the module's docstring)
+        self.routes = Routes(
+            self._tun.name, cfg.interface.table, get_fwmark=lambda: self.fwmark, set_fwmark=self.set_fwmark
+        )
+        self._routes.remove_leftovers()
+        self._checkpoint()
+        self._routes.sync(self._dp.allowed_ips())
+        self._checkpoint()
+        self._dp.start(
+            self.udps, self._tun.queue_fds(), loop=self.loop, mtu=self.mtu, on_fatal=self._on_fatal
+        )
+        self._checkpoint()
+        self.uapi = await start_uapi_server(
+            socket_path(self._tun.name, self.socket_dir), self.control, extensions_in_get=False
+        )
+        self._checkpoint()
+        if self.metrics_address is not None:
+            await self._start_metrics(self.metrics_address)
+            self._checkpoint()
+        self._running()
+
+    def _make_dataplane(self, cfg: Config) -> None:
         iface = cfg.interface
         self.fwmark = iface.fwmark or 0
         self.dataplane = DataPlane(
@@ -384,9 +619,9 @@ class Daemon:
             changed = _protocol_changes(self.protocol_config)
             if changed:
                 log.warning("protocol timers and limits other than WireGuard's: %s", changed)
-        self._open_socket(cfg)
-        cfg = self.config = await self._resolve_at_start(cfg)
-        self._checkpoint()
+
+    def _make_tun(self, cfg: Config) -> None:
+        iface = cfg.interface
         self.tun = TunDevice.create(
             self.interface,
             mtu=iface.mtu if iface.mtu else None,
@@ -404,31 +639,15 @@ class Daemon:
         self.mtu = self._tun.get_mtu()
         if iface.addresses:
             log.info("interface %s: addresses %s", self._tun.name, ", ".join(str(a) for a in iface.addresses))
-        self._checkpoint()
-        apply_operations(syncconf_operations(self.control.snapshot(), cfg), self.control)
-        self._dp.start(
-            self.udps, self._tun.queue_fds(), loop=self.loop, mtu=self.mtu, on_fatal=self._on_fatal
-        )
-        self._checkpoint()
-        self.uapi = await start_uapi_server(
-            socket_path(self._tun.name, self.socket_dir), self.control, extensions_in_get=False
-        )
-        self._checkpoint()
-        if self.metrics_address is not None:
-            await self._start_metrics(self.metrics_address)
-            self._checkpoint()
-        self.routes = Routes(
-            self._tun.name, iface.table, get_fwmark=lambda: self.fwmark, set_fwmark=self.set_fwmark
-        )
-        self._routes.remove_leftovers()
-        self._checkpoint()
-        self._routes.sync(self._dp.allowed_ips())
-        self._checkpoint()
+
+    def _running(self) -> None:
+        """The end of the start: the loop's signal handlers, the timers, READY=1."""
         for sig in STOP_SIGNALS:
             self._loop.add_signal_handler(sig, self.stop, 0, signal.Signals(sig).name)
         self._loop.add_signal_handler(signal.SIGHUP, self.reload)
         self._checkpoint()  # one that came while the loop's handlers went in
         self._schedule_tick()
+        self._schedule_names()
         wd = notify.watchdog_interval()
         if wd:
             self._schedule_watchdog(wd)
@@ -551,10 +770,16 @@ class Daemon:
     async def _reload(self) -> None:
         notify.reloading()
         try:
-            new = self._read_config()
-            new = await self._in_thread(self._resolve, new)  # the loop keeps serving
+            read = self._read_config()
+            self._with_addresses(read, {})  # the numeric Endpoints checked before any lookup
+            asked_at = self._loop.time()
+            # the loop keeps serving meanwhile; a name not found does not fail
+            # the reload: its peer keeps the endpoint it has, and the name is
+            # looked up again in the background
+            found = await self._in_thread(self._look_up, self._names_of(read), {})
             if self._stop.is_set():
                 return
+            new = self._with_addresses(read, found)
             # held apart from UAPI requests: a set applied in slices is never
             # met halfway, and a get never shows half a reload
             extras = extras_operations(self.config, new)
@@ -570,6 +795,7 @@ class Daemon:
                 ops = syncconf_operations(self.control.snapshot(), new)
                 apply_operations(ops + extras, self.control)
             self.config = new
+            self._track_names(read, found, asked_at)
             if new.interface.table != self._routes.table:
                 log.warning("reload: a changed Table takes effect at the next start")
             if self._tun.in_home_namespace():
@@ -671,6 +897,25 @@ class Daemon:
         finally:
             await self.close()
         return code
+
+
+def _check_name(host: str) -> None:
+    """A host name that DNS can carry: labels of 1-63 characters (RFC 1035,
+    2.3.4), as the IDNA codec that getaddrinfo's caller uses checks them.
+    OSError(EINVAL) otherwise: a malformed Endpoint, not one that resolves
+    later."""
+    try:
+        host.rstrip(".").encode("idna")
+    except UnicodeError:
+        raise OSError(
+            errno.EINVAL, f"{host[:80]}: not a valid host name (a label empty or over 63 characters)"
+        ) from None
+
+
+def _as_endpoint(addr: tuple, ep: Endpoint) -> Endpoint:
+    """An address found for `ep` as a numeric Endpoint (a zone as ``%N``)."""
+    host = addr[0] if len(addr) < 4 or not addr[3] else f"{addr[0]}%{addr[3]}"
+    return Endpoint(host=host, port=addr[1], text=ep.text)
 
 
 def _protocol_changes(config: ProtocolConfig) -> str:

@@ -62,6 +62,9 @@ class DeviceControl(Control):
         if dataplane is not None:
             dataplane.trace.forget(public_key)
             dataplane.stats.forget(public_key)
+        names = getattr(self.d, "names", None)  # its Endpoint name, if followed
+        if names is not None:
+            names.forget(bytes(public_key))
 
     # ------------------------------------------------------------ reading
 
@@ -126,6 +129,8 @@ class DeviceControl(Control):
         if counters:
             head.counters = self.d.counters()
             head.info = kernels(getattr(self.d, "engine", None))
+            names = getattr(self.d, "endpoint_name_lines", None)
+            head.endpoint_names = names() if names is not None else ()
 
     # ------------------------------------------------------------ checking
 

@@ -139,6 +139,7 @@ async def read_state(daemon, part: int = PART, endpoints: bool = False) -> dict:
         "batch_sizes": dp.engine_counters().batch_sizes(),
         "uapi": {k: h.as_dict() for k, h in daemon.uapi.latency.items()} if daemon.uapi is not None else {},
         "peers": [],
+        "endpoint_names": daemon.endpoint_name_rows(),  # the followed Endpoint names (_name_families)
     }
     peers = state["peers"]
     for rows in dp.metric_rows(part, drops=state["counters"]):
@@ -300,6 +301,44 @@ def _families(state: dict):
         uapi_t.add_metric([iface, op], list(h["buckets"].items()), h["sum"])
     yield uapi_n
     yield uapi_t
+    yield from _name_families(state)
+
+
+def _name_families(state: dict):
+    """The peers' Endpoint names that the daemon follows (endpoint_names.py):
+    their state as 1 for the one they are in (pending, resolved, failed),
+    and the Unix times of their last resolution and next lookup (0: never /
+    none wanted).  The `name` label is empty unless endpoints are served."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    iface, rows = state["interface"], state.get("endpoint_names", ())
+    labels = ["interface", "public_key", "name"]
+    states = GaugeMetricFamily(
+        "vpncrypt_peer_endpoint_name_state",
+        "The peer's Endpoint host name: 1 for its state (pending, resolved, failed), else 0.",
+        labels=[*labels, "state"],
+    )
+    resolved = GaugeMetricFamily(
+        "vpncrypt_peer_endpoint_name_resolved_seconds",
+        "Unix time the peer's Endpoint name was last resolved (0: never).",
+        labels=labels,
+    )
+    next_try = GaugeMetricFamily(
+        "vpncrypt_peer_endpoint_name_next_lookup_seconds",
+        "Unix time of the next lookup of the peer's Endpoint name (0: none wanted or one under way).",
+        labels=labels,
+    )
+    for r in rows:
+        # the name says where the peer is, as its endpoint does: served only
+        # with --metrics-endpoints (empty otherwise)
+        v = [iface, _b64(r["public_key"]), r["name"] if state.get("endpoints") else ""]
+        for s in ("pending", "resolved", "failed"):
+            states.add_metric([*v, s], 1 if r["state"] == s else 0)
+        resolved.add_metric(v, r["resolved"] or 0)
+        next_try.add_metric(v, r["next_try"] or 0)
+    yield states
+    yield resolved
+    yield next_try
 
 
 # The per-peer metrics: (type, name, help, label names after interface and

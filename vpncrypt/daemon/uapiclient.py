@@ -87,6 +87,14 @@ def parse_get(text: str) -> dict[str, Any]:
             dev["peers"].append(cur)
         elif k == "allowed_ip":
             cur["allowed_ips"].append(v)
+        elif k == "vpncrypt_endpoint_name":  # a followed Endpoint name: see control.InterfaceSnapshot
+            key, state, resolved, next_try, name = v.split(" ", 4)
+            dev.setdefault("endpoint_names", {})[key] = {
+                "name": name,
+                "state": state,
+                "resolved": int(resolved) or None,
+                "next_try": int(next_try) or None,
+            }
         elif k.startswith("vpncrypt_info_"):
             dev["info"][k[len("vpncrypt_info_") :]] = v
         elif k.startswith("vpncrypt_"):
