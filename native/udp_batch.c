@@ -524,6 +524,10 @@ static int fatal(int e)
     return e == EBADF || e == ENOTSOCK || e == EFAULT || e == EPIPE;
 }
 
+/* UDP_SEGMENT and IPV6_PKTINFO, the most a send puts in a message's control */
+#define TX_CTRL_MAX (CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(struct in6_pktinfo)))
+_Static_assert(TX_CTRL_MAX <= CTRL_SIZE, "a send's control data fits the buffer");
+
 /* The control data of one message: UDP_SEGMENT when it is a GSO batch
  * (seglen > 0), the source address when the endpoint has one (IP_PKTINFO on
  * an IPv4 socket; IPV6_PKTINFO on an IPv6 one, v4-mapped for an IPv4 peer,
@@ -534,7 +538,7 @@ static void set_control(struct msghdr *h, ctrl_buf *cb, uint16_t seglen, const v
                         int v6sock)
 {
     size_t used = 0;
-    memset(cb->buf, 0, sizeof cb->buf);
+    memset(cb->buf, 0, TX_CTRL_MAX);
     h->msg_control = cb->buf;
     h->msg_controllen = sizeof cb->buf;
     struct cmsghdr *c = CMSG_FIRSTHDR(h);
