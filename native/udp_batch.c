@@ -217,6 +217,27 @@ static void read_pktinfo(local_dst *d, const struct cmsghdr *c)
     }
 }
 
+/* One received message's control data: its GRO segment size, its kernel
+ * receive time, its destination. */
+static void read_control(struct msghdr *h, uint32_t *seg, int64_t *arrival, local_dst *dst)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int g;
+            memcpy(&g, CMSG_DATA(c), sizeof g);
+            if (g > 0)
+                *seg = (uint32_t)g;
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+                   c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            *arrival = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        } else {
+            read_pktinfo(dst, c);
+        }
+    }
+}
+
 static int link_local6(const uint8_t *a)
 {
     return a[0] == 0xfe && (a[1] & 0xc0) == 0x80;
@@ -331,6 +352,31 @@ static int drain_pending(rx_out *o)
     return o->count;
 }
 
+/* Report one message recvmmsg filled (its slot at `at`). */
+static void take_message(rx_out *o, struct mmsghdr *m, const any_addr *name, uint32_t at, size_t slot)
+{
+    struct msghdr *h = &m->msg_hdr;
+    uint32_t l = m->msg_len, seg = 0;
+    int64_t arrival = 0;
+    vc_endpoint e;
+    local_dst dst = {0};
+    if (o->st)
+        o->st->buffers++;
+    if (h->msg_flags & MSG_TRUNC) {
+        if (o->st)
+            o->st->dropped++;
+        return;
+    }
+    if (l > slot)
+        l = (uint32_t)slot;   /* cannot happen; never report beyond the slot */
+    read_control(h, &seg, &arrival, &dst);
+    if (h->msg_namelen == 0 || sa_to_ep(&e, &name->sa, h->msg_namelen) != 0)
+        memset(&e, 0, sizeof e);
+    else
+        set_source(&e, &dst);
+    emit_buffer(o, at, l, seg, &e, arrival);
+}
+
 VC_API int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t slab_size, size_t mtu,
                                   uint32_t *off, uint32_t *len, vc_endpoint *ep, int max, int gro,
                                   uint32_t *segs, int *nbufs)
@@ -402,44 +448,8 @@ VC_API int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t s
                 err = -errno;
             break;
         }
-        for (int j = 0; j < r; j++) {
-            struct msghdr *h = &msgs[j].msg_hdr;
-            uint32_t l = msgs[j].msg_len;
-            uint32_t seg = 0;
-            int64_t arrival = 0;
-            vc_endpoint e;
-            local_dst dst = {0};
-            if (st)
-                st->buffers++;
-            if (h->msg_flags & MSG_TRUNC) {
-                if (st)
-                    st->dropped++;
-                continue;
-            }
-            if (l > slot)
-                l = (uint32_t)slot;   /* cannot happen; never report beyond the slot */
-            for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
-                if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-                    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-                    int g;
-                    memcpy(&g, CMSG_DATA(c), sizeof g);
-                    if (g > 0)
-                        seg = (uint32_t)g;
-                } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
-                           c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
-                    struct timespec ts;
-                    memcpy(&ts, CMSG_DATA(c), sizeof ts);
-                    arrival = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-                } else {
-                    read_pktinfo(&dst, c);
-                }
-            }
-            if (h->msg_namelen == 0 || sa_to_ep(&e, &names[j].sa, h->msg_namelen) != 0)
-                memset(&e, 0, sizeof e);
-            else
-                set_source(&e, &dst);
-            emit_buffer(&o, (uint32_t)(cursor + (size_t)j * slot), l, seg, &e, arrival);
-        }
+        for (int j = 0; j < r; j++)
+            take_message(&o, &msgs[j], &names[j], (uint32_t)(cursor + (size_t)j * slot), slot);
         cursor += (size_t)r * slot;
         if (r < k)
             break;          /* the queue was empty */
@@ -631,6 +641,59 @@ static int gso_run(const uint32_t *len, const vc_endpoint *ep, int j, int n)
     return g;
 }
 
+#define CHUNK_SENT -1     /* send_chunk: every message sent or dropped */
+#define CHUNK_STOP -2     /* ... a transient or fatal error: the rest is not sent */
+
+/* sendmmsg the nm messages of a chunk; on a failure, skip, retry or stop.
+ * Adds the datagrams sent to *sent and the first error to *e0.  Returns
+ * CHUNK_SENT, CHUNK_STOP, or the first datagram of a GSO message the route
+ * cannot segment (the caller resends from there without GSO). */
+static int send_chunk(int fd, tx_chunk *ch, vc_endpoint *ep, int nm, int v6sock, int *sent, int *e0)
+{
+    struct mmsghdr *msgs = ch->msgs;
+    int done = 0, retried = -1;
+    while (done < nm) {
+        int r = sendmmsg(fd, msgs + done, (unsigned)(nm - done), MSG_DONTWAIT);
+        if (r > 0) {
+            for (int k = done; k < done + r; k++)
+                *sent += ch->count[k];
+            sent_without_source(ch, ep, done, done + r);
+            done += r;
+            continue;
+        }
+        int e = r < 0 ? errno : EAGAIN;
+        if (e == EINTR)
+            continue;
+        if (ch->src[done] == 1 && source_refused(e)) {
+            /* "sticky but not too sticky": the source address may be
+             * gone; send again from the one routing picks (not yet an
+             * error: if that goes, the endpoint's source is given up) */
+            ch->src[done] = 2;
+            set_control(&msgs[done].msg_hdr, &ch->ctrl[done], ch->seglen[done], NULL, v6sock);
+            continue;
+        }
+        if (!*e0)
+            *e0 = e;
+        if (transient(e) || fatal(e))
+            return CHUNK_STOP;
+        if (e == ECONNREFUSED && retried != done) {
+            /* a pending ICMP error of an earlier datagram (connected
+             * socket), now consumed: this message was not tried yet */
+            retried = done;
+            continue;
+        }
+        if (ch->count[done] > 1 && (e == EIO || e == EINVAL || e == EMSGSIZE)) {
+            /* the route cannot segment (EMSGSIZE: the segments exceed the
+             * path MTU, and GSO segments are never fragmented): resend
+             * without GSO from here, as single datagrams the kernel may
+             * fragment (each from its source again, if it had one) */
+            return ch->first[done];
+        }
+        done++;         /* drop this message, go on */
+    }
+    return CHUNK_SENT;
+}
+
 VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
                              vc_endpoint *ep, int n, int gso, int *err)
 {
@@ -695,55 +758,15 @@ VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, co
             continue;
         }
 
-        /* Send it; on a failure, skip or stop. */
-        int done = 0, rebuild = 0, retried = -1;
-        while (done < nm) {
-            int r = sendmmsg(fd, msgs + done, (unsigned)(nm - done), MSG_DONTWAIT);
-            if (r > 0) {
-                for (int k = done; k < done + r; k++)
-                    sent += ch.count[k];
-                sent_without_source(&ch, ep, done, done + r);
-                done += r;
-                continue;
-            }
-            int e = r < 0 ? errno : EAGAIN;
-            if (e == EINTR)
-                continue;
-            if (ch.src[done] == 1 && source_refused(e)) {
-                /* "sticky but not too sticky": the source address may be
-                 * gone; send again from the one routing picks (not yet an
-                 * error: if that goes, the endpoint's source is given up) */
-                ch.src[done] = 2;
-                set_control(&msgs[done].msg_hdr, &ch.ctrl[done], ch.seglen[done], NULL, v6sock);
-                continue;
-            }
-            if (!e0)
-                e0 = e;
-            if (transient(e) || fatal(e)) {
-                if (err)
-                    *err = e0;
-                return sent;
-            }
-            if (e == ECONNREFUSED && retried != done) {
-                /* a pending ICMP error of an earlier datagram (connected
-                 * socket), now consumed: this message was not tried yet */
-                retried = done;
-                continue;
-            }
-            if (ch.count[done] > 1 && (e == EIO || e == EINVAL || e == EMSGSIZE)) {
-                /* the route cannot segment (EMSGSIZE: the segments exceed the
-                 * path MTU, and GSO segments are never fragmented): resend
-                 * without GSO from here, as single datagrams the kernel may
-                 * fragment (each from its source again, if it had one) */
-                gso = 0;
-                i = ch.first[done];
-                rebuild = 1;
-                break;
-            }
-            done++;         /* drop this message, go on */
-        }
-        if (!rebuild)
+        int at = send_chunk(fd, &ch, ep, nm, v6sock, &sent, &e0);
+        if (at == CHUNK_STOP)
+            break;
+        if (at >= 0) {
+            gso = 0;        /* the route cannot segment: resend from `at` without GSO */
+            i = at;
+        } else {
             i = j;
+        }
     }
     if (err)
         *err = e0;
