@@ -25,10 +25,11 @@
 
 #define VC_API __attribute__((visibility("default")))
 
-/* Control buffer per message: UDP_GRO (an int), SCM_TIMESTAMPNS (a timespec)
- * plus room for cmsgs another part of the program may have enabled
- * (IP_PKTINFO, ...); MSG_CTRUNC is harmless. */
-#define CTRL_SIZE 128
+/* Control buffer per message: UDP_GRO (an int, 24 bytes with its header),
+ * SCM_TIMESTAMPNS (a timespec, 32), IPV6_PKTINFO (40) or IP_PKTINFO (32),
+ * plus room for a cmsg another part of the program may have enabled;
+ * MSG_CTRUNC is harmless.  A send uses UDP_SEGMENT (24) and a PKTINFO. */
+#define CTRL_SIZE 160
 typedef union {
     char buf[CTRL_SIZE];
     struct cmsghdr align;
@@ -40,7 +41,7 @@ typedef union {
     struct sockaddr_in6 in6;
 } any_addr;
 
-_Static_assert(sizeof(vc_endpoint) == 24, "vc_endpoint layout");
+_Static_assert(sizeof(vc_endpoint) == 48, "vc_endpoint layout");
 _Static_assert(sizeof(((vc_udp_rx *)0)->pend) / sizeof(vc_udp_pending) == VC_UDP_MAX_MSGS,
                "pend[] holds one recvmmsg call");
 
@@ -99,13 +100,22 @@ static socklen_t ep_to_sa(any_addr *a, const vc_endpoint *ep, int v6sock)
     return 0;
 }
 
-static int ep_equal(const vc_endpoint *a, const vc_endpoint *b)
+/* Same peer address and same local source (a GSO batch shares both). */
+static inline int ep_equal(const vc_endpoint *a, const vc_endpoint *b)
 {
-    if (a->family != b->family || a->port != b->port)
+    size_t n = a->family == 4 ? 4 : 16;
+    if (a->family != b->family || a->port != b->port || a->scope_id != b->scope_id ||
+        memcmp(a->addr, b->addr, n) != 0)
         return 0;
-    if (a->family == 4)
-        return memcmp(a->addr, b->addr, 4) == 0;
-    return a->scope_id == b->scope_id && memcmp(a->addr, b->addr, 16) == 0;
+    int sa = a->src_set == VC_EP_SRC_SET, sb = b->src_set == VC_EP_SRC_SET;
+    if (sa != sb)
+        return 0;
+    return !sa || (a->src_ifindex == b->src_ifindex && memcmp(a->src, b->src, n) == 0);
+}
+
+VC_API int vc_endpoint_equal(const vc_endpoint *a, const vc_endpoint *b)
+{
+    return ep_equal(a, b);
 }
 
 VC_API int vc_endpoint_to_sockaddr(const vc_endpoint *ep, uint8_t *sa, size_t cap, int v6_socket)
@@ -144,6 +154,27 @@ VC_API int vc_udp_set_timestamps(int fd, int on)
     return 0;
 }
 
+static int socket_domain(int fd)
+{
+    int dom = 0;
+    socklen_t dl = sizeof dom;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) != 0)
+        return -errno;
+    return dom;
+}
+
+VC_API int vc_udp_set_pktinfo(int fd, int on)
+{
+    int v = on ? 1 : 0, dom = socket_domain(fd);
+    if (dom < 0)
+        return dom;
+    /* a dual-stack socket reports IPv4 arrivals with IPV6_PKTINFO too (the
+     * destination v4-mapped), so one option per socket */
+    int r = dom == AF_INET6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &v, sizeof v)
+                            : setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &v, sizeof v);
+    return r == 0 ? 0 : -errno;
+}
+
 VC_API int vc_udp_gso_supported(int fd)
 {
     int v = 0;
@@ -152,6 +183,87 @@ VC_API int vc_udp_gso_supported(int fd)
 }
 
 /* ---------------------------------------------------------------- receive */
+
+/* The destination of a received datagram (a local address) and the
+ * interface it came in on, from IP_PKTINFO or IPV6_PKTINFO (the latter
+ * v4-mapped for an IPv4 arrival on a dual-stack socket). */
+typedef struct {
+    int family;             /* 0: no pktinfo */
+    uint32_t ifindex;
+    uint8_t addr[16];
+} local_dst;
+
+static void read_pktinfo(local_dst *d, const struct cmsghdr *c)
+{
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO &&
+        c->cmsg_len >= CMSG_LEN(sizeof(struct in_pktinfo))) {
+        struct in_pktinfo pi;
+        memcpy(&pi, CMSG_DATA(c), sizeof pi);
+        d->family = 4;
+        d->ifindex = (uint32_t)pi.ipi_ifindex;
+        memcpy(d->addr, &pi.ipi_addr, 4);     /* the header's destination */
+    } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO &&
+               c->cmsg_len >= CMSG_LEN(sizeof(struct in6_pktinfo))) {
+        struct in6_pktinfo pi;
+        memcpy(&pi, CMSG_DATA(c), sizeof pi);
+        d->ifindex = (uint32_t)pi.ipi6_ifindex;
+        if (memcmp(pi.ipi6_addr.s6_addr, v4mapped_prefix, 12) == 0) {
+            d->family = 4;
+            memcpy(d->addr, pi.ipi6_addr.s6_addr + 12, 4);
+        } else {
+            d->family = 6;
+            memcpy(d->addr, pi.ipi6_addr.s6_addr, 16);
+        }
+    }
+}
+
+/* One received message's control data: its GRO segment size, its kernel
+ * receive time, its destination. */
+static void read_control(struct msghdr *h, uint32_t *seg, int64_t *arrival, local_dst *dst)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int g;
+            memcpy(&g, CMSG_DATA(c), sizeof g);
+            if (g > 0)
+                *seg = (uint32_t)g;
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+                   c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            *arrival = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        } else {
+            read_pktinfo(dst, c);
+        }
+    }
+}
+
+static int link_local6(const uint8_t *a)
+{
+    return a[0] == 0xfe && (a[1] & 0xc0) == 0x80;
+}
+
+/* The endpoint's source: the address the datagram was sent to, as the Linux
+ * module keeps it (IPv4: with the interface; IPv6: the interface only where
+ * the address needs it, a link-local one).  A multicast or broadcast
+ * destination is no address to answer from: routing picks then. */
+static void set_source(vc_endpoint *e, const local_dst *d)
+{
+    if (d->family != e->family)
+        return;
+    if (d->family == 4) {
+        if (d->addr[0] >= 224 || (d->addr[0] | d->addr[1] | d->addr[2] | d->addr[3]) == 0)
+            return;         /* multicast, class E, limited broadcast; 0.0.0.0 */
+        memcpy(e->src, d->addr, 4);
+        e->src_ifindex = d->ifindex;
+    } else {
+        if (d->addr[0] == 0xff)
+            return;         /* multicast */
+        memcpy(e->src, d->addr, 16);
+        e->src_ifindex = link_local6(d->addr) ? d->ifindex : 0;
+    }
+    e->src_set = VC_EP_SRC_SET;
+}
 
 typedef struct {
     uint32_t *off, *len, *segs;
@@ -240,6 +352,31 @@ static int drain_pending(rx_out *o)
     return o->count;
 }
 
+/* Report one message recvmmsg filled (its slot at `at`). */
+static void take_message(rx_out *o, struct mmsghdr *m, const any_addr *name, uint32_t at, size_t slot)
+{
+    struct msghdr *h = &m->msg_hdr;
+    uint32_t l = m->msg_len, seg = 0;
+    int64_t arrival = 0;
+    vc_endpoint e;
+    local_dst dst = {0};
+    if (o->st)
+        o->st->buffers++;
+    if (h->msg_flags & MSG_TRUNC) {
+        if (o->st)
+            o->st->dropped++;
+        return;
+    }
+    if (l > slot)
+        l = (uint32_t)slot;   /* cannot happen; never report beyond the slot */
+    read_control(h, &seg, &arrival, &dst);
+    if (h->msg_namelen == 0 || sa_to_ep(&e, &name->sa, h->msg_namelen) != 0)
+        memset(&e, 0, sizeof e);
+    else
+        set_source(&e, &dst);
+    emit_buffer(o, at, l, seg, &e, arrival);
+}
+
 VC_API int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t slab_size, size_t mtu,
                                   uint32_t *off, uint32_t *len, vc_endpoint *ep, int max, int gro,
                                   uint32_t *segs, int *nbufs)
@@ -311,39 +448,8 @@ VC_API int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t s
                 err = -errno;
             break;
         }
-        for (int j = 0; j < r; j++) {
-            struct msghdr *h = &msgs[j].msg_hdr;
-            uint32_t l = msgs[j].msg_len;
-            uint32_t seg = 0;
-            int64_t arrival = 0;
-            vc_endpoint e;
-            if (st)
-                st->buffers++;
-            if (h->msg_flags & MSG_TRUNC) {
-                if (st)
-                    st->dropped++;
-                continue;
-            }
-            if (l > slot)
-                l = (uint32_t)slot;   /* cannot happen; never report beyond the slot */
-            for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
-                if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-                    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-                    int g;
-                    memcpy(&g, CMSG_DATA(c), sizeof g);
-                    if (g > 0)
-                        seg = (uint32_t)g;
-                } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
-                           c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
-                    struct timespec ts;
-                    memcpy(&ts, CMSG_DATA(c), sizeof ts);
-                    arrival = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-                }
-            }
-            if (h->msg_namelen == 0 || sa_to_ep(&e, &names[j].sa, h->msg_namelen) != 0)
-                memset(&e, 0, sizeof e);
-            emit_buffer(&o, (uint32_t)(cursor + (size_t)j * slot), l, seg, &e, arrival);
-        }
+        for (int j = 0; j < r; j++)
+            take_message(&o, &msgs[j], &names[j], (uint32_t)(cursor + (size_t)j * slot), slot);
         cursor += (size_t)r * slot;
         if (r < k)
             break;          /* the queue was empty */
@@ -428,14 +534,171 @@ static int fatal(int e)
     return e == EBADF || e == ENOTSOCK || e == EFAULT || e == EPIPE;
 }
 
-VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
-                             const vc_endpoint *ep, int n, int gso, int *err)
+/* UDP_SEGMENT and IPV6_PKTINFO, the most a send puts in a message's control */
+#define TX_CTRL_MAX (CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(struct in6_pktinfo)))
+_Static_assert(TX_CTRL_MAX <= CTRL_SIZE, "a send's control data fits the buffer");
+
+/* The control data of one message: UDP_SEGMENT when it is a GSO batch
+ * (seglen > 0), the source address when the endpoint has one (IP_PKTINFO on
+ * an IPv4 socket; IPV6_PKTINFO on an IPv6 one, v4-mapped for an IPv4 peer,
+ * which the kernel's IPv4 path of a dual-stack socket takes).  The source
+ * alone is given, no interface (but for a link-local IPv6 one): routing
+ * picks the way out, as the Linux module's route lookup with a source does. */
+static void set_control(struct msghdr *h, ctrl_buf *cb, uint16_t seglen, const vc_endpoint *ep,
+                        int v6sock)
 {
+    size_t used = 0;
+    memset(cb->buf, 0, TX_CTRL_MAX);
+    h->msg_control = cb->buf;
+    h->msg_controllen = sizeof cb->buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(h);
+    if (seglen) {
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof seglen);
+        memcpy(CMSG_DATA(c), &seglen, sizeof seglen);
+        used += CMSG_SPACE(sizeof seglen);
+        c = (struct cmsghdr *)(cb->buf + used);
+    }
+    if (ep && ep->src_set == VC_EP_SRC_SET && v6sock) {
+        struct in6_pktinfo pi;
+        memset(&pi, 0, sizeof pi);
+        if (ep->family == 4) {
+            memcpy(pi.ipi6_addr.s6_addr, v4mapped_prefix, 12);
+            memcpy(pi.ipi6_addr.s6_addr + 12, ep->src, 4);
+        } else {
+            memcpy(pi.ipi6_addr.s6_addr, ep->src, 16);
+            pi.ipi6_ifindex = (int)ep->src_ifindex;
+        }
+        c->cmsg_level = IPPROTO_IPV6;
+        c->cmsg_type = IPV6_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof pi);
+        memcpy(CMSG_DATA(c), &pi, sizeof pi);
+        used += CMSG_SPACE(sizeof pi);
+    } else if (ep && ep->src_set == VC_EP_SRC_SET && ep->family == 4) {
+        struct in_pktinfo pi;
+        memset(&pi, 0, sizeof pi);
+        memcpy(&pi.ipi_spec_dst, ep->src, 4);
+        c->cmsg_level = IPPROTO_IP;
+        c->cmsg_type = IP_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof pi);
+        memcpy(CMSG_DATA(c), &pi, sizeof pi);
+        used += CMSG_SPACE(sizeof pi);
+    }
+    h->msg_controllen = used;
+    if (!used)
+        h->msg_control = NULL;
+}
+
+/* What a send with a source address says when that address cannot be used
+ * (removed: EINVAL from the route lookup or the IPv6 address check;
+ * EADDRNOTAVAIL; a source-based rule with no route: ENETUNREACH). */
+static int source_refused(int e)
+{
+    return e == EINVAL || e == EADDRNOTAVAIL || e == ENETUNREACH;
+}
+
+typedef struct {
     struct mmsghdr msgs[VC_UDP_MAX_MSGS];
     struct iovec iov[TX_IOV_CAP];
     any_addr names[VC_UDP_MAX_MSGS];
     ctrl_buf ctrl[VC_UDP_MAX_MSGS];
     int first[VC_UDP_MAX_MSGS], count[VC_UDP_MAX_MSGS];
+    uint8_t src[VC_UDP_MAX_MSGS];   /* 1: sent with a source; 2: retried without it */
+    uint16_t seglen[VC_UDP_MAX_MSGS];
+} tx_chunk;
+
+/* Datagrams sent from an endpoint's source which the kernel refused and that
+ * went without it: their endpoints say VC_EP_SRC_REFUSED (the caller's table
+ * forgets that source). */
+static void sent_without_source(tx_chunk *c, vc_endpoint *ep, int from, int to)
+{
+    for (int k = from; k < to; k++)
+        if (c->src[k] == 2)
+            for (int d = 0; d < c->count[k]; d++)
+                ep[c->first[k] + d].src_set = VC_EP_SRC_REFUSED;
+}
+
+/* The length of the GSO run from datagram j (1: none). */
+static int gso_run(const uint32_t *len, const vc_endpoint *ep, int j, int n)
+{
+    int g = 1;
+    uint32_t seglen = len[j];
+    size_t total = seglen;
+    if (seglen == 0 || seglen > VC_UDP_GSO_MAX_BYTES)
+        return 1;
+    while (j + g < n && g < VC_UDP_GSO_MAX_SEGS) {
+        uint32_t l = len[j + g];
+        if (l == 0 || l > seglen || total + l > VC_UDP_GSO_MAX_BYTES)
+            break;
+        if (ep && !ep_equal(&ep[j], &ep[j + g]))
+            break;
+        total += l;
+        g++;
+        if (l < seglen)
+            break;      /* a shorter datagram ends the run */
+    }
+    return g;
+}
+
+#define CHUNK_SENT -1     /* send_chunk: every message sent or dropped */
+#define CHUNK_STOP -2     /* ... a transient or fatal error: the rest is not sent */
+
+/* sendmmsg the nm messages of a chunk; on a failure, skip, retry or stop.
+ * Adds the datagrams sent to *sent and the first error to *e0.  Returns
+ * CHUNK_SENT, CHUNK_STOP, or the first datagram of a GSO message the route
+ * cannot segment (the caller resends from there without GSO). */
+static int send_chunk(int fd, tx_chunk *ch, vc_endpoint *ep, int nm, int v6sock, int *sent, int *e0)
+{
+    struct mmsghdr *msgs = ch->msgs;
+    int done = 0, retried = -1;
+    while (done < nm) {
+        int r = sendmmsg(fd, msgs + done, (unsigned)(nm - done), MSG_DONTWAIT);
+        if (r > 0) {
+            for (int k = done; k < done + r; k++)
+                *sent += ch->count[k];
+            sent_without_source(ch, ep, done, done + r);
+            done += r;
+            continue;
+        }
+        int e = r < 0 ? errno : EAGAIN;
+        if (e == EINTR)
+            continue;
+        if (ch->src[done] == 1 && source_refused(e)) {
+            /* "sticky but not too sticky": the source address may be
+             * gone; send again from the one routing picks (not yet an
+             * error: if that goes, the endpoint's source is given up) */
+            ch->src[done] = 2;
+            set_control(&msgs[done].msg_hdr, &ch->ctrl[done], ch->seglen[done], NULL, v6sock);
+            continue;
+        }
+        if (!*e0)
+            *e0 = e;
+        if (transient(e) || fatal(e))
+            return CHUNK_STOP;
+        if (e == ECONNREFUSED && retried != done) {
+            /* a pending ICMP error of an earlier datagram (connected
+             * socket), now consumed: this message was not tried yet */
+            retried = done;
+            continue;
+        }
+        if (ch->count[done] > 1 && (e == EIO || e == EINVAL || e == EMSGSIZE)) {
+            /* the route cannot segment (EMSGSIZE: the segments exceed the
+             * path MTU, and GSO segments are never fragmented): resend
+             * without GSO from here, as single datagrams the kernel may
+             * fragment (each from its source again, if it had one) */
+            return ch->first[done];
+        }
+        done++;         /* drop this message, go on */
+    }
+    return CHUNK_SENT;
+}
+
+VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
+                             vc_endpoint *ep, int n, int gso, int *err)
+{
+    tx_chunk ch;
+    struct mmsghdr *msgs = ch.msgs;
     int sent = 0, e0 = 0, v6sock = 0;
     int i = 0;
 
@@ -444,11 +707,10 @@ VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, co
     if (n <= 0)
         return 0;
     if (ep) {
-        int dom = 0;
-        socklen_t dl = sizeof dom;
-        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) != 0) {
+        int dom = socket_domain(fd);
+        if (dom < 0) {
             if (err)
-                *err = errno;
+                *err = -dom;
             return 0;
         }
         v6sock = dom == AF_INET6;
@@ -458,28 +720,13 @@ VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, co
         /* Build one sendmmsg chunk from datagram i on. */
         int nm = 0, niov = 0, j = i;
         while (j < n && nm < VC_UDP_MAX_MSGS) {
-            int g = 1;
-            uint32_t seglen = len[j];
-            size_t total = seglen;
-            if (gso && seglen > 0 && seglen <= VC_UDP_GSO_MAX_BYTES) {
-                while (j + g < n && g < VC_UDP_GSO_MAX_SEGS) {
-                    uint32_t l = len[j + g];
-                    if (l == 0 || l > seglen || total + l > VC_UDP_GSO_MAX_BYTES)
-                        break;
-                    if (ep && !ep_equal(&ep[j], &ep[j + g]))
-                        break;
-                    total += l;
-                    g++;
-                    if (l < seglen)
-                        break;      /* a shorter datagram ends the run */
-                }
-            }
+            int g = gso ? gso_run(len, ep, j, n) : 1;
             if (niov + g > TX_IOV_CAP)
                 break;
             struct msghdr *h = &msgs[nm].msg_hdr;
             memset(h, 0, sizeof *h);
             if (ep) {
-                socklen_t sl = ep_to_sa(&names[nm], &ep[j], v6sock);
+                socklen_t sl = ep_to_sa(&ch.names[nm], &ep[j], v6sock);
                 if (sl == 0) {
                     /* invalid endpoint: drop these datagrams without a syscall */
                     if (!e0)
@@ -487,28 +734,21 @@ VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, co
                     j += g;
                     continue;
                 }
-                h->msg_name = &names[nm];
+                h->msg_name = &ch.names[nm];
                 h->msg_namelen = sl;
             }
             for (int k = 0; k < g; k++) {
-                iov[niov + k].iov_base = (void *)(buf + off[j + k]);
-                iov[niov + k].iov_len = len[j + k];
+                ch.iov[niov + k].iov_base = (void *)(buf + off[j + k]);
+                ch.iov[niov + k].iov_len = len[j + k];
             }
-            h->msg_iov = &iov[niov];
+            h->msg_iov = &ch.iov[niov];
             h->msg_iovlen = (size_t)g;
-            if (g > 1) {
-                memset(ctrl[nm].buf, 0, CMSG_SPACE(sizeof(uint16_t)));
-                h->msg_control = ctrl[nm].buf;
-                h->msg_controllen = CMSG_SPACE(sizeof(uint16_t));
-                struct cmsghdr *c = CMSG_FIRSTHDR(h);
-                c->cmsg_level = SOL_UDP;
-                c->cmsg_type = UDP_SEGMENT;
-                c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-                uint16_t s = (uint16_t)seglen;
-                memcpy(CMSG_DATA(c), &s, sizeof s);
-            }
-            first[nm] = j;
-            count[nm] = g;
+            ch.seglen[nm] = g > 1 ? (uint16_t)len[j] : 0;
+            ch.src[nm] = ep && ep[j].src_set == VC_EP_SRC_SET;
+            if (g > 1 || ch.src[nm])
+                set_control(h, &ch.ctrl[nm], ch.seglen[nm], ep ? &ep[j] : NULL, v6sock);
+            ch.first[nm] = j;
+            ch.count[nm] = g;
             niov += g;
             nm++;
             j += g;
@@ -518,46 +758,15 @@ VC_API int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, co
             continue;
         }
 
-        /* Send it; on a failure, skip or stop. */
-        int done = 0, rebuild = 0, retried = -1;
-        while (done < nm) {
-            int r = sendmmsg(fd, msgs + done, (unsigned)(nm - done), MSG_DONTWAIT);
-            if (r > 0) {
-                for (int k = done; k < done + r; k++)
-                    sent += count[k];
-                done += r;
-                continue;
-            }
-            int e = r < 0 ? errno : EAGAIN;
-            if (e == EINTR)
-                continue;
-            if (!e0)
-                e0 = e;
-            if (transient(e) || fatal(e)) {
-                if (err)
-                    *err = e0;
-                return sent;
-            }
-            if (e == ECONNREFUSED && retried != done) {
-                /* a pending ICMP error of an earlier datagram (connected
-                 * socket), now consumed: this message was not tried yet */
-                retried = done;
-                continue;
-            }
-            if (count[done] > 1 && (e == EIO || e == EINVAL || e == EMSGSIZE)) {
-                /* the route cannot segment (EMSGSIZE: the segments exceed the
-                 * path MTU, and GSO segments are never fragmented): resend
-                 * without GSO from here, as single datagrams the kernel may
-                 * fragment */
-                gso = 0;
-                i = first[done];
-                rebuild = 1;
-                break;
-            }
-            done++;         /* drop this message, go on */
-        }
-        if (!rebuild)
+        int at = send_chunk(fd, &ch, ep, nm, v6sock, &sent, &e0);
+        if (at == CHUNK_STOP)
+            break;
+        if (at >= 0) {
+            gso = 0;        /* the route cannot segment: resend from `at` without GSO */
+            i = at;
+        } else {
             i = j;
+        }
     }
     if (err)
         *err = e0;

@@ -17,13 +17,25 @@
 #define VC_UDP_GSO_MAX_SEGS  64     /* datagrams per UDP_SEGMENT super-datagram */
 #define VC_UDP_GSO_MAX_BYTES 65000  /* payload bytes per UDP_SEGMENT super-datagram */
 
+/* A peer's address, and the local one its datagrams arrived at (the source
+ * its replies leave from, as the Linux module's "sticky" source address:
+ * the peer may know this host by only one of its addresses). */
 typedef struct {
     uint8_t  family;    /* 4 or 6 (0: none) */
-    uint8_t  pad;
+    uint8_t  src_set;   /* VC_EP_SRC_*: what src holds */
     uint16_t port;      /* host byte order */
     uint32_t scope_id;
     uint8_t  addr[16];  /* IPv4 in addr[0..3] */
+    uint8_t  src[16];   /* the local address (the family's; IPv4 in src[0..3]) */
+    uint32_t src_ifindex;  /* the interface it arrived on (IPv6: link-local src only, else 0) */
+    uint32_t src_pad;
 } vc_endpoint;
+
+#define VC_EP_SRC_NONE     0   /* no source: routing picks it (an endpoint set by the UAPI) */
+#define VC_EP_SRC_SET      1   /* send from src */
+#define VC_EP_SRC_REFUSED  2   /* the kernel refused src on a send (the address is gone, or
+                                * not routable): sent from the routed one instead; the table
+                                * forgets src for the peer (vc_udp_send_batch sets it) */
 
 /* ---- fq_codel.c: CoDel and a fair queue, sans-I/O (times in ns, given) ----
  * CoDel (RFC 8289) decides, packet by packet at the head of a queue, whether
@@ -108,7 +120,9 @@ int vc_udp_aqm_filter(vc_udp_rx *st, const uint8_t *slab, uint32_t *off, uint32_
                       int64_t now_mono, int64_t now_real);
 
 /* Receive datagrams from a UDP socket (IPv4, IPv6, or dual-stack: v4-mapped
- * sources are reported as family 4) with recvmmsg, until EAGAIN, until max
+ * sources are reported as family 4) with recvmmsg (the endpoints' source is
+ * the datagram's destination, with vc_udp_set_pktinfo on; a GRO buffer's
+ * segments share it), until EAGAIN, until max
  * datagrams, or until the slab has no room for another slot.  Each slot is
  * VC_UDP_GRO_SLOT bytes if gro, else mtu rounded up to 16 (mtu = largest
  * datagram accepted; longer ones are truncated by the kernel and dropped).
@@ -127,9 +141,11 @@ int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t slab_siz
                            uint32_t *segs, int *nbufs);
 
 /* Send n datagrams (i at buf+off[i], len[i], to ep[i]; ep == NULL for a
- * connected socket) with sendmmsg.  With gso, consecutive datagrams to the
- * same endpoint with equal length (the last of a run may be shorter) go as one
- * UDP_SEGMENT super-datagram (at most VC_UDP_GSO_MAX_SEGS segments and
+ * connected socket) with sendmmsg, each from its endpoint's source address
+ * when it has one (src_set VC_EP_SRC_SET: IP_PKTINFO / IPV6_PKTINFO).  With
+ * gso, consecutive datagrams to the same endpoint (source included) with
+ * equal length (the last of a run may be shorter) go as one UDP_SEGMENT
+ * super-datagram (at most VC_UDP_GSO_MAX_SEGS segments and
  * VC_UDP_GSO_MAX_BYTES bytes).  Returns the number of datagrams handed to the
  * kernel; *err (may be NULL) gets the first errno seen, 0 if none.
  *   - EAGAIN/EWOULDBLOCK/ENOBUFS/ENOMEM stop the batch: the rest is not sent.
@@ -141,8 +157,20 @@ int vc_udp_recv_batch_segs(int fd, vc_udp_rx *st, uint8_t *slab, size_t slab_siz
  *     segments above the path MTU, which GSO never fragments) is resent without
  *     GSO, which stays off for the rest of the call; *err = EIO, EINVAL or
  *     EMSGSIZE with a return of n means: turn GSO off for this socket. */
+/*   - a message whose source the kernel refuses (EINVAL, EADDRNOTAVAIL,
+ *     ENETUNREACH: the address was removed, ...) is sent again without it
+ *     (routing picks); when that goes, its datagrams' ep[i].src_set becomes
+ *     VC_EP_SRC_REFUSED (the one change made to ep) and the error is not
+ *     reported. */
 int vc_udp_send_batch(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
-                      const vc_endpoint *ep, int n, int gso, int *err);
+                      vc_endpoint *ep, int n, int gso, int *err);
+/* Whether two endpoints are the same: address, port, scope, and source (the
+ * same one, or none on both; VC_EP_SRC_REFUSED counts as none). */
+int vc_endpoint_equal(const vc_endpoint *a, const vc_endpoint *b);
+/* Report each datagram's destination (IPV6_RECVPKTINFO on an IPv6 socket,
+ * dual-stack ones too; IP_PKTINFO on an IPv4 one): the receive calls then
+ * fill the endpoints' source (0 or -errno). */
+int vc_udp_set_pktinfo(int fd, int on);
 
 int vc_udp_set_gro(int fd, int on);       /* 0 or -errno */
 int vc_udp_gso_supported(int fd);         /* 1 if setsockopt-level UDP_SEGMENT exists, else 0 */

@@ -132,6 +132,13 @@ int  vc_wg_peer_remove(vc_wg_table *t, uint32_t peer);   /* wipes its keys; free
 int  vc_wg_peer_count(vc_wg_table *t);
 int  vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpoint *ep);  /* NULL clears */
 int  vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, double now);
+/* After vc_udp_send_batch of a batch (its touched peers, its n endpoints): a
+ * peer whose endpoint's source the kernel refused (VC_EP_SRC_REFUSED) gives
+ * it up, routing picks.  Returns how many did; vc_wg_sources_forgotten
+ * counts them all. */
+size_t vc_wg_forget_sources(vc_wg_table *t, const vc_wg_touch *touched, size_t n_touched,
+                            const vc_endpoint *ep, size_t n);
+uint64_t vc_wg_sources_forgotten(vc_wg_table *t);
 
 /* ---- indices: this side's 32-bit session ids, for handshakes and keypairs ---- */
 int  vc_wg_index_reserve(vc_wg_table *t, uint32_t index, uint32_t peer);  /* 0, or -1 if in use */

@@ -146,7 +146,7 @@ static size_t touch(touch_set *s, uint32_t peer, int *fresh)
     return i;
 }
 
-static int endpoint_equal(const vc_endpoint *a, const vc_endpoint *b)
+static int same_remote(const vc_endpoint *a, const vc_endpoint *b)
 {
     return a->family == b->family && a->port == b->port && a->scope_id == b->scope_id &&
            memcmp(a->addr, b->addr, a->family == 4 ? 4 : 16) == 0;
@@ -398,10 +398,13 @@ VC_API size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off
         WG_ADD(&p->rx_wire, touched[e].bytes);
         wg_spin_lock(&p->lock);
         p->last_rx = tnow;
-        if (!p->ep_set || !endpoint_equal(&p->ep, &extra[e].ep)) {
+        /* the endpoint and the local address it sent to go together (the
+         * source of the replies); only a new remote address is a roam */
+        if (!p->ep_set || !same_remote(&p->ep, &extra[e].ep))
+            touched[e].flags |= VC_WG_EV_ROAMED;
+        if (touched[e].flags & VC_WG_EV_ROAMED || !vc_endpoint_equal(&p->ep, &extra[e].ep)) {
             p->ep = extra[e].ep;
             p->ep_set = 1;
-            touched[e].flags |= VC_WG_EV_ROAMED;
         }
         wg_spin_unlock(&p->lock);
     }

@@ -153,6 +153,8 @@ struct vc_wg_table {
     uint64_t    drops[VC_WG_STATUS_COUNT];
 
     wg_admit_state admit;
+
+    uint64_t    sources_forgotten;  /* peers' source addresses the kernel refused (given up) */
 };
 
 /* wg_table.c */

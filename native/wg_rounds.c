@@ -18,7 +18,7 @@ static int gso_refused(int e, int sent, int n, int gso)
     return gso && sent == n && (e == EIO || e == EINVAL || e == EMSGSIZE);
 }
 
-static void udp_send(vc_wg_round *r, int n, int gso, uint32_t *sent, int32_t *err)
+static void udp_send(vc_wg_table *t, vc_wg_round *r, int n, int gso, uint32_t *sent, int32_t *err)
 {
     int e = 0;
     int s = vc_udp_send_batch(r->udp_fd, r->tx_slab, r->tx_off, r->tx_len, r->tx_ep, n, gso, &e);
@@ -26,6 +26,7 @@ static void udp_send(vc_wg_round *r, int n, int gso, uint32_t *sent, int32_t *er
     *err = e;
     if (gso_refused(e, s, n, gso))
         r->io.gso_off = 1;
+    vc_wg_forget_sources(t, r->touched, r->n_touched, r->tx_ep, (size_t)n);
 }
 
 VC_API int64_t vc_wg_round_open(vc_wg_table *t, vc_wg_round *r, uint8_t *buf, const uint32_t *off,
@@ -130,7 +131,7 @@ VC_API int64_t vc_wg_receive_round(vc_wg_table *t, vc_wg_round *r, double now, i
     size_t nr = r->n_reply;
     if (nr) {
         io->replies = (uint32_t)nr;
-        udp_send(r, (int)nr, gso, &io->replies_sent, &io->send_errno);
+        udp_send(t, r, (int)nr, gso, &io->replies_sent, &io->send_errno);
     }
     if (delivered) {
         int e = 0, w;
@@ -162,7 +163,7 @@ VC_API int64_t vc_wg_seal_send(vc_wg_table *t, vc_wg_round *r, const uint8_t *sl
     io->sent = 0;
     io->send_errno = 0;
     if (k)
-        udp_send(r, (int)k, gso, &io->sent, &io->send_errno);
+        udp_send(t, r, (int)k, gso, &io->sent, &io->send_errno);
     return k;
 }
 

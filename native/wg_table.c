@@ -534,6 +534,15 @@ VC_API int vc_wg_peer_count(vc_wg_table *t)
     return read_count(t, &t->peer_count);
 }
 
+/* No source: routing picks it (and no stale bytes, so equal endpoints
+ * compare equal). */
+static void clear_source(vc_endpoint *ep)
+{
+    ep->src_set = VC_EP_SRC_NONE;
+    ep->src_ifindex = ep->src_pad = 0;
+    memset(ep->src, 0, sizeof ep->src);
+}
+
 VC_API int vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpoint *ep)
 {
     RD_LOCK(t);            /* only this peer's fields change: its own lock suffices */
@@ -544,6 +553,8 @@ VC_API int vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpo
         if (ep) {
             p->ep = *ep;
             p->ep_set = 1;
+            if (ep->src_set != VC_EP_SRC_SET)
+                clear_source(&p->ep);
         } else {
             memset(&p->ep, 0, sizeof p->ep);
             p->ep_set = 0;
@@ -653,4 +664,56 @@ void wg_batch_begin(vc_wg_table *t)
 void wg_batch_end(vc_wg_table *t)
 {
     UNLOCK(t);
+}
+
+/* The kernel refused a source on a send (vc_udp_send_batch marked those
+ * datagrams VC_EP_SRC_REFUSED): a peer of the batch still sending from it
+ * gives it up, as the Linux module clears a source its route lookup refuses
+ * ("sticky, but not too sticky"); the next datagram that arrives from the
+ * peer teaches the table the address it now reaches us at. */
+static size_t forget_source(vc_wg_table *t, const vc_wg_touch *touched, size_t n_touched,
+                            const vc_endpoint *refused)
+{
+    vc_endpoint was = *refused;
+    size_t forgot = 0;
+    was.src_set = VC_EP_SRC_SET;
+    for (size_t e = 0; e < n_touched; e++) {
+        if (!wg_peer_live(t, touched[e].peer))
+            continue;
+        wg_peer *p = &t->peers[touched[e].peer];
+        wg_spin_lock(&p->lock);
+        if (p->ep_set && vc_endpoint_equal(&p->ep, &was)) {
+            clear_source(&p->ep);
+            forgot++;
+        }
+        wg_spin_unlock(&p->lock);
+    }
+    return forgot;
+}
+
+VC_API size_t vc_wg_forget_sources(vc_wg_table *t, const vc_wg_touch *touched, size_t n_touched,
+                                   const vc_endpoint *ep, size_t n)
+{
+    size_t forgot = 0, i = 0;
+    const vc_endpoint *last = NULL;
+    while (i < n && ep[i].src_set != VC_EP_SRC_REFUSED)
+        i++;
+    if (i == n)
+        return 0;           /* the usual case: no lock taken */
+    RD_LOCK(t);
+    for (; i < n; i++) {
+        if (ep[i].src_set != VC_EP_SRC_REFUSED || (last && memcmp(last, &ep[i], sizeof *last) == 0))
+            continue;       /* (a batch to one peer repeats its endpoint) */
+        last = &ep[i];
+        forgot += forget_source(t, touched, n_touched, &ep[i]);
+    }
+    UNLOCK(t);
+    if (forgot)
+        WG_ADD(&t->sources_forgotten, forgot);
+    return forgot;
+}
+
+VC_API uint64_t vc_wg_sources_forgotten(vc_wg_table *t)
+{
+    return __atomic_load_n(&t->sources_forgotten, __ATOMIC_RELAXED);
 }

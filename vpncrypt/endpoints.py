@@ -8,9 +8,10 @@ one place:
 * the (host, port[, flowinfo, scope_id]) tuples of the socket layer:
   resolve_endpoint(Endpoint) -> tuple (names resolved), format_endpoint(any)
   -> ``host:port`` / ``[v6%scope]:port``;
-* the 24 bytes of the native ``vc_endpoint`` (family, pad, port, scope, 16
-  address bytes): pack_endpoint(tuple) and unpack_endpoint(bytes), and
-  format_packed_endpoint(bytes) -> text.
+* the 48 bytes of the native ``vc_endpoint`` (family, source flag, port,
+  scope, 16 address bytes; the local source: 16 address bytes, interface,
+  pad): pack_endpoint(tuple) and unpack_endpoint(bytes) (a source travels as
+  a vpncrypt.sourced.SourcedAddr), and format_packed_endpoint(bytes) -> text.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import re
 import socket
 import struct
 from dataclasses import dataclass
+
+from .sourced import SourcedAddr, source_of
 
 __all__ = [
     "Endpoint",
@@ -37,6 +40,9 @@ __all__ = [
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
 _V4MAPPED = b"\0" * 10 + b"\xff\xff"
 _HEAD = struct.Struct("=BBHI")
+_SOURCE = struct.Struct("=16sII")  # vc_endpoint's src, src_ifindex, src_pad
+_SRC_SET = 1  # VC_EP_SRC_SET
+_NO_SOURCE = b"\0" * _SOURCE.size
 
 
 @dataclass(frozen=True)
@@ -207,14 +213,21 @@ def _format_host_port(host: str, port: int, scope: int) -> str:
 
 
 def unpack_endpoint(raw: bytes) -> tuple:
-    """The (host, port[, 0, scope]) tuple of a packed vc_endpoint."""
-    family, _pad, port, scope = _HEAD.unpack_from(raw)
+    """The (host, port[, 0, scope]) tuple of a packed vc_endpoint; a
+    SourcedAddr when it has a source address."""
+    family, src_set, port, scope = _HEAD.unpack_from(raw)
     if family == 4:
-        return (socket.inet_ntop(socket.AF_INET, raw[8:12]), port)
-    if family == 6:
+        addr: tuple = (socket.inet_ntop(socket.AF_INET, raw[8:12]), port)
+    elif family == 6:
         host = socket.inet_ntop(socket.AF_INET6, raw[8:24])
-        return (host, port, 0, scope) if scope else (host, port)
-    raise ValueError(f"vc_endpoint has no address (family {family})")
+        addr = (host, port, 0, scope) if scope else (host, port)
+    else:
+        raise ValueError(f"vc_endpoint has no address (family {family})")
+    if src_set != _SRC_SET or len(raw) < 24 + _SOURCE.size:
+        return addr
+    src, ifindex, _pad = _SOURCE.unpack_from(raw, 24)
+    fam = socket.AF_INET if family == 4 else socket.AF_INET6
+    return SourcedAddr(addr, (socket.inet_ntop(fam, src[: 4 if family == 4 else 16]), ifindex))
 
 
 def format_packed_endpoint(raw: bytes) -> str:
@@ -230,8 +243,33 @@ def format_packed_endpoint(raw: bytes) -> str:
 
 
 def pack_endpoint(addr: tuple) -> bytes:
-    """The 24 bytes of a vc_endpoint for a (host, port[, flowinfo, scope])
-    tuple with a numeric host; v4-mapped IPv6 becomes IPv4."""
+    """The 48 bytes of a vc_endpoint for a (host, port[, flowinfo, scope])
+    tuple with a numeric host; v4-mapped IPv6 becomes IPv4.  A SourcedAddr's
+    source goes with it (a source of another family is dropped: routing
+    picks)."""
+    head = _pack_remote(addr)
+    source = source_of(addr)
+    if source is None:
+        return head + _NO_SOURCE
+    return _pack_source(head, source)
+
+
+def _pack_source(head: bytes, source: tuple) -> bytes:
+    host, ifindex = source
+    if not 0 <= ifindex <= 0xFFFFFFFF:
+        raise ValueError(f"interface index out of range: {ifindex}")
+    try:
+        raw = socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+    except OSError:
+        raise ValueError(f"source address is not numeric: {host!r}") from None
+    if raw[:12] == _V4MAPPED:
+        raw = raw[12:]
+    if len(raw) != (4 if head[0] == 4 else 16):
+        return head + _NO_SOURCE
+    return head[:1] + bytes((_SRC_SET,)) + head[2:] + _SOURCE.pack(raw, ifindex, 0)
+
+
+def _pack_remote(addr: tuple) -> bytes:
     host, port = addr[0], addr[1]
     scope = addr[3] if len(addr) >= 4 else 0
     if not 0 <= port <= 0xFFFF:

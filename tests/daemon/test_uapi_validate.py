@@ -104,7 +104,7 @@ def test_zone_range_in_the_endpoint_helpers():
     assert resolve_endpoint(Endpoint("fe80::1%4294967295", 1)) == ("fe80::1", 1, 0, 4294967295)
     with pytest.raises(ValueError):
         pack_endpoint(("fe80::1", 1, 0, 4294967296))
-    assert len(pack_endpoint(("fe80::1", 1, 0, 4294967295))) == 24
+    assert len(pack_endpoint(("fe80::1", 1, 0, 4294967295))) == 48  # sizeof(vc_endpoint)
 
 
 def test_reload_with_an_oversized_zone_keeps_every_peer(host, tmp_path):

@@ -246,7 +246,7 @@ def test_send_round_matches_composition(twins):
     assert out[0][:4] == out[1][:4]
     n, st, datagrams, waiting, calls = out[0]
     assert calls == ["vc_wg_send_round"]
-    assert out[1][4] == ["vc_tun_read_batch", "vc_wg_round_seal", "vc_udp_send_batch"]
+    assert out[1][4] == ["vc_tun_read_batch", "vc_wg_round_seal", "vc_udp_send_batch", "vc_wg_forget_sources"]
     assert n == 6 and st["io"]["sealed"] == st["io"]["sent"] == 5 and len(datagrams) == 5
     assert st["status"] == [S.OK, S.OK, S.NO_ROUTE, S.OK, S.OK, S.OK]
     assert st["peer_of"] == [0, 0, -1, 0, 0, 0]

@@ -54,6 +54,11 @@ class UdpBatchSocket:
     len, ep are cffi arrays (also self.slab for the raw pointer).  segs[b] for
     b < nbufs tells how many consecutive datagrams came from one GRO buffer.
     send(buf, off, len, ep, n) -> (sent, errno).
+
+    sticky: each ep[i] also says the local address the datagram was sent to
+    (IP_PKTINFO / IPV6_PKTINFO on the socket), and a send leaves from an
+    endpoint's such address (the Linux module's sticky source address); off,
+    every reply leaves from the address routing picks.
     """
 
     def __init__(
@@ -64,6 +69,7 @@ class UdpBatchSocket:
         gso: bool = True,
         mtu: int = 2048,
         slots: int | None = None,
+        sticky: bool = True,
     ):
         if batch < 1:
             raise ValueError("batch must be >= 1")
@@ -76,6 +82,7 @@ class UdpBatchSocket:
         self.mtu = mtu
         self.gro = bool(gro) and lib.vc_udp_set_gro(self.fd, 1) == 0
         self.gso = bool(gso) and bool(lib.vc_udp_gso_supported(self.fd))
+        self.sticky = bool(sticky) and lib.vc_udp_set_pktinfo(self.fd, 1) == 0
         self.slot = lib.VC_UDP_GRO_SLOT if self.gro else (mtu + 15) & ~15
         self.slab_size = self.slot * (slots or batch)
         self.slab, self.view, self.off, self.len = _slab(self.slab_size, batch)
@@ -98,7 +105,9 @@ class UdpBatchSocket:
         """Another object on the same socket with arrays and receive state of
         its own, for another thread (the kernel hands each datagram to one
         reader)."""
-        return UdpBatchSocket(self.sock, batch=self.batch, gro=self.gro, gso=self.gso, mtu=self.mtu)
+        return UdpBatchSocket(
+            self.sock, batch=self.batch, gro=self.gro, gso=self.gso, mtu=self.mtu, sticky=self.sticky
+        )
 
     @property
     def dropped(self) -> int:

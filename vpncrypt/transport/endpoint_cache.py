@@ -1,7 +1,8 @@
 """vc_endpoint (native/vc_io.h) <-> the (host, port[, flowinfo, scope_id])
 tuples of the socket layer, with bounded caches: the session table and the
-batch sockets speak vc_endpoint, the protocol core tuples.  The 24-byte
-layout itself is packed and unpacked in vpncrypt.endpoints."""
+batch sockets speak vc_endpoint, the protocol core tuples (a SourcedAddr
+when the endpoint has a local source address).  The 48-byte layout itself is
+packed and unpacked in vpncrypt.endpoints."""
 
 from typing import Any
 
@@ -21,11 +22,11 @@ class EndpointCache:
 
     def __init__(self, limit: int = 4096) -> None:
         self._limit = limit
-        self._addr: dict[bytes, tuple[Any, ...]] = {}  # 24-byte key -> tuple
-        self._key: dict[tuple[Any, ...], bytes] = {}  # tuple -> 24-byte key
+        self._addr: dict[bytes, tuple[Any, ...]] = {}  # 48-byte key -> tuple
+        self._key: dict[tuple[Any, ...], bytes] = {}  # plain tuple -> 48-byte key
 
     def key(self, ep: CData) -> bytes:
-        """The 24 raw bytes of a vc_endpoint (a usable dict key)."""
+        """The 48 raw bytes of a vc_endpoint (a usable dict key)."""
         raw: bytes = ffi.buffer(ep, _EP_SIZE)[:]
         return raw
 
@@ -40,6 +41,10 @@ class EndpointCache:
 
     def fill(self, ep: CData, addr: tuple[Any, ...]) -> None:
         """Write addr into the vc_endpoint at ep (a `vc_endpoint *`)."""
+        if type(addr) is not tuple:
+            # a SourcedAddr equals its plain tuple: never a key of this cache
+            ffi.memmove(ep, pack_endpoint(addr), _EP_SIZE)
+            return
         k = self._key.get(addr)
         if k is None:
             if len(self._key) >= self._limit:

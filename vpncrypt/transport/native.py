@@ -338,6 +338,7 @@ class Batch:
                 self.tx_slab, self.tx_off, self.tx_len, self.tx_ep, n_reply
             )
             io.gso_off = int(gso and not udp.gso)
+            self.forget_sources(n_reply)
         if delivered:
             io.delivered = delivered
             io.written, io.write_errno = inner.write(udp.slab, self.deliver_off, self.deliver_len, delivered)
@@ -368,7 +369,15 @@ class Batch:
             udp.send(self.tx_slab, self.tx_off, self.tx_len, self.tx_ep, k) if k else (0, 0)
         )
         io.gso_off = int(gso and not udp.gso)
+        self.forget_sources(k)
         return k
+
+    def forget_sources(self, n: int) -> int:
+        """After a send of the first n tx messages (the C rounds do it
+        themselves): the peers whose source address the kernel refused give
+        it up (vc_wg_forget_sources).  Returns how many did."""
+        got: int = lib.vc_wg_forget_sources(self._tptr, self.touched, self.n_touched, self.tx_ep, n)
+        return got
 
 
 _REFUSED = lib.VC_WG_ROUND_REFUSED
@@ -471,6 +480,13 @@ class NativeTable:
 
     def batch(self, capacity: int, stride: int, fair_queue: bool = False) -> Batch:
         return Batch(self, capacity, stride, fair_queue)
+
+    @property
+    def sources_forgotten(self) -> int:
+        """Peers' source addresses given up because the kernel refused them
+        on a send (the address was removed): replies then left from the one
+        routing picks."""
+        return int(lib.vc_wg_sources_forgotten(self.ptr))
 
     # ------------------------------------------------------------ config, clock
 

@@ -13,6 +13,7 @@ from vpncrypt.transport import status as S
 from vpncrypt.transport.admission import Admission
 from vpncrypt.transport.model import Addr, Datagram, KeypairInfo, OpenResult, PeerStats, SealResult, Session
 from vpncrypt.transport.model import TableConfig, Touch
+from vpncrypt.sourced import source_of
 from vpncrypt.transport.packets import inner_address, padded_length
 from vpncrypt.transport.replay import ReplayWindow
 from vpncrypt.transport.routing import AllowedIPs, Network
@@ -464,6 +465,8 @@ class ReferenceTable:
             if p.endpoint != last_ep[pid]:
                 p.endpoint = last_ep[pid]
                 flags |= S.EV_ROAMED
+            elif source_of(p.endpoint) != source_of(last_ep[pid]):
+                p.endpoint = last_ep[pid]  # the local address it sent to: no roam
             out.append(Touch(pid, flags, msgs, wire))
         return OpenResult(status, packets, replies, queued, out)
 
