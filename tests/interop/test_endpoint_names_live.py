@@ -21,7 +21,7 @@ import pytest
 
 from tests.interop.lab import PORT
 from tests.interop.lab_dns import LabDNS
-from vpncrypt.bench.lab import SOCKET_DIR
+from vpncrypt.bench.nslab import SOCKET_DIR
 from vpncrypt.cli.show import show_json
 from vpncrypt.config.keytypes import fingerprint
 from vpncrypt.daemon.uapiclient import get_device
