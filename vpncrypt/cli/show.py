@@ -5,8 +5,10 @@ get=vpncrypt extension), or as JSON."""
 from __future__ import annotations
 
 import argparse
+import errno
 import glob
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -140,6 +142,32 @@ def show_json(interface: str, dev: dict, ours: bool) -> dict:
     return out
 
 
+def _access_error(e: OSError) -> str:
+    """What went wrong, in wg's words: a socket that is not there, or that
+    nothing listens on, is an interface that does not exist (wg then asks
+    the kernel, which answers ENODEV: "No such device")."""
+    if isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+        return os.strerror(errno.ENODEV)
+    return e.strerror or str(e)
+
+
+def _write_out(text: str) -> int:
+    """Print `text`; a reader that went away (`vpncrypt show | head`) ends
+    it quietly, as SIGPIPE ends wg: exit status 141 (128 + SIGPIPE), no
+    traceback."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout is pointed at /dev/null, so that the interpreter's own
+        # flush at exit meets no broken pipe either
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     if args.interface:
         names = [args.interface]
@@ -151,7 +179,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         try:
             dev, ours = get_device(name, args.socket_dir)
         except OSError as e:
-            print(f"vpncrypt show: {name}: {e.strerror or e}", file=sys.stderr)
+            # wg's text: `wg show IFACE` names no interface, `wg show` does
+            where = "" if args.interface else f" {name}"
+            print(f"Unable to access interface{where}: {_access_error(e)}", file=sys.stderr)
             status = 1
             continue
         if args.json:
@@ -161,9 +191,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        print(json.dumps({"time": time.time(), "interfaces": found}, indent=2))
-    elif blocks:
-        print("\n\n".join(blocks))
+        return _write_out(json.dumps({"time": time.time(), "interfaces": found}, indent=2) + "\n") or status
+    if blocks:
+        return _write_out("\n\n".join(blocks) + "\n") or status
     return status
 
 

@@ -3,15 +3,18 @@
 `vpncrypt show`, `vpncrypt bench uapi` and the tests.
 
 wireguard-go answers ``get=1`` and ``set=1`` only; it hangs up on anything
-else (vpncrypt's ``get=vpncrypt`` extension included) without a word, so an
-answer that does not end in ``errno=N`` is an error here (UAPIProtocolError),
-never an empty device."""
+else (vpncrypt's ``get=vpncrypt`` extension included) and logs it as an
+error, so an answer that does not end in ``errno=N`` is an error here
+(UAPIProtocolError), never an empty device, and get_device() asks for the
+extension only a daemon it knows is vpncrypt (serves_vpncrypt)."""
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
+import struct
 from typing import Any
 
 from .uapi import DEFAULT_SOCKET_DIR, socket_path
@@ -37,6 +40,11 @@ def request(path: str, text: str, *, timeout: float = 5.0, terminate: bool = Tru
         s.connect(path)
         s.sendall(data)
         answer = read_answer(s)
+    return _checked(path, answer)
+
+
+def _checked(path: str, answer: bytes) -> str:
+    """A whole answer as text; UAPIProtocolError for one cut short."""
     if not answer.endswith(b"\n\n") or not answer.rstrip(b"\n").rsplit(b"\n", 1)[-1].startswith(b"errno="):
         raise UAPIProtocolError(f"{path}: the daemon closed the connection without an answer")
     return answer.decode("utf-8", "replace")
@@ -98,18 +106,43 @@ def parse_get(text: str) -> dict[str, Any]:
     return dev
 
 
+_UCRED = struct.Struct("3i")
+# The native core every vpncrypt daemon maps (vpncrypt/_native.abi3.so, or
+# a build tagged for one interpreter); wireguard-go, a static Go binary, maps
+# no such file.
+_VPNCRYPT_CORE = re.compile(rb"/vpncrypt/_native(?:\.[\w-]+)?\.so$", re.M)
+
+
+def serves_vpncrypt(sock: socket.socket) -> bool:
+    """Whether the server at the other end of a connected UAPI socket is a
+    vpncrypt daemon: the process SO_PEERCRED names (the one that made the
+    listening socket) has vpncrypt's native core mapped.  Nothing is sent:
+    asking a foreign daemon ``get=vpncrypt`` to find out costs an ERROR line
+    in its log on every call (wireguard-go's "invalid UAPI operation").
+    False when it cannot tell (a server in another PID namespace shows as
+    pid 0; /proc unreadable): then the plain get=1, which every daemon
+    answers."""
+    try:
+        pid, _uid, _gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+        if pid <= 0:
+            return False
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return _VPNCRYPT_CORE.search(f.read()) is not None
+    except OSError:
+        return False
+
+
 def get_device(
     interface: str, socket_dir: str = DEFAULT_SOCKET_DIR, *, extensions: bool = True
 ) -> tuple[dict[str, Any], bool]:
     """The device behind `interface` as parse_get() gives it, and whether it
-    answered vpncrypt's extension.  A daemon that hangs up on ``get=vpncrypt``
-    (wireguard-go, or any other implementation) is asked ``get=1``."""
-    if extensions:
-        try:
-            return parse_get(interface_request(interface, "get=vpncrypt", socket_dir)), True
-        except UAPIProtocolError:
-            pass
-        except OSError as e:
-            if e.errno != errno.EINVAL:  # a UAPI server that refuses the operation
-                raise
-    return parse_get(interface_request(interface, "get=1", socket_dir)), False
+    answered vpncrypt's extension: ``get=vpncrypt`` to a vpncrypt daemon
+    (serves_vpncrypt), ``get=1`` to any other (or when it cannot tell)."""
+    path = socket_path(interface, socket_dir)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5.0)
+        s.connect(path)
+        ours = extensions and serves_vpncrypt(s)
+        s.sendall(b"get=vpncrypt\n\n" if ours else b"get=1\n\n")
+        answer = read_answer(s)
+    return parse_get(_checked(path, answer)), ours
