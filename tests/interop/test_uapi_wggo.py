@@ -10,6 +10,7 @@ import time
 from tests.installed import script
 from tests.unix_server import UnixServer
 from tests.interop.lab import pair
+from vpncrypt.daemon.uapiclient import read_answer
 from vpncrypt.protocol import keys
 
 
@@ -95,3 +96,56 @@ def test_show_fails_clearly_when_nothing_answers():
     assert r.returncode == 1
     assert r.stdout == ""
     assert "mute0" in r.stderr and "without an answer" in r.stderr, r.stderr
+
+
+def _answer(path, data, timeout=20.0):
+    """The first answer to `data` (up to its blank line), or what came
+    before the server hung up; the connection stays open meanwhile (no
+    half-close: the server must answer without waiting for EOF)."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(data)
+        return read_answer(s)
+
+
+def _get(node) -> dict:
+    """The device lines and the peers' endpoints of a get=1, by key."""
+    out: dict = {}
+    for line in node.uapi("get=1\n\n").splitlines():
+        k, _, v = line.partition("=")
+        out.setdefault(k, []).append(v)
+    return out
+
+
+def test_set_framing_and_endpoints_like_wireguard_go(lab):
+    """Issue 31 item 10: the same bytes to both daemons, the same answers.
+    A bad line without a blank line after it is answered at once (vpncrypt
+    answered at its 5 s request timeout, or never); a blank line "\\r\\n"
+    after "\\n" lines ends the body (vpncrypt took the next request into
+    it); endpoint port 0 is taken and listed (vpncrypt refused it, -22)."""
+    a, b = pair(lab, "vpncrypt", "wggo-current", initiator="A")
+    peer = keys.decode(keys.pubkey(keys.genkey())).hex().encode()
+    at_once = [
+        b"set=1\nfwmark=abc\n",
+        b"set=1\nfwmark=1\n\r\r\n",
+        b"set=1\nlisten_port=51820\nnokey\n",
+        b"set=1\npublic_key=" + peer + b"\nendpoint=1.2.3.4\r\n",
+    ]
+    for data in at_once:
+        answers = {n.kind: _answer(n.sock, data) for n in (a, b)}
+        assert answers["vpncrypt"] == answers["wggo"] != b"", (data, answers)
+    for node in (a, b):
+        # "\r\n" ends the body after "\n" lines: applied, answered at once
+        got = _answer(node.sock, b"set=1\nfwmark=5\nfwmark=6\n\r\n")
+        assert got == b"errno=0\n\n", (node.kind, got)
+        assert _get(node)["fwmark"] == ["6"], node.kind
+        body = b"set=1\npublic_key=" + peer + b"\nendpoint=127.0.0.1:0\npersistent_keepalive_interval=1\n\n"
+        assert _answer(node.sock, body) == b"errno=0\n\n", node.kind
+        assert "127.0.0.1:0" in _get(node)["endpoint"], node.kind
+        assert _answer(node.sock, b"set=1\nfwmark=0\n\n") == b"errno=0\n\n"
+    # sends to port 0 fail (the kernel refuses the destination); the daemon
+    # goes on, and the tunnel with it
+    time.sleep(2.5)
+    assert a.proc.popen.poll() is None and "Traceback" not in a.proc.log(), a.proc.log()[-3000:]
+    a.ping(b)
