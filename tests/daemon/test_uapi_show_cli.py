@@ -106,3 +106,45 @@ def test_a_foreign_daemon_is_asked_get_1_only(tmp_path):
     get=1, and nothing else, on the first try; a vpncrypt one get=vpncrypt."""
     assert _asked(tmp_path, "other") == b"get=1\n\n"
     assert _asked(tmp_path, "vpncrypt") == b"get=vpncrypt\n\n"
+
+
+def _random_answer(rng) -> str:
+    """A get answer: a device, peers in the order vpncrypt and wireguard-go
+    list them, and now and then one that is not (lines swapped, a line of
+    another kind among its allowed IPs), an all-zero preshared key, counters."""
+    out = ["private_key=" + "11" * 32, "listen_port=51820"][: rng.randrange(3)]
+    for n in range(rng.randrange(0, 30)):
+        lines = [f"public_key={n:064x}"]
+        if rng.random() < 0.3:
+            lines.append("preshared_key=" + rng.choice(["00" * 32, "ab" * 32]))
+        lines.append("protocol_version=1")
+        if rng.random() < 0.5:
+            lines.append(rng.choice(["endpoint=192.0.2.1:51820", "endpoint=[fe80::1%2]:0"]))
+        lines += [f"last_handshake_time_sec={rng.randrange(3)}", "last_handshake_time_nsec=5"]
+        lines += [f"tx_bytes={rng.randrange(10**12)}", "rx_bytes=7", "persistent_keepalive_interval=25"]
+        lines += [f"allowed_ip=10.{n}.{i}.0/24" for i in range(rng.randrange(4))]
+        if rng.random() < 0.1:
+            i = rng.randrange(1, len(lines))
+            lines.insert(i, rng.choice(["unknown_key=x", "rx_bytes=9", "allowed_ip=::/0"]))
+        if rng.random() < 0.05:
+            i, j = rng.randrange(1, len(lines)), rng.randrange(1, len(lines))
+            lines[i], lines[j] = lines[j], lines[i]
+        out += lines
+    out += ["vpncrypt_drop_replay=3", "vpncrypt_info_chacha=avx2"][: rng.randrange(3)]
+    return "\n".join(out + ["errno=0", "", ""])
+
+
+def test_parse_get_reads_any_answer_as_a_line_at_a_time():
+    """parse_get's one regular expression over the peers (the usual order)
+    gives what reading a line at a time gives, and falls back to that for
+    a peer listed otherwise."""
+    import random
+
+    from vpncrypt.daemon.uapiclient import _parse_lines, parse_get
+
+    rng = random.Random(5)
+    for _ in range(2000):
+        text = _random_answer(rng)
+        want = {"peers": [], "counters": {}, "info": {}}
+        _parse_lines(text.split("\n"), want, want)
+        assert parse_get(text) == want, text

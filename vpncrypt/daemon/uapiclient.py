@@ -15,7 +15,7 @@ import os
 import re
 import socket
 import struct
-from typing import Any
+from typing import Any, Iterable
 
 from .uapi import DEFAULT_SOCKET_DIR, socket_path
 
@@ -54,14 +54,18 @@ def read_answer(sock: socket.socket) -> bytes:
     """One answer from a connected UAPI socket: up to and including the
     blank line after its errno line, or what came before the server hung up.
     (Send the next request after reading the answer: a connection can carry
-    many requests.)"""
-    buf = b""
-    while not (buf.endswith(b"\n\n") and (buf.startswith(b"errno=") or b"\nerrno=" in buf)):
-        chunk = sock.recv(65536)
+    many requests.)  Only the end is looked at after each read: searching
+    the whole of a 24 MB answer (100,000 peers) after each of its 370 reads,
+    and copying it into a new bytes each time, took 4 s of CPU."""
+    buf = bytearray()
+    while True:
+        chunk = sock.recv(1 << 18)
         if not chunk:
             break
         buf += chunk
-    return buf
+        if buf.endswith(b"\n\n") and buf.startswith(b"errno=", buf.rfind(b"\n", 0, len(buf) - 2) + 1):
+            break
+    return bytes(buf)
 
 
 def interface_request(
@@ -76,13 +80,10 @@ def interface_request(
     return request(socket_path(interface, socket_dir), text, timeout=timeout, terminate=terminate)
 
 
-def parse_get(text: str) -> dict[str, Any]:
-    """A get=1 / get=vpncrypt answer as {interface fields..., "peers": [...],
-    "counters": {...}}.  A peer's all-zero preshared_key is left out: it
-    means none.  Raises OSError for errno != 0."""
-    dev: dict[str, Any] = {"peers": [], "counters": {}, "info": {}}
-    cur = dev
-    for line in text.split("\n"):
+def _parse_lines(lines: Iterable[str], dev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
+    """Lines of a get answer into dev (and its peers), `cur` the device or
+    the peer they belong to; returns the peer (or device) after them."""
+    for line in lines:
         if not line:
             continue
         k, _, v = line.partition("=")
@@ -103,6 +104,73 @@ def parse_get(text: str) -> dict[str, Any]:
             continue  # all zeros is no key (wireguard-go sends it for none; wg shows none)
         else:
             cur[k] = v
+    return cur
+
+
+# A peer as vpncrypt and wireguard-go both list it: these lines in this
+# order, then its allowed_ip lines (and whatever else, up to the next peer).
+_PEER = re.compile(
+    r"^public_key=([0-9a-f]{64})\n"
+    r"(?:preshared_key=([0-9a-f]{64})\n)?"
+    r"protocol_version=([0-9]+)\n"
+    r"(?:endpoint=([^\n]*)\n)?"
+    r"last_handshake_time_sec=([0-9]+)\n"
+    r"last_handshake_time_nsec=([0-9]+)\n"
+    r"tx_bytes=([0-9]+)\n"
+    r"rx_bytes=([0-9]+)\n"
+    r"persistent_keepalive_interval=([0-9]+)\n"
+    r"((?:(?!public_key=)[^\n]*\n)*)",
+    re.M,
+)
+
+
+def _fast_peers(text: str, dev: dict[str, Any]) -> bool:
+    """The peers of `text` (which starts at the first one, and ends in a
+    newline) into dev, if every one is listed in _PEER's order: one regular
+    expression over the whole answer instead of a Python step per line
+    (1.1 million lines at 100,000 peers).  False, and dev untouched,
+    otherwise."""
+    found = _PEER.findall(text)
+    # each match runs to the next public_key line: one for each, or a peer
+    # was listed otherwise (its lines are in no match)
+    if len(found) != text.count("\npublic_key=") + 1:
+        return False
+    peers = dev["peers"]
+    for pk, psk, version, endpoint, sec, nsec, tx, rx, keepalive, rest in found:
+        peer = {"public_key": pk, "protocol_version": version}
+        if psk and psk.strip("0"):
+            peer["preshared_key"] = psk
+        if endpoint:
+            peer["endpoint"] = endpoint
+        peer["last_handshake_time_sec"] = sec
+        peer["last_handshake_time_nsec"] = nsec
+        peer["tx_bytes"] = tx
+        peer["rx_bytes"] = rx
+        peer["persistent_keepalive_interval"] = keepalive
+        peers.append(peer)
+        if rest.count("\n") == rest.count("allowed_ip="):  # the usual: allowed IPs only
+            peer["allowed_ips"] = rest.replace("allowed_ip=", "").split("\n")[:-1]
+        else:
+            peer["allowed_ips"] = []
+            _parse_lines(rest.split("\n"), dev, peer)
+    return True
+
+
+def parse_get(text: str) -> dict[str, Any]:
+    """A get=1 / get=vpncrypt answer as {interface fields..., "peers": [...],
+    "counters": {...}}.  A peer's all-zero preshared_key is left out: it
+    means none.  Raises OSError for errno != 0."""
+    dev: dict[str, Any] = {"peers": [], "counters": {}, "info": {}}
+    first = 0 if text.startswith("public_key=") else text.find("\npublic_key=") + 1
+    if first <= 0 and not text.startswith("public_key="):
+        _parse_lines(text.split("\n"), dev, dev)
+        return dev
+    _parse_lines(text[:first].split("\n"), dev, dev)
+    if not _fast_peers(text[first:], dev):
+        dev["peers"].clear()
+        dev["counters"].clear()
+        dev["info"].clear()
+        _parse_lines(text[first:].split("\n"), dev, dev)
     return dev
 
 
