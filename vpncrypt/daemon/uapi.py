@@ -815,11 +815,12 @@ class UAPIServer:
             if isinstance(body, CutBody):  # cut at a line no parser takes: it cannot parse
                 raise _invalid("a line no parser takes (the request was not read further)")
             async with self._lock:
-                ops = await loop.run_in_executor(self._worker, prepare_operations, parsed, self.control)
                 try:
-                    if _work(ops) >= SNAPSHOT_WORK:
+                    # taken first: preparing 100,000 peers takes a while too
+                    if _work(parsed) >= SNAPSHOT_WORK:
                         self._before = await self._snapshot()
                         self._before_ready.set()
+                    ops = await loop.run_in_executor(self._worker, prepare_operations, parsed, self.control)
                     self.yields += await apply_operations_async(
                         ops, self.control, slice_seconds=self.slice_seconds
                     )
