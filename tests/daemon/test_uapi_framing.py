@@ -308,14 +308,16 @@ def test_a_bad_line_is_answered_without_waiting_for_the_blank_line(loop_thread, 
         for data, want in cases.items():
             assert _answer_without_the_blank_line(path, data) == want, data
         # a good body is not answered before its blank line: it may go on
-        with socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(30)
-            s.connect(path)
-            s.sendall(b"set=1\nfwmark=7\n")
-            with pytest.raises(socket.timeout):
-                s.settimeout(0.5)
-                s.recv(100)
-            s.settimeout(30)
-            s.sendall(b"\n")
-            assert read_answer(s) == b"errno=0\n\n"
-    assert [c[0] for c in control.calls] == ["set_fwmark"], control.calls
+        # (a peer's lines, their public_key more than 16 lines before: checked in the peer)
+        for good in (b"set=1\nfwmark=7\n", b"set=1\n" + peer + b"allowed_ip=10.0.0.0/8\r\n" * 40):
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(30)
+                s.connect(path)
+                s.sendall(good)
+                with pytest.raises(socket.timeout):
+                    s.settimeout(0.5)
+                    s.recv(100)
+                s.settimeout(30)
+                s.sendall(b"\n")
+                assert read_answer(s) == b"errno=0\n\n"
+    assert [c[0] for c in control.calls] == ["set_fwmark", "upsert_peer"], control.calls

@@ -307,7 +307,8 @@ class _LastLines:
         text = blob[max(self.checked_to, base) - base : upto - base]
         if ended:
             text += b"\n"
-        text = b"".join(text.splitlines(keepends=True)[-CHECK_LINES:])
+        whole = text.split(b"\n")[:-1]  # (text ends in a newline)
+        text = b"".join(line + b"\n" for line in whole[-CHECK_LINES:])
         start = upto - len(text) + (1 if ended else 0)
         self.checked_to = upto + (1 if ended else 0)  # past the newline still held
         in_peer = self.first_peer is not None and self.first_peer < start
