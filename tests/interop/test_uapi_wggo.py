@@ -149,3 +149,25 @@ def test_set_framing_and_endpoints_like_wireguard_go(lab):
     time.sleep(2.5)
     assert a.proc.popen.poll() is None and "Traceback" not in a.proc.log(), a.proc.log()[-3000:]
     a.ping(b)
+
+
+def test_a_zone_shows_in_wg_as_wireguard_gos(lab):
+    """A stricter choice (issue 31 item 10): vpncrypt resolves an IPv6
+    zone when the endpoint is set, as wg(8) does for the kernel module, and
+    lists the scope id (`%1`) where wireguard-go keeps the text (`%lo`,
+    `%01`); `wg show` prints both as the interface's name.  A zone naming
+    no interface is refused (-99) where wireguard-go takes it, and then
+    lists a text that wg (tools 1.0.20210914) crashes on (SIGSEGV)."""
+    a, b = pair(lab, "vpncrypt", "wggo-current", initiator="A")
+    for zone in ("lo", "01"):
+        peer = keys.pubkey(keys.genkey())
+        body = f"set=1\npublic_key={keys.decode(peer).hex()}\nendpoint=[fe80::1%{zone}]:51820\n\n"
+        shown = {}
+        for node in (a, b):
+            assert _answer(node.sock, body.encode()) == b"errno=0\n\n", (node.kind, zone)
+            lines = node.wg("show", node.iface, "endpoints").stdout.splitlines()
+            shown[node.kind] = [line.split("\t")[1] for line in lines if line.startswith(peer)]
+        assert shown == {"vpncrypt": ["[fe80::1%lo]:51820"], "wggo": ["[fe80::1%lo]:51820"]}, zone
+    other = keys.decode(keys.pubkey(keys.genkey())).hex()
+    body = f"set=1\npublic_key={other}\nendpoint=[fe80::1%nosuchif]:1\n\n"
+    assert _answer(a.sock, body.encode()) == b"errno=-99\n\n"
