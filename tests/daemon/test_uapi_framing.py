@@ -256,9 +256,9 @@ def test_read_request_marks_a_cut_body():
 
 
 def test_a_big_request_refused_at_its_first_line_is_answered_and_hung_up(loop_thread, tmp_path):
-    """20 MiB of lines without '=' (EPROTO, -71): answered after at most
-    the drain's 1 MiB, the connection closed, nothing applied; the client
-    cannot send the rest."""
+    """20 MiB of lines without '=' (EPROTO, -71): answered at the first
+    one, the connection closed, nothing applied; the client cannot send
+    the rest."""
     path = str(tmp_path / "wgcut.sock")
     control = FakeControl()
     with uapi_server(loop_thread, path, control):

@@ -24,7 +24,9 @@ The server never holds the event loop (which carries the data plane) for
 long: a ``set=1`` body is parsed and checked on a worker thread, then
 applied on the loop in slices of at most SLICE_SECONDS of work; a ``get=1``
 answer is built and written in slices too.  Requests are served one at a
-time (a lock), so another client sees a request applied whole or not at all.
+time (a lock), so another client sees a request applied whole or not at all;
+but while a big set is prepared and applied, a ``get=1`` is answered at once
+from a snapshot of the device taken before it (SNAPSHOT_WORK).
 
 vpncrypt extension: `get=vpncrypt\\n\\n` answers like `get=1` plus lines
 ``vpncrypt_<counter>=N`` (drop counters etc.). They are not in the plain
