@@ -321,3 +321,37 @@ def test_a_bad_line_is_answered_without_waiting_for_the_blank_line(loop_thread, 
                 s.sendall(b"\n")
                 assert read_answer(s) == b"errno=0\n\n"
     assert [c[0] for c in control.calls] == ["set_fwmark", "upsert_peer"], control.calls
+
+
+def test_checks_at_stalls_never_cut_a_good_body():
+    """Valid bodies (lines ending in "\\n" or "\\r\\n"), sent in random
+    pieces with the server's check run at every stall: framed as a line at
+    a time frames them, never cut."""
+    from vpncrypt.daemon.uapi import lines_parse
+
+    device = [b"fwmark=7", b"listen_port=51820", b"replace_peers=true", b"private_key=" + b"12" * 32]
+    peer = [b"allowed_ip=10.0.0.0/8", b"endpoint=192.0.2.1:51820", b"persistent_keepalive_interval=25"]
+    peer += [b"replace_allowed_ips=true", b"protocol_version=1", b"preshared_key=" + b"34" * 32]
+    rng = random.Random(23)
+
+    async def frame(stream, cuts):
+        reader = asyncio.StreamReader(limit=rng.choice([16, 1 << 16]))
+        task = asyncio.ensure_future(read_body(reader, check=lines_parse))
+        last = 0
+        for cut in sorted(cuts) + [len(stream)]:
+            reader.feed_data(stream[last:cut])
+            last = cut
+            for _ in range(3):  # the reader takes what came, then waits: a stall
+                await asyncio.sleep(0)
+        reader.feed_eof()
+        return await task, await reader.read()
+
+    for _ in range(300):
+        lines = [rng.choice(device) for _ in range(rng.randrange(0, 4))]
+        for _ in range(rng.randrange(0, 4)):
+            lines.append(b"public_key=" + bytes([rng.randrange(256)]).hex().encode() * 32)
+            lines += [rng.choice(peer) for _ in range(rng.randrange(0, 30))]
+        stream = b"".join(line + rng.choice([b"\n", b"\r\n"]) for line in lines)
+        stream += rng.choice([b"\n", b"\r\n", b"\r\nget=1\n\n", b"\nset=1\n\n"])
+        cuts = [rng.randrange(0, len(stream) + 1) for _ in range(rng.randrange(0, 12))]
+        assert asyncio.run(frame(stream, cuts)) == _reference(stream), stream
