@@ -119,6 +119,7 @@ _PEER = re.compile(
     r"tx_bytes=([0-9]+)\n"
     r"rx_bytes=([0-9]+)\n"
     r"persistent_keepalive_interval=([0-9]+)\n"
+    r"((?:allowed_ip=[^\n]*\n)*)"
     r"((?:(?!public_key=)[^\n]*\n)*)",
     re.M,
 )
@@ -135,23 +136,24 @@ def _fast_peers(text: str, dev: dict[str, Any]) -> bool:
     # was listed otherwise (its lines are in no match)
     if len(found) != text.count("\npublic_key=") + 1:
         return False
-    peers = dev["peers"]
-    for pk, psk, version, endpoint, sec, nsec, tx, rx, keepalive, rest in found:
-        peer = {"public_key": pk, "protocol_version": version}
+    add = dev["peers"].append
+    for pk, psk, version, endpoint, sec, nsec, tx, rx, keepalive, ips, rest in found:
+        peer = {
+            "public_key": pk,
+            "protocol_version": version,
+            "last_handshake_time_sec": sec,
+            "last_handshake_time_nsec": nsec,
+            "tx_bytes": tx,
+            "rx_bytes": rx,
+            "persistent_keepalive_interval": keepalive,
+            "allowed_ips": ips[11:-1].split("\nallowed_ip=") if ips else [],
+        }
         if psk and psk.strip("0"):
             peer["preshared_key"] = psk
         if endpoint:
             peer["endpoint"] = endpoint
-        peer["last_handshake_time_sec"] = sec
-        peer["last_handshake_time_nsec"] = nsec
-        peer["tx_bytes"] = tx
-        peer["rx_bytes"] = rx
-        peer["persistent_keepalive_interval"] = keepalive
-        peers.append(peer)
-        if rest.count("\n") == rest.count("allowed_ip="):  # the usual: allowed IPs only
-            peer["allowed_ips"] = rest.replace("allowed_ip=", "").split("\n")[:-1]
-        else:
-            peer["allowed_ips"] = []
+        add(peer)
+        if rest:  # lines of other kinds (the device's counters after the last peer)
             _parse_lines(rest.split("\n"), dev, peer)
     return True
 
