@@ -69,12 +69,12 @@ class Endpoint:
         return _format_host_port(self.host, self.port, 0)
 
 
-def _port(text: str) -> int:
-    """1-65535 in decimal digits, with any number of leading zeros (as Go's
-    strconv.ParseUint and getaddrinfo's numeric service take it)."""
+def _port(text: str, lowest: int = 1) -> int:
+    """lowest-65535 in decimal digits, with any number of leading zeros (as
+    Go's strconv.ParseUint and getaddrinfo's numeric service take it)."""
     digits = text.lstrip("0") or "0"  # no int() of the zeros: Python converts at most 4,300 digits
-    if not (text.isascii() and text.isdigit()) or len(digits) > 5 or not 1 <= int(digits) <= 65535:
-        raise ValueError("port must be 1-65535")
+    if not (text.isascii() and text.isdigit()) or len(digits) > 5 or not lowest <= int(digits) <= 65535:
+        raise ValueError(f"port must be {lowest}-65535")
     return int(digits)
 
 
@@ -139,6 +139,9 @@ def parse_config_endpoint(value: str) -> Endpoint:
 
 def parse_uapi_endpoint(value: str) -> Endpoint:
     """``a.b.c.d:port`` or ``[v6]:port`` from a UAPI request: numeric only.
+    Port 0 is taken, as wireguard-go (netip.ParseAddrPort) takes it: the
+    get lists it, and every send to it fails (the kernel refuses a UDP
+    destination port 0, EINVAL) until the peer roams or is given another.
     Raises ValueError with a short reason."""
     if value.startswith("["):
         host, sep, port = value[1:].partition("]:")
@@ -157,7 +160,7 @@ def parse_uapi_endpoint(value: str) -> Endpoint:
     if not isinstance(addr, want):
         raise ValueError("IPv6 addresses need brackets")
     try:
-        return Endpoint(host=host, port=_port(port), text=value)
+        return Endpoint(host=host, port=_port(port, lowest=0), text=value)
     except ValueError:
         raise ValueError("bad port") from None
 

@@ -487,3 +487,84 @@ def test_get_is_read_with_the_cyclic_collector_paused(served, host, loop_thread,
     # the answer can arrive before the server's task has finished its step
     loop_thread.run(asyncio.sleep(0))
     assert seen and not any(seen) and gc.isenabled()
+
+
+def test_a_get_during_a_big_set_is_answered_from_the_device_before_it(served, host, monkeypatch):
+    """Issue 31 item 9: a 100,000-peer setconf held every other client's get
+    (`wg show IFACE listen-port` too) until it was applied, 5.9 s.  Here the
+    set stops halfway until the get is answered: the get is answered
+    meanwhile (it waited for the set before: it never was), and with the
+    device as it was before the set, not half of it."""
+    path, _, server = served
+    assert request(path, f"set=1\nlisten_port=0\npublic_key={_pub(40).hex()}\nallowed_ip=10.9.0.0/16\n") == (
+        "errno=0\n\n"
+    )
+    before = request(path, "get=1")
+    halfway, go_on = threading.Event(), threading.Event()
+    real = uapi.apply_operations_async
+
+    async def gated(ops, control, **kw):
+        n = await real(ops[: len(ops) // 2], control, **kw)
+        halfway.set()
+        while not go_on.is_set():  # the loop runs meanwhile
+            await asyncio.sleep(0.01)
+        return n + await real(ops[len(ops) // 2 :], control, **kw)
+
+    monkeypatch.setattr(uapi, "apply_operations_async", gated)
+    # 3,000 peers (more work than a set applied before a get is answered)
+    body = "set=1\nreplace_peers=true\n" + "".join(
+        f"public_key={_pub(100 + i).hex()}\nallowed_ip={a}\n" for i, a in enumerate(_nets(3000))
+    )
+    answer = []
+    setter = threading.Thread(target=lambda: answer.append(request(path, body, timeout=120)))
+    setter.start()
+    try:
+        assert halfway.wait(60)
+        assert len(host.device.peers) > 1  # half of the set is in the device
+        during = request(path, "get=1", timeout=30)
+    finally:
+        go_on.set()
+        setter.join(120)
+    assert during == before
+    assert answer == ["errno=0\n\n"]
+    assert len(parse_get(request(path, "get=1"))["peers"]) == 3000
+
+
+def test_a_get_vpncrypt_during_a_big_set_waits_for_it_and_frees_the_lock(served, host, monkeypatch):
+    """get=vpncrypt reads its drop counters live, so it waits for a set and
+    answers with the whole of it, never half; and it takes the lock it
+    gives back (it gave back a lock it never took: RuntimeError in the log
+    on every `vpncrypt show`, and during a set, the set's own lock)."""
+    path, _, server = served
+    halfway, go_on = threading.Event(), threading.Event()
+    real = uapi.apply_operations_async
+
+    async def gated(ops, control, **kw):
+        n = await real(ops[: len(ops) // 2], control, **kw)
+        halfway.set()
+        while not go_on.is_set():
+            await asyncio.sleep(0.01)
+        return n + await real(ops[len(ops) // 2 :], control, **kw)
+
+    monkeypatch.setattr(uapi, "apply_operations_async", gated)
+    body = "set=1\nreplace_peers=true\n" + "".join(
+        f"public_key={_pub(100 + i).hex()}\nallowed_ip={a}\n" for i, a in enumerate(_nets(3000))
+    )
+    answers: list = []
+    setter = threading.Thread(target=lambda: answers.append(request(path, body, timeout=120)))
+    setter.start()
+    got: list = []
+    try:
+        assert halfway.wait(60)
+        getter = threading.Thread(target=lambda: got.append(request(path, "get=vpncrypt", timeout=60)))
+        getter.start()
+        getter.join(1.0)
+        assert not got, "get=vpncrypt was answered from half of a set"
+    finally:
+        go_on.set()
+        setter.join(120)
+    getter.join(60)
+    assert answers == ["errno=0\n\n"]
+    assert len(parse_get(got[0])["peers"]) == 3000
+    assert not server._lock.locked()
+    assert len(parse_get(request(path, "get=vpncrypt"))["peers"]) == 3000

@@ -179,7 +179,7 @@ def test_listen_port_in_use_changes_nothing(host):
         SetPrivateKey(b"short"),
         PeerUpdate(public_key=K2, persistent_keepalive=65536),
         PeerUpdate(public_key=K2, persistent_keepalive=-1),
-        PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 0)),
+        PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", -1)),
         PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 65536)),
         PeerUpdate(public_key=K2, allowed_ips=("10.0.0.0/8",)),
         PeerUpdate(public_key=b"\x01" * 31),
@@ -209,7 +209,7 @@ def test_operations_out_of_range_are_refused_whole(bad):
         SetMTU(65535),
         PeerUpdate(public_key=K2, persistent_keepalive=0),
         PeerUpdate(public_key=K2, persistent_keepalive=65535),
-        PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 1)),
+        PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 0)),  # as wireguard-go
         PeerUpdate(public_key=K2, endpoint=Endpoint("192.0.2.1", 65535)),
         SetAddresses(add=(ipaddress.ip_interface("10.0.0.1/24"),)),
     ],
@@ -226,7 +226,7 @@ def test_a_refused_request_over_the_socket_changes_nothing(host):
     listen port: EINVAL, and the port is the old one."""
     control = DeviceControl(host)
     port = host.listen_port
-    body = f"listen_port={_free_port()}\npublic_key={K2.hex()}\nendpoint=192.0.2.1:0\n"
+    body = f"listen_port={_free_port()}\npublic_key={K2.hex()}\nendpoint=192.0.2.1:65536\n"
     assert handle_request("set=1", body, control) == b"errno=-22\n\n"
     assert host.listen_port == port
 

@@ -5,10 +5,13 @@ get=vpncrypt extension), or as JSON."""
 from __future__ import annotations
 
 import argparse
+import errno
 import glob
 import os
+import signal
 import sys
 import time
+from binascii import b2a_base64
 from typing import Any
 
 from ..daemon.uapi import DEFAULT_SOCKET_DIR
@@ -16,9 +19,7 @@ from ..daemon.uapiclient import get_device
 
 
 def _b64(hexkey: str) -> str:
-    import base64
-
-    return base64.b64encode(bytes.fromhex(hexkey)).decode()
+    return b2a_base64(bytes.fromhex(hexkey), newline=False).decode()
 
 
 def _bytes(n: int) -> str:
@@ -43,6 +44,38 @@ def _ago(seconds: int) -> str:
     return ", ".join(parts) + " ago"
 
 
+_ZERO = (0, "0", None)  # a counter's value in parse_get's text, or a test's int
+
+
+def _by_latest_handshake(peers: list) -> list:
+    """As wg sorts them: the latest handshake first; those with none after
+    them, in the order listed (most of 100,000 peers: not converted)."""
+    done = [p for p in peers if p.get("last_handshake_time_sec") not in _ZERO]
+    done.sort(key=lambda p: -int(p["last_handshake_time_sec"]))
+    return done + [p for p in peers if p.get("last_handshake_time_sec") in _ZERO]
+
+
+def _format_peer(p: dict, now: int) -> str:
+    """One peer's block of `wg show`, with the blank line before it."""
+    get = p.get
+    out = [f"\npeer: {_b64(p['public_key'])}"]
+    if "preshared_key" in p:
+        out.append("  preshared key: (hidden)")
+    if "endpoint" in p:
+        out.append(f"  endpoint: {p['endpoint']}")
+    out.append(f"  allowed ips: {', '.join(p['allowed_ips']) or '(none)'}")
+    lh = get("last_handshake_time_sec")
+    if lh not in _ZERO:
+        out.append(f"  latest handshake: {_ago(now - int(lh))}")
+    rx, tx = get("rx_bytes"), get("tx_bytes")
+    if rx not in _ZERO or tx not in _ZERO:
+        out.append(f"  transfer: {_bytes(int(rx or 0))} received, {_bytes(int(tx or 0))} sent")
+    ka = get("persistent_keepalive_interval")
+    if ka not in _ZERO:
+        out.append(f"  persistent keepalive: every {_ago(int(ka))[:-4]}")
+    return "\n".join(out)
+
+
 def format_show(interface: str, dev: dict, now: float | None = None) -> str:
     now = time.time() if now is None else now
     out = [f"interface: {interface}"]
@@ -55,24 +88,7 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
         out.append(f"  listening port: {dev['listen_port']}")
     if dev.get("fwmark"):
         out.append(f"  fwmark: 0x{int(dev['fwmark']):x}")
-    peers = sorted(dev["peers"], key=lambda p: -int(p.get("last_handshake_time_sec", 0)))
-    for p in peers:
-        out.append("")
-        out.append(f"peer: {_b64(p['public_key'])}")
-        if "preshared_key" in p:
-            out.append("  preshared key: (hidden)")
-        if "endpoint" in p:
-            out.append(f"  endpoint: {p['endpoint']}")
-        out.append(f"  allowed ips: {', '.join(p['allowed_ips']) or '(none)'}")
-        lh = int(p.get("last_handshake_time_sec", 0))
-        if lh:
-            out.append(f"  latest handshake: {_ago(int(now) - lh)}")
-        rx, tx = int(p.get("rx_bytes", 0)), int(p.get("tx_bytes", 0))
-        if rx or tx:
-            out.append(f"  transfer: {_bytes(rx)} received, {_bytes(tx)} sent")
-        ka = int(p.get("persistent_keepalive_interval", 0))
-        if ka:
-            out.append(f"  persistent keepalive: every {_ago(ka)[:-4]}")
+    out.extend([_format_peer(p, int(now)) for p in _by_latest_handshake(dev["peers"])])
     if not dev["counters"]:
         return "\n".join(out)  # another implementation (wireguard-go): no drop counters
     info = dev.get("info", {})
@@ -101,6 +117,23 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
     return "\n".join(out)
 
 
+def _json_peer(p: dict, names: dict) -> dict:
+    get = p.get
+    lh = int(get("last_handshake_time_sec") or 0)
+    return {
+        "public_key": _b64(p["public_key"]),
+        "preshared_key": "(hidden)" if "preshared_key" in p else None,
+        "endpoint": get("endpoint"),
+        "allowed_ips": list(p["allowed_ips"]),
+        "latest_handshake": lh + int(get("last_handshake_time_nsec") or 0) / 1e9 if lh else 0,
+        "received_bytes": int(get("rx_bytes") or 0),
+        "sent_bytes": int(get("tx_bytes") or 0),
+        "persistent_keepalive": int(get("persistent_keepalive_interval") or 0),
+        # its Endpoint name, if the daemon follows one: name, state, resolved, next_try
+        "endpoint_name": names.get(p["public_key"]),
+    }
+
+
 def show_json(interface: str, dev: dict, ours: bool) -> dict:
     """One interface as `vpncrypt show --json` gives it: what the metrics
     serve, structured (a daemon other than vpncrypt: what its get=1 says).
@@ -114,23 +147,8 @@ def show_json(interface: str, dev: dict, ours: bool) -> dict:
         out["public_key"] = None
     out["listen_port"] = int(dev.get("listen_port", 0))
     out["fwmark"] = int(dev.get("fwmark", 0))
-    peers = []
-    for p in dev["peers"]:
-        lh = int(p.get("last_handshake_time_sec", 0))
-        peers.append(
-            {
-                "public_key": _b64(p["public_key"]),
-                "preshared_key": "(hidden)" if "preshared_key" in p else None,
-                "endpoint": p.get("endpoint"),
-                "allowed_ips": list(p["allowed_ips"]),
-                "latest_handshake": lh + int(p.get("last_handshake_time_nsec", 0)) / 1e9 if lh else 0,
-                "received_bytes": int(p.get("rx_bytes", 0)),
-                "sent_bytes": int(p.get("tx_bytes", 0)),
-                "persistent_keepalive": int(p.get("persistent_keepalive_interval", 0)),
-                # its Endpoint name, if the daemon follows one: name, state, resolved, next_try
-                "endpoint_name": dev.get("endpoint_names", {}).get(p["public_key"]),
-            }
-        )
+    names = dev.get("endpoint_names", {})
+    peers = [_json_peer(p, names) for p in dev["peers"]]
     out["peers"] = peers
     if dev["counters"]:
         c = dev["counters"]
@@ -140,6 +158,32 @@ def show_json(interface: str, dev: dict, ours: bool) -> dict:
     else:
         out["drops"] = out["counters"] = out["crypto_kernels"] = None
     return out
+
+
+def _access_error(e: OSError) -> str:
+    """What went wrong, in wg's words: a socket that is not there, or that
+    nothing listens on, is an interface that does not exist (wg then asks
+    the kernel, which answers ENODEV: "No such device")."""
+    if isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+        return os.strerror(errno.ENODEV)
+    return e.strerror or str(e)
+
+
+def _write_out(text: str) -> int:
+    """Print `text`; a reader that went away (`vpncrypt show | head`) ends
+    it quietly, as SIGPIPE ends wg: exit status 141 (128 + SIGPIPE), no
+    traceback."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout is pointed at /dev/null, so that the interpreter's own
+        # flush at exit meets no broken pipe either
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+    return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -153,7 +197,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         try:
             dev, ours = get_device(name, args.socket_dir)
         except OSError as e:
-            print(f"vpncrypt show: {name}: {e.strerror or e}", file=sys.stderr)
+            # wg's text: `wg show IFACE` names no interface, `wg show` does
+            where = "" if args.interface else f" {name}"
+            print(f"Unable to access interface{where}: {_access_error(e)}", file=sys.stderr)
             status = 1
             continue
         if args.json:
@@ -163,9 +209,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        print(json.dumps({"time": time.time(), "interfaces": found}, indent=2))
-    elif blocks:
-        print("\n\n".join(blocks))
+        # on one line: json's C encoder takes no indent (with indent=2, the
+        # Python one took 2 s for 100,000 peers); `jq .` lays it out
+        return _write_out(json.dumps({"time": time.time(), "interfaces": found}) + "\n") or status
+    if blocks:
+        return _write_out("\n\n".join(blocks) + "\n") or status
     return status
 
 

@@ -24,7 +24,9 @@ The server never holds the event loop (which carries the data plane) for
 long: a ``set=1`` body is parsed and checked on a worker thread, then
 applied on the loop in slices of at most SLICE_SECONDS of work; a ``get=1``
 answer is built and written in slices too.  Requests are served one at a
-time (a lock), so another client sees a request applied whole or not at all.
+time (a lock), so another client sees a request applied whole or not at all;
+but while a big set is prepared and applied, a ``get=1`` is answered at once
+from a snapshot of the device taken before it (SNAPSHOT_WORK).
 
 vpncrypt extension: `get=vpncrypt\\n\\n` answers like `get=1` plus lines
 ``vpncrypt_<counter>=N`` (drop counters etc.). They are not in the plain
@@ -254,6 +256,21 @@ def parse_set(text: str) -> list:
     return ops
 
 
+_A_PEER = "public_key=" + "ab" * 32 + "\n"
+_parse_lines = parse_set  # the check's own name: it parses no request (tests watch parse_set's calls)
+
+
+def lines_parse(lines: bytes, in_peer: bool) -> bool:
+    """Whether these whole lines of a set body parse (after a peer's
+    public_key line if in_peer): the framing's check of a body's last
+    lines before it waits for more (uapi_framing.read_body)."""
+    try:
+        _parse_lines((_A_PEER if in_peer else "") + lines.decode("ascii", "surrogateescape"))
+    except Exception:
+        return False
+    return True
+
+
 # --------------------------------------------------------------------------
 # (b) get=1 formatter
 
@@ -397,7 +414,8 @@ def check_operations(ops: Iterable) -> list:
             if op.endpoint is not None:
                 if not isinstance(op.endpoint, Endpoint):
                     raise _invalid(f"endpoint: {op.endpoint!r} is not an endpoint")
-                _check_uint("endpoint port", op.endpoint.port, _PORT_MAX, 1)
+                # port 0 as wireguard-go takes it (parse_uapi_endpoint)
+                _check_uint("endpoint port", op.endpoint.port, _PORT_MAX)
             for net in op.allowed_ips:
                 if not isinstance(net, _NETWORKS):
                     raise _invalid(f"allowed_ip: {net!r} is not a network")
@@ -571,6 +589,9 @@ class UAPIServer:
         self._tasks: set = set()
         self._warn = RateLimitedLog(log, interval=10.0)
         self._lock = asyncio.Lock()  # one request applied or read at a time
+        # while a big set is applied: the device before it, for get=1 (_get)
+        self._before: Optional[list] = None
+        self._before_ready = asyncio.Event()
         self._bodies = BodyBudget()  # set bodies held at once, every client's together
         self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.slice_seconds = SLICE_SECONDS
@@ -733,7 +754,9 @@ class UAPIServer:
             return
         while True:
             try:
-                req = await asyncio.wait_for(read_request(reader, self._bodies), self.request_timeout)
+                req = await asyncio.wait_for(
+                    read_request(reader, self._bodies, lines_parse), self.request_timeout
+                )
             except asyncio.TimeoutError:
                 self.timed_out += 1
                 log.debug(
@@ -795,10 +818,18 @@ class UAPIServer:
             if isinstance(body, CutBody):  # cut at a line no parser takes: it cannot parse
                 raise _invalid("a line no parser takes (the request was not read further)")
             async with self._lock:
-                ops = await loop.run_in_executor(self._worker, prepare_operations, parsed, self.control)
-                self.yields += await apply_operations_async(
-                    ops, self.control, slice_seconds=self.slice_seconds
-                )
+                try:
+                    # taken first: preparing 100,000 peers takes a while too
+                    if _work(parsed) >= SNAPSHOT_WORK:
+                        self._before = await self._snapshot()
+                        self._before_ready.set()
+                    ops = await loop.run_in_executor(self._worker, prepare_operations, parsed, self.control)
+                    self.yields += await apply_operations_async(
+                        ops, self.control, slice_seconds=self.slice_seconds
+                    )
+                finally:
+                    self._before = None
+                    self._before_ready.clear()
             return _errno_reply(0)
         except Exception as e:
             return _failure_reply("set=1", e)
@@ -810,23 +841,65 @@ class UAPIServer:
             if self._worker is not None:  # not closed meanwhile
                 await loop.run_in_executor(self._worker, _dispose, garbage)
 
+    async def _snapshot(self) -> list:
+        """The device as a get=1 lists it, read in slices (before a big set
+        is applied, under the lock): its head, then its parts of peers."""
+        parts = []
+        for part in self.control.snapshot_parts(counters=False):
+            parts.append(part)
+            await self._pause()
+        return parts
+
     async def _get(self, writer, extensions: bool) -> None:
         """The answer written as it is read, in slices, one request at a
         time.  A failure before anything was written is answered as any
         other; after, the answer ends in that errno (the client sees the
-        request fail, never a short device)."""
-        async with self._lock:
-            # the answer's objects go by their reference counts; the cyclic
-            # collector would traverse every peer of the device meanwhile
-            # (a third of the time of a get of 50,000)
-            with _cyclic_gc_paused(True):
-                await self._write_get(writer, extensions)
+        request fail, never a short device).  While a big set is applied,
+        a get=1 is answered at once from the device as it was before the
+        set (`_before`), never from half of it; get=vpncrypt, whose drop
+        counters are read live, waits for the set to end."""
+        # the answer's objects go by their reference counts; the cyclic
+        # collector would traverse every peer of the device meanwhile
+        # (a third of the time of a get of 50,000)
+        with _cyclic_gc_paused(True):
+            if extensions:  # live counters: served under the lock, after any set
+                await self._lock.acquire()
+                before = None
+            else:
+                before = await self._lock_or_before()
+            if before is not None:
+                await self._write_get(writer, False, iter(before))
+                return
+            try:
+                await self._write_get(writer, extensions, self.control.snapshot_parts(counters=extensions))
+            finally:
+                self._lock.release()
 
-    async def _write_get(self, writer, extensions: bool) -> None:
+    async def _lock_or_before(self) -> Optional[list]:
+        """The lock (held on return: None), or the snapshot of a big set
+        that holds it, whichever comes first."""
+        if self._before is not None:
+            return self._before
+        acquire = asyncio.ensure_future(self._lock.acquire())
+        ready = asyncio.ensure_future(self._before_ready.wait())
+        try:
+            await asyncio.wait({acquire, ready}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+            if not acquire.done():
+                acquire.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await acquire
+        if acquire.done() and not acquire.cancelled() and acquire.exception() is None:
+            return None  # the lock: served live
+        if self._before is None:  # (cannot be: the event is set only with it)
+            await self._lock.acquire()
+        return self._before
+
+    async def _write_get(self, writer, extensions: bool, parts: Iterator) -> None:
         clock = time.perf_counter
         try:
             deadline = clock() + self.slice_seconds
-            parts = self.control.snapshot_parts(counters=extensions)
             head = next(parts)
             chunks = [format_head(head)]
             for peers in parts:
@@ -842,6 +915,18 @@ class UAPIServer:
             writer.write("".join(chunks).encode())
         except Exception as e:
             writer.write(_failure_reply("get=1", e))  # what was written ends with a whole line
+
+
+# A set whose operations carry this much work (peers and allowed IPs) takes
+# a snapshot of the device before it is applied, and a get=1 meanwhile is
+# answered from it at once: applying 100,000 peers held every get (even
+# `wg show IFACE listen-port`) for seconds.  Smaller sets are applied
+# within a few slices, and a get waits for them.
+SNAPSHOT_WORK = 2048
+
+
+def _work(ops: list) -> int:
+    return sum(1 + len(getattr(op, "allowed_ips", ())) for op in ops)
 
 
 # A set=1 body this big pauses Python's cyclic garbage collector until it is

@@ -7,23 +7,23 @@ Framing as wireguard-go's: the operation is the first line and is judged as
 soon as it is read (whole: ``set=1\\r\\n`` is no operation); a line of 64 KiB
 or more is EIO (its line scanner's limit, bufio.MaxScanTokenSize).  That
 scanner (Go's bufio.ScanLines) drops one "\\r" at the end of a body's line:
-"\\r\\n" alone is a blank line too, and ends the body.  A body whose first
-line ends in "\\r\\n" is read a line at a time (readuntil takes one
-separator before Python 3.13; about 3 times slower than pieces, which `wg`'s
-"\\n" bodies keep).  One mix is not taken: a body whose first line ends in
-"\\n" and whose blank line is "\\r\\n" after its second line or later waits
-for "\\n\\n", EOF or the request timeout.  A body is read whole
-before it is parsed (a request is applied whole or not at all), with two
-bounds wireguard-go, which applies each line as it reads it, needs no bound
-for:
+"\\r\\n" alone is a blank line too, and ends the body, after lines ending in
+"\\n" or "\\r\\n" alike.  The body's end is looked for in the stream's buffer
+before anything is taken from it, so that the next request stays there.  A
+body is read whole before it is parsed (a request is applied whole or not
+at all), with bounds wireguard-go, which applies each line as it reads it,
+needs no bound for:
 
 * a line that no parser takes in any place (no ``key=`` of the set keys
-  at its start) ends the keeping there: the body up to that line is
-  answered (parse_set fails on it, or on an earlier line, as it would on
-  the whole body); the rest is read and dropped up to DRAIN_LIMIT, and a
-  request longer than that is answered and its connection closed (a
-  CutBody), as wireguard-go answers at that line and then hangs up on
-  the rest;
+  at its start), read before the body's end, ends the reading there: the
+  body up to that line is answered at once (parse_set fails on it, or on
+  an earlier line, as it would on the whole body) and the connection
+  closed (a CutBody), as wireguard-go answers at that line and then hangs
+  up on the rest (it reads the rest as operations);
+* before waiting for more of a body, the server checks its last lines
+  (CHECK_LINES, with parse_set): a bad one is answered at once in the
+  same way, where waiting for the blank line would answer only at the
+  request timeout;
 * the bodies held at once, across every client, are at most
   MAX_BODY_BYTES together (a BodyBudget): past it, ENOMEM."""
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import re
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 # A set request's body is read whole before it is checked.  wireguard-go
 # reads without a bound; this one (about 18 million allowed_ip lines) is far
@@ -63,18 +63,18 @@ SET_KEYS = (
 # a whole line (with its newline) that starts with no key of SET_KEYS
 _NO_KEY = re.compile(rb"^(?!(?:%s)=)[^\n]*\n" % b"|".join(k.encode() for k in SET_KEYS), re.M)
 _LONG = re.compile(rb"[^\n]{%d}" % LINE_LIMIT)
-# After a line no parser takes, the rest of its request is read (not kept) up
-# to this far: a request that ends within it is answered as any other, on a
-# connection that goes on; a longer one is answered and the connection closed.
-DRAIN_LIMIT = 1 << 20
+# Before waiting for more of a body, its last lines are checked (parse_set)
+# up to this many: a peer's worth, whose check costs about 30 us; checking
+# every line as it comes would parse a 100 MB body twice, once on the loop.
+CHECK_LINES = 16
+_PEER_LINE = re.compile(rb"^public_key=", re.M)
 
 _GET_OPS = (b"get=1\n", b"get=vpncrypt\n")
-# A blank line: "\n", or "\r\n" (wireguard-go's line scanner, Go's
-# bufio.ScanLines, drops a line's final "\r").
-_BLANK_LINES = (b"\n", b"\r\n")
-# A CRLF body is read a line at a time (readuntil takes one separator before
-# Python 3.13), and yields to the loop after this much.
-_CRLF_CHUNK = 1 << 16
+
+
+# check(lines, in_peer): whether these whole lines of a set body would parse
+# (after a peer's public_key line if in_peer)
+LineCheck = Callable[[bytes, bool], bool]
 
 
 class CutBody(str):
@@ -110,10 +110,14 @@ async def _read_line(reader: asyncio.StreamReader) -> Optional[bytes]:
         return None
 
 
-async def read_request(reader: asyncio.StreamReader, budget: Optional[BodyBudget] = None) -> Optional[tuple]:
+async def read_request(
+    reader: asyncio.StreamReader, budget: Optional[BodyBudget] = None, check: Optional[LineCheck] = None
+) -> Optional[tuple]:
     """(op_line, body) for one request; None at EOF; (None, errno) if the
     request cannot be read (the connection is then closed).  A body the
     budget had to hold is in it until the caller gives len(body) back.
+    `check(lines, in_peer)`: whether a set body's last lines would parse
+    (read_body).
 
     A client that sends an unknown operation (``get=1\\r\\n`` too) is
     answered errno=-22 at once and the connection closed (wireguard-go
@@ -143,7 +147,7 @@ async def read_request(reader: asyncio.StreamReader, budget: Optional[BodyBudget
         return (op[:-1].decode(), "\x00") if isinstance(skipped, bytes) else (None, errno.EINVAL)
     if op != b"set=1\n":
         return None, errno.EINVAL
-    body = await read_body(reader, budget)
+    body = await read_body(reader, budget, check=check)
     if isinstance(body, int):
         return None, body
     # Non-ASCII bytes are kept (as surrogates) to be judged like any other
@@ -154,19 +158,26 @@ async def read_request(reader: asyncio.StreamReader, budget: Optional[BodyBudget
 
 
 async def read_body(
-    reader: asyncio.StreamReader, budget: Optional[BodyBudget] = None, *, first: bytes = b""
+    reader: asyncio.StreamReader,
+    budget: Optional[BodyBudget] = None,
+    *,
+    first: bytes = b"",
+    check: Optional[LineCheck] = None,
 ) -> Union[bytes, int, tuple]:
     """The lines after the operation up to the blank line ("\\n" or "\\r\\n",
     not kept) or EOF (bytes, the last line given its newline if EOF cut it;
     the lines' "\\r" are kept, for parse_set); ("cut", bytes) for a body
-    read up to its first line no parser takes (see CutBody); or an errno:
+    read up to its first line no parser takes (see CutBody), or up to
+    lines `check` refused (called with the body's last complete lines and
+    whether a peer's public_key line is before them, before waiting for
+    the client); or an errno:
     EIO for a line over LINE_LIMIT, ENOMEM past MAX_BODY_BYTES or the budget.
     `first`: bytes of the body already read.  The budget keeps what is
     returned (the caller gives it back) and nothing else, whatever happens
     (a timeout cancels the reading)."""
     held = [0]
     try:
-        got = await _read_pieces(reader, budget, first, held)
+        got = await _read_pieces(reader, budget, first, held, check)
     except BaseException:
         if budget is not None:
             budget.give(held[0])
@@ -177,121 +188,177 @@ async def read_body(
     return got
 
 
+def _buffered(reader: asyncio.StreamReader) -> bytearray:
+    """What the stream holds that has not been read yet.  StreamReader has
+    no peek: the body's end ("\n\r\n" among "\n\n", which one readuntil
+    cannot look for before Python 3.13) is found in the buffer first, so that
+    no byte past it (the next request's) is taken."""
+    return reader._buffer  # type: ignore[attr-defined]
+
+
+def _terminator(s: bytes) -> int:
+    """Where in s (the stream from a line's end on) the blank line's
+    preceding newline is: the first "\n\n" or "\n\r\n"; -1 if none."""
+    a, b = s.find(b"\n\n"), s.find(b"\n\r\n")
+    return a if b < 0 or 0 <= a < b else b
+
+
+class _Pieces:
+    """The stream after the operation line, taken a piece at a time up to
+    the blank line that ends the body.  `hold`: bytes taken but not yet
+    given out, which could begin that blank line with what comes next
+    ("\n", "\n\r"); it starts as the operation line's newline, which is
+    not the body's."""
+
+    def __init__(self, first: bytes) -> None:
+        self.hold = b"\n"
+        self.virtual = True  # hold[0] is the operation line's newline
+        self.first = first
+        self.done = False
+
+    def _give(self, s: bytes, n: int) -> bytes:
+        """s[:n] as body bytes (without the operation line's newline)."""
+        out = s[:n]
+        if out and self.virtual:
+            out, self.virtual = out[1:], False
+        return out
+
+    def take(self, new: bytes) -> tuple[bytes, int]:
+        """(body bytes, how many of `new` belong to the body or its blank
+        line: the rest is left in the stream)."""
+        s = self.hold + new
+        end = _terminator(s)
+        if end >= 0:
+            self.done = True
+            blank = 2 if s[end + 1 : end + 2] == b"\n" else 3
+            self.hold = b""
+            return self._give(s, end + 1), end + blank - (len(s) - len(new))
+        h = 2 if s.endswith(b"\n\r") else 1 if s.endswith(b"\n") else 0
+        self.hold = s[len(s) - h :]
+        return self._give(s, len(s) - h), len(new)
+
+    def at_eof(self) -> bytes:
+        """The body's last bytes at EOF: a last line cut by EOF is given
+        its newline; a last line "\r" is blank (Go's ScanLines drops the
+        "\r" at EOF too)."""
+        self.done = True
+        hold, self.hold = self.hold, b""
+        if not hold:  # the stream ended inside a line (not in a blank one: then it was held)
+            return b"\n"
+        hold = hold[:1]  # "\n", the last line's; or "\n\r": then a blank line after it
+        return self._give(hold, len(hold))
+
+    async def next(self, reader: asyncio.StreamReader, stalled: Callable[[], bool]) -> bytes:
+        """The next piece of the body (maybe empty); self.done at its end.
+        `stalled()` is called before waiting for bytes not yet sent."""
+        if self.first:
+            first, self.first = self.first, b""
+            got, _ = self.take(first)
+            return got
+        buf = _buffered(reader)
+        if buf:
+            # a piece at most the stream's limit (the server's: 64 KiB), so
+            # that a line no parser takes ends the reading within that much
+            got, used = self.take(bytes(buf[: reader._limit]))  # type: ignore[attr-defined]
+            await reader.readexactly(used)  # buffered: taken at once
+            return got
+        if stalled():
+            return b""
+        try:
+            one = await reader.readexactly(1)  # waits for the client
+        except asyncio.IncompleteReadError:
+            return self.at_eof()
+        got, _ = self.take(one)
+        return got
+
+
+class _LastLines:
+    """What a stall's check reads: the body's last complete lines not
+    checked before (at most CHECK_LINES of them), and whether a peer's
+    public_key line comes before them (their context in parse_set)."""
+
+    def __init__(self, check: LineCheck) -> None:
+        self.check = check
+        self.checked_to = 0  # the body's lines before this offset were checked (or skipped)
+        self.first_peer: Optional[int] = None  # offset of the first public_key line
+
+    def see(self, window: bytes, at: int) -> None:
+        """A window of whole lines and the start of one, at body offset `at`."""
+        if self.first_peer is None:
+            m = _PEER_LINE.search(window)
+            if m is not None:
+                self.first_peer = at + m.start()
+
+    def bad(self, pieces: list, total: int, partial: bytes, ended: bool) -> bool:
+        """Whether the last lines fail the check.  `ended`: the partial
+        line's newline was read (it is held until the next piece)."""
+        upto = total if ended else total - len(partial)
+        if upto <= self.checked_to:
+            return False
+        chunks, size, lines = [], 0, 0
+        for p in reversed(pieces):  # back to CHECK_LINES lines, or to what was checked
+            chunks.append(p)
+            size += len(p)
+            lines += p.count(b"\n")
+            if lines > CHECK_LINES or total - size <= self.checked_to:
+                break
+        blob = b"".join(reversed(chunks))
+        base = total - len(blob)
+        text = blob[max(self.checked_to, base) - base : upto - base]
+        if ended:
+            text += b"\n"
+        whole = text.split(b"\n")[:-1]  # (text ends in a newline)
+        text = b"".join(line + b"\n" for line in whole[-CHECK_LINES:])
+        start = upto - len(text) + (1 if ended else 0)
+        self.checked_to = upto + (1 if ended else 0)  # past the newline still held
+        in_peer = self.first_peer is not None and self.first_peer < start
+        return not self.check(text, in_peer)
+
+
 async def _read_pieces(
-    reader: asyncio.StreamReader, budget: Optional[BodyBudget], first: bytes, held: list
+    reader: asyncio.StreamReader,
+    budget: Optional[BodyBudget],
+    first: bytes,
+    held: list,
+    check: Optional[LineCheck] = None,
 ) -> Union[bytes, int, tuple]:
     """read_body's reading; held[0]: what it took from the budget so far."""
-    if not first:
-        try:
-            first = await reader.readexactly(1)
-        except asyncio.IncompleteReadError:
-            return b""  # EOF: an empty body
-    if first == b"\r":  # a blank line "\r\n"?
-        try:
-            first += await reader.readexactly(1)
-        except asyncio.IncompleteReadError:
-            return b""  # "\r" and EOF: a blank line too (Go's ScanLines drops the "\r" at EOF)
-    if first in (b"\n", b"\r\n"):
-        return b""  # the blank line at once: an empty body
+    stream = _Pieces(first)
+    last = _LastLines(check or (lambda text, in_peer: True))
     pieces: list[bytes] = []
     total = 0
     partial = b""  # the last piece's line that has not ended yet
-    piece = first
-    done = False
-    crlf = None  # whether the body's first line ends in "\r\n": then it is read by lines
-    line_start = True  # a CRLF body's reading stopped at the end of a line
+    cut = False
+
+    def stalled() -> bool:
+        """Before waiting for the client: its last lines checked, so that a
+        bad one is answered now, as wireguard-go answers at the line, not at
+        the request timeout (the client may be waiting for the answer)."""
+        nonlocal cut
+        if check is not None:
+            ended = stream.hold.startswith(b"\n") and not stream.virtual
+            cut = last.bad(pieces, total, partial, ended)
+        return cut
+
     while True:
-        if not done:
-            try:
-                if crlf is None:  # the first line to its end, then the blank line if it comes at once
-                    piece += await reader.readuntil(b"\n")
-                    crlf = (partial + piece).endswith(b"\r\n")  # partial: the line's start
-                    if not crlf:  # readuntil(b"\n\n") would miss "\n" + "\n": its first is read
-                        piece += await reader.readexactly(1)
-                        if piece.endswith(b"\n\r"):
-                            piece += await reader.readexactly(1)
-                        done = piece.endswith((b"\n\n", b"\n\r\n"))
-                elif crlf:
-                    got, done = await _read_lines(reader, line_start)
-                    piece += got
-                    line_start = got.endswith(b"\n")
-                else:
-                    piece += await reader.readuntil(b"\n\n")
-                    done = True
-            except asyncio.LimitOverrunError as e:
-                piece += await reader.readexactly(e.consumed)
-            except asyncio.IncompleteReadError as e:
-                piece += e.partial
-                done = True
-                if (piece or partial) and not piece.endswith(b"\n"):
-                    piece += b"\n"  # the last line, cut by EOF
-        if done:  # the blank line that ends the request is not kept
-            k = piece.rfind(b"\n", 0, len(piece) - 1) + 1  # where piece's last line starts
-            if piece[k:] in _BLANK_LINES and (k or not partial):
-                piece = piece[:k]
+        piece = await stream.next(reader, stalled)
+        if cut:
+            return "cut", b"".join(pieces)
         if total + len(piece) > MAX_BODY_BYTES or (budget is not None and not budget.take(len(piece))):
             return errno.ENOMEM
+        window = partial + piece
+        last.see(window, total - len(partial))
         total += len(piece)
         held[0] = total
-        window = partial + piece
         if _LONG.search(window):
             return errno.EIO
         end = window.rfind(b"\n") + 1
         bad = _NO_KEY.search(window, 0, end)
-        if bad is not None and not done:  # kept up to the end of that line, the rest drained
-            cut = bad.end() - len(partial)
-            pieces.append(piece[:cut])
-            return await _drain(reader, b"".join(pieces), len(piece) - cut, bool(crlf), line_start)
+        if bad is not None and not stream.done:  # answered at once, as wireguard-go answers at the line
+            pieces.append(piece[: bad.end() - len(partial)])
+            return "cut", b"".join(pieces)
         partial = window[end:]
         pieces.append(piece)
-        if done:
+        if stream.done:
             return b"".join(pieces)
-        piece = b""
         await asyncio.sleep(0)  # pieces already buffered are read without a pause: make one
-
-
-async def _drain(
-    reader: asyncio.StreamReader, kept: bytes, drained: int, crlf: bool = False, line_start: bool = True
-) -> Union[bytes, tuple]:
-    """After a line no parser takes: the rest of the request read and thrown
-    away, up to DRAIN_LIMIT.  `kept` (the body up to that line) fails to
-    parse with the error the whole body would: returned as the body if the
-    request ended within the limit (or at EOF), else as ("cut", kept).
-    `drained`: what was read past that line already; crlf, line_start: a
-    CRLF body's, read by lines (_read_lines)."""
-    while drained <= DRAIN_LIMIT:
-        try:
-            if not crlf:
-                await reader.readuntil(b"\n\n")
-                return kept
-            got, ended = await _read_lines(reader, line_start)
-            if ended:
-                return kept
-            drained += len(got)
-            line_start = got.endswith(b"\n")
-        except asyncio.LimitOverrunError as e:
-            drained += len(await reader.readexactly(e.consumed))
-        except asyncio.IncompleteReadError:
-            return kept
-    return "cut", kept
-
-
-async def _read_lines(reader: asyncio.StreamReader, line_start: bool) -> tuple:
-    """A CRLF body's next lines: (bytes, True) up to the blank line ("\\n"
-    or "\\r\\n", read but not returned), or (bytes, False) after _CRLF_CHUNK
-    bytes or at a line longer than the stream's limit (the part of it that
-    was buffered).  line_start: the reading before stopped at the end of a
-    line (else the first line read is the rest of one, never blank).  EOF
-    raises IncompleteReadError with everything read."""
-    got = b""
-    while len(got) < _CRLF_CHUNK:
-        try:
-            line = await reader.readuntil(b"\n")
-        except asyncio.LimitOverrunError as e:
-            return got + await reader.readexactly(e.consumed), False
-        except asyncio.IncompleteReadError as e:
-            raise asyncio.IncompleteReadError(got + e.partial, None) from None
-        if line in _BLANK_LINES and (got or line_start):
-            return got, True  # without the blank line
-        got += line
-    return got, False
