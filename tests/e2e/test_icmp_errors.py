@@ -42,14 +42,20 @@ def counters(dev) -> dict:
 
 
 def wait_for(dev, key, value, timeout=20.0) -> dict:
-    """The daemon's counters once `key` has reached `value` (an event to wait
-    for, not a time to meet: the deadline only ends a test that would hang)."""
+    """The daemon's counters once `key` (a name, or a function of the
+    counters) has reached `value` (an event to wait for, not a time to meet:
+    the deadline only ends a test that would hang)."""
+    get = key if callable(key) else lambda c: c.get(key, 0)
     deadline = time.monotonic() + timeout
     while True:
         c = counters(dev)
-        if c.get(key, 0) >= value or time.monotonic() > deadline:
+        if get(c) >= value or time.monotonic() > deadline:
             return c
         time.sleep(0.05)
+
+
+def answered(c) -> int:
+    return c.get("engine_icmp_errors_sent", 0) + c.get("engine_icmp_errors_limited", 0)
 
 
 def unreachable(world, addr) -> str:
@@ -59,8 +65,22 @@ def unreachable(world, addr) -> str:
     return r.stdout
 
 
+# The kernel's own IPv6 multicast (router solicitations, MLD reports) has no
+# peer either, and comes at moments of its own: kept out of the tunnel, so the
+# drops counted are the test's packets alone.
+NO_MULTICAST = """
+table inet quiet {
+    chain out {
+        type filter hook output priority 0;
+        oifname "wg*" ip6 daddr ff00::/8 drop
+    }
+}
+"""
+
+
 @impls(wireguard_go_bug=NO_GO)
 def test_unreachable_without_peer_or_endpoint(world):
+    world.nft("1", NO_MULTICAST)
     p = routed_pair(world)
     wg1 = p.dev[1]
     for addr in ("192.168.241.9", "192.168.241.2"):  # no peer; a peer without an endpoint
@@ -73,15 +93,17 @@ def test_unreachable_without_peer_or_endpoint(world):
         # from the interface's own address, as the module's: the sender's (fd00::1,
         # or the link-local one while fd00::1 is still tentative)
         assert "From fd00::1 " in out or "From fe80::" in out, out
-    c = wait_for(wg1, "engine_icmp_errors_sent", 4)
+    c = wait_for(wg1, answered, 4)
     assert c["engine_icmp_errors_sent"] == 4 and c["engine_icmp_errors_limited"] == 0, c
-    assert c["drop_no_route"] >= 2 and c["drop_no_endpoint"] >= 2, c
-    # an ICMP error routed into the tunnel is dropped, not answered
-    before = c["drop_no_route"]
+    assert c["drop_no_route"] == 2 and c["drop_no_endpoint"] == 2, c
+    # an ICMP error routed into the tunnel is dropped, not answered; a ping
+    # after it (answered: the 5th) shows the daemon has done with it
     world.run("1", "python3", "-c", SEND_ERROR)
-    c = wait_for(wg1, "drop_no_route", before + 1)
-    assert c["drop_no_route"] == before + 1, c
-    assert c["engine_icmp_errors_sent"] == 4, c
+    c = wait_for(wg1, "drop_no_route", 3)
+    assert "Destination Host Unreachable" in unreachable(world, "192.168.241.9")
+    c = wait_for(wg1, answered, 5)
+    assert c["drop_no_route"] == 4, c
+    assert c["engine_icmp_errors_sent"] == 5 and c["engine_icmp_errors_limited"] == 0, c
     world.assert_running()
 
 
@@ -90,13 +112,14 @@ def test_rate_limited_per_sender(world):
     """A burst of 20 pings to an address no peer has: 6 errors (the kernel's
     per-destination burst) and one more for each second the burst took at
     most, the rest counted as limited; the daemon is fine."""
+    world.nft("1", NO_MULTICAST)
     p = routed_pair(world)
     start = time.monotonic()
     r = world.run("1", "ping", "-c", "20", "-i", "0.002", "-W", "1", "192.168.241.9", check=False, timeout=60)
     took = time.monotonic() - start
     assert r.returncode != 0, r.stdout
     assert "Destination Host Unreachable" in r.stdout, (r.stdout, world.logs())
-    c = wait_for(p.dev[1], "engine_icmp_errors_limited", 20 - 6 - int(took) - 1)
+    c = wait_for(p.dev[1], answered, 20)
     sent, limited = c["engine_icmp_errors_sent"], c["engine_icmp_errors_limited"]
     assert sent + limited == 20 and 6 <= sent <= 6 + int(took) + 1, (c, took)
     world.assert_running()

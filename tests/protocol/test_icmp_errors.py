@@ -4,6 +4,8 @@ checksums), the numbers literal from the RFCs; and the rate limiter's two
 buckets at given times, with the kernel's documented defaults."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
 from scapy.layers.inet6 import (
     ICMPv6DestUnreach,
@@ -230,3 +232,17 @@ def test_ipv6_addresses_from_proc(tmp_path):
     )
     assert ipv6_addresses("wg0", str(f)) == [ME6, bytes.fromhex("fe800000000000000000000000000001")]
     assert ipv6_addresses("wg1", str(f)) == []
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=1600), st.integers(0, 39), st.binary(min_size=1, max_size=1))
+def test_any_bytes_give_an_error_or_none_never_an_exception(tail, at, byte):
+    """Random bytes, and valid packets with one byte changed: None or one
+    error within the RFCs' sizes, never an exception."""
+    valid = [
+        bytes(IP(src="10.74.0.1", dst="10.74.0.9") / UDP() / Raw(tail)),
+        bytes(IPv6(src="fd74::1", dst="fd74::9") / IPv6ExtHdrHopByHop() / UDP() / Raw(tail)),
+    ]
+    for raw in [tail, *[v[:at] + byte + v[at + 1 :] for v in valid]]:
+        err = unreachable(raw)
+        assert err is None or len(err) <= (576 if err[0] >> 4 == 4 else 1280)
