@@ -205,6 +205,7 @@ class _Inner:
 
 
 def test_replies_answer_a_super_packet_once_and_count_the_limited():
+    # a TSO super-packet split: 4 segments, each where the one before ended
     seg = [
         bytes(
             IP(src="10.74.0.1", dst="10.74.0.9") / TCP(sport=4, dport=5, seq=1 + 1000 * i) / Raw(b"h" * 1000)
@@ -216,6 +217,11 @@ def test_replies_answer_a_super_packet_once_and_count_the_limited():
     replies = UnreachableReplies(ErrorRateLimiter())
     assert replies.answer(seg + [other], inner, 5.0, offloaded=True) == (2, 0)
     assert inner.written[0][28:] == seg[0][:548]  # the first segment quoted
+    # not a continuation (a retransmission of the first, UDP datagrams of one
+    # flow): each answered, within the limits
+    inner = _Inner()
+    replies = UnreachableReplies(ErrorRateLimiter())
+    assert replies.answer([seg[0], seg[0], other, other], inner, 5.0, offloaded=True) == (4, 0)
     # without a vnet header each packet is one: 6 for the sender, then the limit
     inner = _Inner()
     replies = UnreachableReplies(ErrorRateLimiter())

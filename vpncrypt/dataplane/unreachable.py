@@ -53,14 +53,18 @@ def ipv6_addresses(ifname: str, path: str = "/proc/net/if_inet6") -> list[bytes]
 class UnreachableReplies:
     """answer(packets, inner, now) -> (sent, limited): the errors for a
     round's unroutable packets, within the limits, written with
-    inner.write_packets.  offloaded: the inner side may hand over TSO/USO
-    super-packets split into segments (a TUN with a vnet header); a run of
-    consecutive TCP or UDP packets of one flow in a round is then answered
-    once (and the rest not counted), as the kernel answers the super-packet
-    before it segments it.  (Separate packets of one flow that meet in a
-    round pass for segments too: the errors are rate-limited to 6 a sender
-    at once anyway; a super-packet whose segments fill more than one round
-    may be answered once a round.)"""
+    inner.write_packets.  offloaded: the inner side may hand over TSO
+    super-packets split into segments (a TUN with a vnet header); a TCP
+    segment that continues the one before it in the round (same addresses
+    and ports, its sequence number where the other's data ended) is then
+    taken for the next segment of one super-packet and not answered (nor
+    counted), as the kernel answers the super-packet once, before it
+    segments it.  (A TCP stream to a destination without a peer has no
+    handshake, so its data comes in such runs only from a super-packet, or
+    from a connection whose peer was removed, where this answers less
+    often than the kernel.  A USO super-packet's datagrams are answered one
+    by one, within the limits: up to 6 errors where the kernel sends one.)
+    """
 
     def __init__(self, limiter: ErrorRateLimiter | None = None) -> None:
         self.limiter = limiter or ErrorRateLimiter()
@@ -78,16 +82,16 @@ class UnreachableReplies:
     ) -> tuple[int, int]:
         errors = []
         limited = 0
-        last_flow = None
+        last: tuple[bytes, int, int] | None = None
         fd = getattr(inner, "fd", None)
         ifname = tun_name(fd) if isinstance(fd, int) else None
         with self._lock:
             for pkt in packets:
                 if offloaded:
-                    flow = _flow(pkt)
-                    if flow is not None and flow == last_flow:
-                        continue  # another segment of the super-packet answered
-                    last_flow = flow
+                    seg, prev = _tcp_segment(pkt), last
+                    last = seg
+                    if seg is not None and prev is not None and seg[0] == prev[0] and seg[1] == prev[2]:
+                        continue  # the next segment of the super-packet answered
                 source = None
                 if len(pkt) >= 40 and pkt[0] >> 4 == 6 and ifname is not None:
                     source = choose_source6(bytes(pkt[8:24]), self._ipv6_of(ifname, now))
@@ -119,19 +123,24 @@ def _error_destination(error: bytes) -> bytes:
     return error[16:20] if error[0] >> 4 == 4 else error[24:40]
 
 
-def _flow(pkt: Any) -> bytes | None:
-    """What the segments of one TSO/USO super-packet share: the version,
-    the addresses, TCP or UDP and the ports (None for anything else: only
-    TCP and UDP come in super-packets)."""
-    v = pkt[0] >> 4 if len(pkt) else 0
-    if v == 4 and len(pkt) >= 20:
-        proto, l4 = pkt[9], (pkt[0] & 0x0F) * 4
+def _tcp_segment(pkt: Any) -> tuple[bytes, int, int] | None:
+    """A TCP packet's flow (the version, both addresses and ports), its
+    sequence number and where its data ends (mod 2^32); None for anything
+    else (or a packet too short to say)."""
+    n = len(pkt)
+    v = pkt[0] >> 4 if n else 0
+    if v == 4 and n >= 20 and pkt[9] == 6:
+        l4 = (pkt[0] & 0x0F) * 4
+        size = int.from_bytes(pkt[2:4], "big")
         head = bytes(pkt[12:20])
-    elif v == 6 and len(pkt) >= 40:
-        proto, l4 = pkt[6], 40
+    elif v == 6 and n >= 40 and pkt[6] == 6:
+        l4 = 40
+        size = 40 + int.from_bytes(pkt[4:6], "big")
         head = bytes(pkt[8:40])
     else:
         return None
-    if proto not in (6, 17) or len(pkt) < l4 + 4:
+    if n < l4 + 20 or size > n:
         return None
-    return bytes((v, proto)) + head + bytes(pkt[l4 : l4 + 4])
+    seq = int.from_bytes(pkt[l4 + 4 : l4 + 8], "big")
+    data = size - l4 - (pkt[l4 + 12] >> 4) * 4
+    return bytes((v,)) + head + bytes(pkt[l4 : l4 + 4]), seq, (seq + max(data, 0)) & 0xFFFFFFFF
