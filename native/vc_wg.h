@@ -283,6 +283,10 @@ typedef struct {
     int32_t  write_errno;   /* the first errno of the TUN write (0: none) */
     int32_t  gso_off;       /* the send asks to turn GSO off for this socket */
     uint32_t aqm_dropped;   /* transport data messages the receive side's CoDel dropped */
+    uint32_t unroutable;    /* packets of the last seal dropped for VC_WG_NO_ROUTE or
+                             * VC_WG_NO_ENDPOINT: the ones the Linux module answers with an
+                             * ICMP error (the caller finds them by status[]); a send round
+                             * with any is not routine, so the caller sees it */
 } vc_wg_round_io;
 
 typedef struct {
@@ -373,7 +377,7 @@ int64_t vc_wg_seal_send(vc_wg_table *t, vc_wg_round *r, const uint8_t *slab, con
  * rounds of vc_wg_receive_round / vc_wg_send_round with the same arguments,
  * and stop after the first round that
  *   - is not routine: it failed, queued handshake messages, made cookie
- *     replies, wrote fewer packets to the TUN than delivered, sent fewer
+ *     replies, dropped packets for no route or no endpoint (io.unroutable), wrote fewer packets to the TUN than delivered, sent fewer
  *     messages than sealed, turned GSO off, had a send or write errno, or
  *     touched more than one peer, another peer than the rounds before it,
  *     or with flags outside VC_WG_EV_ROUTINE (or of the other direction);

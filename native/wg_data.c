@@ -205,9 +205,15 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
         size_t total = VC_WG_OVERHEAD + padded_length(len, cfg.mtu);
         wg_keypair *k = x->kp != WG_NIL ? &t->kps[x->kp] : NULL;
         uint64_t c = 0;
-        /* As WireGuard: without a usable key the packet waits for a handshake
-         * (the caller queues it), even while the endpoint is still unknown. */
-        if (!k || WG_LOAD(&k->state) != KP_LIVE || tnow - k->born >= cfg.reject_after_time) {
+        /* As the Linux module (wg_xmit): a routed packet whose peer has no
+         * endpoint is dropped before it could wait for a key (the caller
+         * answers it with an ICMP error).  Otherwise, without a usable key
+         * the packet waits for a handshake (the caller queues it); so do a
+         * peer's own packets (peer >= 0: staged ones, keepalives), even while
+         * the endpoint is still unknown. */
+        if (peer < 0 && !x->ep_set) {
+            st = VC_WG_NO_ENDPOINT;
+        } else if (!k || WG_LOAD(&k->state) != KP_LIVE || tnow - k->born >= cfg.reject_after_time) {
             st = VC_WG_NO_KEY;
         } else if (!x->ep_set) {
             st = VC_WG_NO_ENDPOINT;

@@ -46,6 +46,16 @@ VC_API int64_t vc_wg_round_open(vc_wg_table *t, vc_wg_round *r, uint8_t *buf, co
     return (int64_t)delivered;
 }
 
+/* The packets the Linux module answers with an ICMP error (wg_xmit: no peer
+ * for the destination, or a peer without an endpoint). */
+static uint32_t count_unroutable(const int32_t *status, size_t n)
+{
+    uint32_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += status[i] == VC_WG_NO_ROUTE || status[i] == VC_WG_NO_ENDPOINT;
+    return c;
+}
+
 VC_API int64_t vc_wg_round_seal(vc_wg_table *t, vc_wg_round *r, const uint8_t *in, const uint32_t *off,
                                 const uint32_t *len, size_t n, int64_t peer, double now)
 {
@@ -57,6 +67,9 @@ VC_API int64_t vc_wg_round_seal(vc_wg_table *t, vc_wg_round *r, const uint8_t *i
     if (k == (size_t)-1)
         return VC_WG_ROUND_REFUSED;
     r->n_touched = nt;
+    r->io.unroutable = 0;
+    if (k < n)          /* (only a packet that was not sealed can be one) */
+        r->io.unroutable = count_unroutable(r->status, n);
     return (int64_t)k;
 }
 
@@ -99,7 +112,7 @@ VC_API int64_t vc_wg_receive_round(vc_wg_table *t, vc_wg_round *r, double now, i
         io->received = (uint32_t)n;
         io->replies = io->replies_sent = io->delivered = io->written = 0;
         io->send_errno = io->write_errno = io->gso_off = 0;
-        io->aqm_dropped = 0;
+        io->aqm_dropped = io->unroutable = 0;
         if (n == 0) {
             if (aqm)
                 vc_codel_empty(&r->udp_rx->codel);     /* the socket is empty */
@@ -201,7 +214,7 @@ static int64_t send_direct(vc_wg_table *t, vc_wg_round *r, double now, int gso)
     if (n < 0)
         return n;
     if (n == 0) {
-        r->io.received = 0;
+        r->io.received = r->io.unroutable = 0;
         r->n_touched = 0;
         return 0;
     }
@@ -233,7 +246,7 @@ VC_API int64_t vc_wg_send_round(vc_wg_table *t, vc_wg_round *r, double now, int 
     int m = vc_fq_dequeue(q, clock_ns(CLOCK_MONOTONIC), r->tun_slab, r->tun_slab_size, slot, r->tun_off, r->tun_len,
                           NULL, r->tun_max);
     if (m == 0) {
-        r->io.received = 0;
+        r->io.received = r->io.unroutable = 0;
         r->n_touched = 0;
         return err;
     }
@@ -273,7 +286,7 @@ static int routine(const vc_wg_round *r, const vc_wg_loop *loop, int rx)
     if (r->n_touched > 1 || io->replies)
         return 0;
     /* (each direction's round sets only its own of these) */
-    if (rx ? r->n_queued || r->n_reply || io->written != io->delivered : io->sent != io->sealed)
+    if (rx ? r->n_queued || r->n_reply || io->written != io->delivered : io->sent != io->sealed || io->unroutable)
         return 0;
     if (io->gso_off || io->send_errno || io->write_errno)
         return 0;

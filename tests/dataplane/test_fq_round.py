@@ -5,7 +5,7 @@ in the first batch, the bulk flow keeps its order, and nothing is lost.
 The queue is opt-in (vc_wg_round.fq_on); without it the round reads and
 seals in the TUN's order, and the sparse packet comes last (checked here
 too).  The inner side is a datagram socketpair (TunBatch without a vnet header:
-one packet per read), the peer has no key yet, so every packet comes back
+one packet per read), the peer has an endpoint but no key yet, so every packet comes back
 from the round as NO_KEY (Batch.waiting(), in the order the round took
 them) instead of being sealed: the order is the queue's."""
 
@@ -36,6 +36,7 @@ def rounds_of(fq_on: int) -> list[list[bytes]]:
     table = new_table("native")
     pid = table.add_peer()
     table.route_add(pid, "10.0.0.1/32")
+    table.set_endpoint(pid, ("127.0.0.1", 9))  # (without one the packets would be dropped, not wait)
     near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:

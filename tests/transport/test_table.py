@@ -252,13 +252,17 @@ def test_stats_count_wire_and_inner_bytes(backend):
 def test_outgoing_without_route_or_endpoint(backend):
     t, pid = table_with_peer(backend, endpoint=None)
     res = t.seal([TO_A, ipv4("10.0.0.2", "8.8.8.8"), b"\x00" * 10], 0.0)
-    # no key yet: the packet waits (even without an endpoint, as in WireGuard)
-    assert res.status == [S.NO_KEY, S.NO_ROUTE, S.MALFORMED]
+    # a routed packet to a peer without an endpoint is dropped before it could
+    # wait for a key, as in the Linux module's wg_xmit (which answers it with
+    # an ICMP error); the peer's own packets (staged ones, keepalives) wait
+    assert res.status == [S.NO_ENDPOINT, S.NO_ROUTE, S.MALFORMED]
     assert res.peers == [pid, -1, -1]
+    assert t.seal([TO_A], 0.0, peer=pid).status == [S.NO_KEY]
     install(t, pid, 1, 9, KEY_AB, KEY_BA, True)
     assert t.seal([TO_A], 0.0).status == [S.NO_ENDPOINT]
+    assert t.seal([TO_A], 0.0, peer=pid).status == [S.NO_ENDPOINT]
     assert t.drops() == {"no_route": 1, "malformed": 1}
-    assert t.stats(pid, 0.0).drops == {"no_endpoint": 1}
+    assert t.stats(pid, 0.0).drops == {"no_endpoint": 3}
 
 
 def test_clock_never_runs_backwards(backend):

@@ -261,6 +261,15 @@ def _families(state: dict):
     for k in ("tx_send_errors", "tx_dropped", "inner_write_errors", "inner_dropped"):
         errors.add_metric([iface, k], c.get("engine_" + k, 0))
     yield errors
+    icmp = CounterMetricFamily(
+        "vpncrypt_icmp_errors",
+        "ICMP destination-unreachable errors for packets no peer (or no endpoint) takes: "
+        "sent back into the TUN, or not sent for the rate limits.",
+        labels=["interface", "result"],
+    )
+    icmp.add_metric([iface, "sent"], c.get("engine_icmp_errors_sent", 0))
+    icmp.add_metric([iface, "rate_limited"], c.get("engine_icmp_errors_limited", 0))
+    yield icmp
     tun = CounterMetricFamily(
         "vpncrypt_tun_offload",
         "TUN offload counters (TSO/USO splits on reads, GRO coalescing on writes), by direction and counter.",

@@ -104,6 +104,7 @@ import time
 from collections import deque
 
 from vpncrypt.dataplane.handshake_workers import HandshakeWorkers
+from vpncrypt.dataplane.unreachable import UnreachableReplies
 from vpncrypt.protocol.events import NOTHING
 from vpncrypt.wire import TRANSPORT_OVERHEAD
 
@@ -159,6 +160,8 @@ class EngineCounters:
         "tx_batch_packets",
         "rx_batch_sizes",
         "tx_batch_sizes",
+        "icmp_errors_sent",
+        "icmp_errors_limited",
     )
     _LISTS = ("rx_batch_sizes", "tx_batch_sizes")
     tx_send_errors: int
@@ -171,6 +174,10 @@ class EngineCounters:
     tx_batch_packets: int
     rx_batch_sizes: list[int]
     tx_batch_sizes: list[int]
+    # ICMP errors for packets with no peer or no endpoint (dataplane.unreachable):
+    # written to the inner side, and not sent for the rate limits
+    icmp_errors_sent: int
+    icmp_errors_limited: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -234,6 +241,7 @@ class Worker:
         self.counters = EngineCounters()
         self._udp = udp
         self._inner = inner
+        self.replies: UnreachableReplies | None = None  # the engine's, for a sending worker
         self._watch()
 
     udp = _Watched()
@@ -306,6 +314,8 @@ class Worker:
             c.tx_batch(n)
             if io.sent < io.sealed or io.gso_off:
                 _count_sent(c, io)
+            if io.unroutable and self.replies is not None:
+                self._unreachable(io.unroutable)
             return
         c.rx_batch(n)
         if io.replies:
@@ -313,6 +323,21 @@ class Worker:
         if io.written < io.delivered:
             c.inner_dropped += io.delivered - io.written
             c.inner_write_errors += 1
+
+    def _unreachable(self, n: int) -> None:
+        """The ICMP errors for the round's n packets that had no peer or
+        no endpoint (rare: only such a round comes here); past the global
+        limit they are only counted."""
+        replies, c, now = self.replies, self.counters, time.monotonic()
+        assert replies is not None
+        if not replies.room(now):
+            c.icmp_errors_limited += n
+            return
+        inner = self._inner
+        packets = self.path.unroutable()
+        sent, limited = replies.answer(packets, inner, now, bool(getattr(inner, "vnet_hdr", False)))
+        c.icmp_errors_sent += sent
+        c.icmp_errors_limited += limited
 
 
 def _always() -> bool:
@@ -377,6 +402,8 @@ class Engine:
         self._aqm_retired = 0  # drop_aqm of the receive states a new socket or thread replaced
         if not self.native and queues:
             raise ValueError("queues are the native backend's")
+        # the ICMP errors for packets with no peer or no endpoint, one limit for every worker
+        self._replies = UnreachableReplies()
         # (UDP object, inner object, its receiving worker, its sending worker)
         # for the given pair and each of `queues`: a socket of the same
         # SO_REUSEPORT group and a queue of the same multi-queue TUN each, so
@@ -516,15 +543,13 @@ class Engine:
         room is the largest inner packet (the TUN's read size, not its
         current MTU)."""
         fq, dev = self.fair_queue, self.device
-        return (
-            Worker(udp, inner, dev.batch_path(udp.batch, TRANSPORT_OVERHEAD, fair_queue=fq), sending=False),
-            Worker(
-                udp,
-                inner,
-                dev.batch_path(udp.batch, self._max_packet + _SEAL_ROOM, fair_queue=fq),
-                sending=True,
-            ),
+        tx = Worker(
+            udp, inner, dev.batch_path(udp.batch, self._max_packet + _SEAL_ROOM, fair_queue=fq), sending=True
         )
+        tx.replies = self._replies
+        return Worker(
+            udp, inner, dev.batch_path(udp.batch, TRANSPORT_OVERHEAD, fair_queue=fq), sending=False
+        ), tx
 
     def queue_workers(self) -> list:
         """(receiving worker, sending worker) of each queue, the first first;

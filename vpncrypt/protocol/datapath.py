@@ -239,6 +239,12 @@ class BatchPath:
         self.wire = None
         self._staged = res
 
+    def unroutable(self) -> list[memoryview]:
+        """The last send round's packets that had no peer or no endpoint
+        (io.unroutable of them; Batch.unroutable), for their ICMP errors."""
+        got: list[memoryview] = self.batch.unroutable()
+        return got
+
     def fair_queue_stats(self) -> dict[str, int]:
         """The send round's fair queue's counters (Batch.fair_queue_stats)."""
         stats: dict[str, int] = self.batch.fair_queue_stats()

@@ -299,6 +299,15 @@ class Batch:
         st, peer_of = self.status, self.peer_of
         return [(peer_of[i], bytes(view[off[i] : off[i] + lens[i]])) for i in range(n) if st[i] == S.NO_KEY]
 
+    def unroutable(self) -> list[memoryview]:
+        """After a send round: the packets dropped for no route or no
+        endpoint (status NO_ROUTE, NO_ENDPOINT: the ones the Linux module
+        answers with an ICMP error), as views of the slab they were read
+        into (valid until the next round)."""
+        view, off, lens, n = self._src
+        st = self.status
+        return [view[off[i] : off[i] + lens[i]] for i in range(n) if st[i] in _UNROUTABLE]
+
     # the binding of a round to its socket and TUN
 
     def _bind_receive(self, udp: Any, inner: Any) -> None:
@@ -381,6 +390,7 @@ class Batch:
 
 
 _REFUSED = lib.VC_WG_ROUND_REFUSED
+_UNROUTABLE = (S.NO_ROUTE, S.NO_ENDPOINT)
 # vc_wg_touch as words: peer, flags, packets, a pad, the 64-bit byte count
 _TOUCH_WORDS = 6
 if ffi.sizeof("vc_wg_touch") != 4 * _TOUCH_WORDS or ffi.offsetof("vc_wg_touch", "flags") != 4:
@@ -443,7 +453,9 @@ class RoundIO(Protocol):
     vc_wg_round_io): datagrams (or packets) received, inner packets
     delivered by the table and written, messages sealed and sent, cookie
     replies made and sent, the first errno of a short send or write (0:
-    none), and gso_off: the send asked to turn the socket's GSO off."""
+    none), gso_off: the send asked to turn the socket's GSO off, and
+    unroutable: the packets of the last seal dropped for no route or no
+    endpoint (Batch.unroutable() gives them)."""
 
     received: int
     delivered: int
@@ -455,6 +467,7 @@ class RoundIO(Protocol):
     send_errno: int
     write_errno: int
     gso_off: int
+    unroutable: int
 
 
 class NativeTable:

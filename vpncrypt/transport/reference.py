@@ -358,7 +358,9 @@ class ReferenceTable:
                 chosen[pid] = (p.cur, p.endpoint)
             kp, ep = chosen[pid]
             total = S.OVERHEAD + padded_length(len(pkt), cfg.mtu)
-            if kp is None or not kp.live or tnow - kp.born >= cfg.reject_after_time:
+            if peer is None and ep is None:  # (as the native table: see wg_data.c)
+                st = S.NO_ENDPOINT
+            elif kp is None or not kp.live or tnow - kp.born >= cfg.reject_after_time:
                 st = S.NO_KEY
             elif ep is None:
                 st = S.NO_ENDPOINT
