@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay import link, relay  # noqa: E402
+from timed_relay import link, relay  # noqa: E402
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay import link, relay  # noqa: E402
+from timed_relay import link, relay  # noqa: E402
 
 MTU = 1420
 PORT = 5001
