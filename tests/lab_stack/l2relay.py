@@ -4,7 +4,7 @@ Stands in for the engine in the user-namespace design: the kernel's own TCP/IP s
 (in a network namespace the unprivileged user owns) hands frames to user space through a
 veth's AF_PACKET socket, with no /dev/net/tun. One frame is one recv and one send here,
 so the figure is a lower bound on that path. This kernel has no netem, so delay and loss
-come from relay.py's timed queue.
+come from timed_relay.py's timed queue.
 
     python l2relay.py IFACE_A IFACE_B SECONDS [DELAY_MS LOSS]
 """
@@ -16,7 +16,7 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay import relay  # noqa: E402
+from timed_relay import relay  # noqa: E402
 
 ETH_P_ALL = 0x0003
 
