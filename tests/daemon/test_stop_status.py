@@ -8,9 +8,13 @@ its TUN is still there stays an ERROR and exit status 1 (a restart is what
 the unit is for).  The daemon runs in-process in a network namespace made
 for the test, on a real TUN."""
 
+import pytest
+
 from tests.daemon.inprocess import run_child_in_namespace
 
-CHILD = r"""
+# the children's start: every log record kept, a config with one peer
+# (ADDRESS: the interface's Address line, if any)
+PRELUDE = r"""
 import errno, json, logging, os, subprocess, tempfile, threading
 from vpncrypt.daemon.daemon import Daemon, run_daemon
 from vpncrypt.protocol import keys
@@ -25,9 +29,14 @@ logging.getLogger("vpncrypt").setLevel(logging.DEBUG)
 tmp = tempfile.mkdtemp()
 conf = os.path.join(tmp, "t.conf")
 with open(conf, "w") as f:
-    f.write("[Interface]\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nAllowedIPs = 10.9.0.0/24\n"
-            % (keys.genkey(), keys.pubkey(keys.genkey())))
+    f.write("[Interface]\nPrivateKey = %s\n__ADDRESS__\n[Peer]\nPublicKey = %s\n"
+            "AllowedIPs = 10.9.0.0/24, 10.8.0.0/16\n" % (keys.genkey(), keys.pubkey(keys.genkey())))
 os.chmod(conf, 0o600)
+"""
+
+CHILD = (
+    PRELUDE.replace("__ADDRESS__", "")
+    + r"""
 HOW = "__HOW__"
 
 
@@ -44,6 +53,7 @@ code = run_daemon(d)
 link = subprocess.run(["ip", "link", "show", "vcst0"], capture_output=True).returncode == 0
 print(json.dumps({"code": code, "records": records, "link": link}))
 """
+)
 
 
 def _run(how: str) -> dict:
@@ -65,3 +75,39 @@ def test_data_plane_failure_is_an_error_and_exit_1():
     assert errors == ["data plane failed (Input/output error); shutting down"], r["records"]
     assert r["code"] == 1, r["records"]
     assert not r["link"], "the daemon made the interface: it deletes it on the way out"
+
+
+START_CHILD = (
+    PRELUDE.replace("__ADDRESS__", "Address = 10.9.0.1/24\\n")
+    + r"""
+from vpncrypt.daemon.routes import Routes
+from vpncrypt.daemon.tun import TunDevice
+
+STEP = "__STEP__"
+# the operator's `ip link del` lands in the step named: deleted from
+# within it, just before it changes the host (what `ip monitor link`
+# racing the start did, made certain)
+cls, name = {"address": (TunDevice, "add_addresses"), "up": (TunDevice, "set_up"),
+             "route": (Routes, "sync")}[STEP]
+real = getattr(cls, name)
+def step(self, *args, **kw):
+    subprocess.run(["ip", "link", "del", "vcsd0"], check=True)
+    return real(self, *args, **kw)
+setattr(cls, name, step)
+
+d = Daemon("vcsd0", conf, socket_dir=tmp)
+code = run_daemon(d)
+link = subprocess.run(["ip", "link", "show", "vcsd0"], capture_output=True).returncode == 0
+print(json.dumps({"code": code, "records": records, "link": link}))
+"""
+)
+
+
+@pytest.mark.parametrize("step", ["address", "up", "route"])
+def test_interface_deleted_during_the_start_is_an_orderly_stop(step):
+    r = run_child_in_namespace(START_CHILD.replace("__STEP__", step), "vcsd", timeout=120)
+    errors = [m for level, m in r["records"] if level in ("ERROR", "CRITICAL")]
+    assert errors == [], r["records"]
+    assert r["code"] == 0, r["records"]
+    assert ["INFO", "interface vcsd0 was deleted during startup; stopping"] in r["records"], r["records"]
+    assert not r["link"]

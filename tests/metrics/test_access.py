@@ -6,6 +6,7 @@ served only with `--metrics-endpoints`.  A daemon in a lab namespace; the
 scrapes are made with tests/metrics/scrape_client.py, as root or, through
 setpriv, as nobody."""
 
+import base64
 import os
 import shutil
 import signal
@@ -254,3 +255,42 @@ def test_bad_web_configs_fail_the_start_in_one_line(lab):
     path, _ = web_config(lab, "rate.yml", extra="rate_limit:\n  interval: 1s\n  burst: 2\n")
     line = _start_fails(lab, "--metrics", "127.0.0.1:9598", "--metrics-web-config", path)
     assert line == f"{path}: rate_limit: not supported by vpncrypt; remove it"
+
+
+def test_stop_with_a_client_mid_request_logs_no_error(lab):
+    """A scraper that sent half a request, and one whose request waits for
+    bcrypt, when the daemon stops: an orderly stop (exit 0), no ERROR and
+    no traceback in the log."""
+    path, _ = web_config(lab, "mid.yml", tls=False)
+    sock = _socket_path(lab, "mid")
+    d = Daemon(lab, "--metrics", f"unix:{sock}", "--metrics-web-config", path)
+    clients = []
+    try:
+        for i, request in enumerate(
+            (
+                b"GET /metrics HTTP/1.1\r\nHost: x\r\n",  # half a request
+                b"GET /metrics HTTP/1.1\r\nHost:",
+                # whole ones with credentials to check (bcrypt in flight, or waiting)
+                *(
+                    b"GET /metrics HTTP/1.1\r\nAuthorization: Basic "
+                    + base64.b64encode(f"scraper:guess{n}".encode())
+                    + b"\r\n\r\n"
+                    for n in range(4)
+                ),
+            )
+        ):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(sock)
+            c.sendall(request)
+            clients.append(c)
+        # the server has the half requests: a whole one after them is answered
+        assert scrape(lab, f"unix:{sock}", "--user", "scraper", "--password", PASSWORD)[0] == 200
+    finally:
+        code = d.stop()
+        for c in clients:
+            c.close()
+    log = d.proc.log()
+    assert code == 0, log
+    # the start line says where, with whose access, and the path apart
+    assert f"metrics on unix:{sock} (mode 0600, group root), path /metrics with basic auth\n" in log, log
+    assert " ERROR " not in log and "ERROR" not in log and "Traceback" not in log, log

@@ -179,3 +179,75 @@ def test_bad_settings_one_line(monkeypatch, kw, message):
             monkeypatch.delenv(name)
     with pytest.raises(ValueError, match=message):
         metrics_settings(**kw)
+
+
+@pytest.mark.parametrize(
+    "text, line, key",
+    [
+        # a second, empty tls_server_config would turn TLS off with PyYAML's last-wins
+        (
+            "tls_server_config:\n  cert_file: a.pem\n  key_file: b.pem\ntls_server_config:\n",
+            4,
+            "tls_server_config",
+        ),
+        (f"basic_auth_users:\n  alice: {HASH}\n  alice: {HASH}\n", 3, "alice"),
+        (
+            "http_server_config:\n  headers: {X-Frame-Options: deny, X-Frame-Options: ''}\n",
+            2,
+            "X-Frame-Options",
+        ),
+        ("basic_auth_users: {}\nbasic_auth_users:\n", 2, "basic_auth_users"),
+    ],
+)
+def test_duplicate_keys_refused_at_any_level(tmp_path, text, line, key):
+    path = _write(tmp_path, text)
+    with pytest.raises(WebConfigError) as e:
+        load_web_config(path)
+    assert str(e.value) == f"{path}:{line}: not valid YAML (key {key} already set)"
+
+
+@pytest.mark.parametrize(
+    "hashed",
+    [
+        "$2b$99$" + 53 * "a",  # a cost bcrypt has not
+        "$2y$10$" + 53 * "!",  # not bcrypt's base64
+        "$2b$" + 56 * "P",  # no cost
+        "$2b$03$" + 53 * "a",  # below bcrypt's 4
+        "$2b$18$" + 53 * "a",  # above htpasswd's 17
+        "$2b$31$" + 53 * "a",  # days per check
+        "$2x$10$" + 53 * "a",  # a prefix bcrypt refuses
+        "$2b$1a$" + 53 * "a",
+        "$2b$10$" + 52 * "a",
+        "$2b$10$" + 54 * "a",
+    ],
+)
+def test_malformed_bcrypt_hashes_refused(tmp_path, hashed):
+    path = _write(tmp_path, f"basic_auth_users:\n  alice: '{hashed}'\n")
+    with pytest.raises(WebConfigError) as e:
+        load_web_config(path)
+    assert str(e.value).startswith(f"{path}: basic_auth_users.alice: "), str(e.value)
+    assert hashed not in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("prefix", ["$2a$", "$2b$", "$2y$"])
+@pytest.mark.parametrize("cost", [4, 10, 17])
+def test_bcrypt_hash_forms_taken(tmp_path, prefix, cost):
+    hashed = f"{prefix}{cost:02d}$" + HASH[7:]
+    assert load_web_config(_write(tmp_path, f"basic_auth_users:\n  alice: '{hashed}'\n")).users
+
+
+def test_deep_nesting_one_line(tmp_path):
+    path = _write(tmp_path, "a: " + 5000 * "[" + 5000 * "]" + "\n")
+    with pytest.raises(WebConfigError) as e:
+        load_web_config(path)
+    assert str(e.value) == f"{path}: nested too deeply to be read"
+
+
+def test_file_over_1_mib_refused(tmp_path):
+    path = _write(tmp_path, "# a comment\n" * (1048576 // 12 + 1))
+    assert os.path.getsize(path) > 1048576
+    with pytest.raises(WebConfigError) as e:
+        load_web_config(path)
+    assert str(e.value) == f"{path}: larger than 1048576 bytes; a web config is a few hundred"
+    os.truncate(path, 1048576)  # 1 MiB of comments: taken
+    assert load_web_config(path).users is None

@@ -147,3 +147,15 @@ _PUBLISHED = frozenset(
 def is_published(key: bytes) -> bool:
     """Whether `key` is one the example configs once shipped (_PUBLISHED)."""
     return bytes(key) in _PUBLISHED
+
+
+def is_published_private(key: bytes) -> bool:
+    """Whether the private key `key` is one of the published ones, or any
+    other that X25519 takes for one (clamping ignores 5 of its 256 bits, so
+    32 spellings give each public key): its public key is compared."""
+    raw = bytes(key)
+    if raw in _PUBLISHED:
+        return True
+    if len(raw) != KEY_LEN or raw == ZERO_KEY:
+        return False
+    return wgkeys.public_from_private(raw) in _PUBLISHED

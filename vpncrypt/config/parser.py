@@ -23,7 +23,7 @@ import stat
 from typing import Any, Callable
 
 from ..endpoints import parse_config_endpoint
-from .keytypes import KeyFormatError, PresharedKey, PrivateKey, PublicKey, is_published
+from .keytypes import KeyFormatError, PresharedKey, PrivateKey, PublicKey, is_published, is_published_private
 from .model import Config, ConfigError, InterfaceConfig, PeerConfig
 from .prefixes import parse_interface, parse_network
 from .rttables import table_names
@@ -312,7 +312,7 @@ def _parse_key(key: str, value: str):
         # never echo the value: it may be (a mangled) secret
         tool = {"PrivateKey": "wg genkey", "PublicKey": "wg pubkey", "PresharedKey": "wg genpsk"}[key]
         raise ValueError(f"{e} (44 characters of base64, as printed by `{tool}`)") from None
-    if is_published(parsed):
+    if is_published_private(parsed) if key == "PrivateKey" else is_published(parsed):
         raise ValueError(
             "a key from vpncrypt's example configs (published, so anyone holds its secret), "
             f"not a key of yours: {_KEY_ADVICE[key]}"

@@ -112,6 +112,11 @@ class StartupError(Exception):
     """Startup failed; the message is one line meant for the user."""
 
 
+class DeletedDuringStartup(Exception):
+    """The interface was deleted while the start set it up (`ip link del`
+    then): an orderly stop, as a deletion once up is (Daemon._deleted)."""
+
+
 class StoppedDuringStartup(Exception):
     """SIGTERM/SIGINT arrived while starting: undo what was done, exit 0."""
 
@@ -588,9 +593,9 @@ class Daemon:
         self.routes = Routes(
             self._tun.name, cfg.interface.table, get_fwmark=lambda: self.fwmark, set_fwmark=self.set_fwmark
         )
-        self._routes.remove_leftovers()
+        self._host_step(self._routes.remove_leftovers)
         self._checkpoint()
-        self._routes.sync(self._dp.allowed_ips())
+        self._host_step(self._routes.sync, self._dp.allowed_ips())
         self._checkpoint()
         self._dp.start(
             self.udps, self._tun.queue_fds(), loop=self.loop, mtu=self.mtu, on_fatal=self._on_fatal
@@ -622,15 +627,20 @@ class Daemon:
 
     def _make_tun(self, cfg: Config) -> None:
         iface = cfg.interface
+        # the addresses and the link's state set here, not by create(): a
+        # step that fails on a TUN deleted meanwhile is then told apart
         self.tun = TunDevice.create(
             self.interface,
             mtu=iface.mtu if iface.mtu else None,
-            addresses=iface.addresses,
-            up=True,
+            addresses=(),
+            up=False,
             vnet_hdr=True,
             queues=len(self.udps),
             queue_fallback=self.queue_fallback,
         )
+        if iface.addresses:
+            self._host_step(self._tun.add_addresses, iface.addresses)
+        self._host_step(self._tun.set_up, True)
         queues = len(self._tun.queue_fds())
         if queues < len(self.udps):  # a persistent TUN of one queue (queue_fallback)
             for u in self.udps[queues:]:
@@ -639,6 +649,17 @@ class Daemon:
         self.mtu = self._tun.get_mtu()
         if iface.addresses:
             log.info("interface %s: addresses %s", self._tun.name, ", ".join(str(a) for a in iface.addresses))
+
+    def _host_step(self, step, *args) -> None:
+        """step(*args), a change of the host's interface or routes during the
+        start: its failure on a TUN that is gone is the interface deleted
+        (an orderly stop), not a failed start."""
+        try:
+            step(*args)
+        except OSError:
+            if self.tun is not None and self.tun.gone():
+                raise DeletedDuringStartup(self.tun.name) from None
+            raise
 
     def _running(self) -> None:
         """The end of the start: the loop's signal handlers, the timers, READY=1."""
@@ -887,6 +908,9 @@ class Daemon:
             code = await self.wait()
         except StoppedDuringStartup as e:
             log.info("received %s during startup; undoing it", e)
+            code = 0
+        except DeletedDuringStartup as e:
+            log.info("interface %s was deleted during startup; stopping", e)
             code = 0
         except (ConfigError, StartupError) as e:
             report_failure(str(e))

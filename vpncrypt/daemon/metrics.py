@@ -615,7 +615,9 @@ class MetricsServer:
         self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._unix: Optional[tuple] = None  # (path, (st_dev, st_ino)) of the socket made
         self._clients = 0
+        self._tasks: set = set()  # the clients being served, cancelled at close
         self._lock = asyncio.Lock()  # one scrape at a time
+        self._bcrypt_slot = asyncio.Lock()  # one bcrypt check at a time (webconfig.Verdicts)
         self.scrapes = 0
         web = settings.web
         self._headers = "".join(f"{k}: {v}\r\n" for k, v in (web.headers if web else ()))
@@ -648,11 +650,13 @@ class MetricsServer:
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vpncrypt-metrics")
         what = [w for w, on in (("TLS", tls), ("basic auth", s.web and s.web.users)) if on]
         scheme = "https" if tls else "http"
-        where = (
-            f"unix:{s.unix_path} (mode {s.socket_mode:04o})" if s.unix_path else f"{scheme}://{self.address}"
-        )
+        if s.unix_path:
+            group = _group_name(s.socket_gid)
+            where = f"unix:{s.unix_path} (mode {s.socket_mode:04o}, group {group}), path /metrics"
+        else:
+            where = f"{scheme}://{self.address}/metrics"
         log.info(
-            "metrics on %s/metrics%s%s",
+            "metrics on %s%s%s",
             where,
             f" with {' and '.join(what)}" if what else "",
             ", with the peers' endpoints" if s.endpoints else "",
@@ -662,6 +666,8 @@ class MetricsServer:
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        for task in self._tasks:
+            task.cancel()  # a client mid-request (or waiting for bcrypt) ends here
         if self._unix is not None:
             from .unixlisten import remove_unix_listener
 
@@ -672,6 +678,8 @@ class MetricsServer:
             self._worker = None
 
     async def wait_closed(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -681,8 +689,12 @@ class MetricsServer:
             writer.close()
             return
         self._clients += 1
+        task = asyncio.current_task()
+        self._tasks.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            pass  # the server closes: nothing to tell
         except (
             asyncio.TimeoutError,
             ConnectionError,
@@ -695,16 +707,24 @@ class MetricsServer:
             log.exception("metrics: scrape failed")
         finally:
             self._clients -= 1
+            self._tasks.discard(task)
             writer.close()
 
     async def _authorized(self, headers: dict) -> bool:
-        """basic_auth_users' verdict, bcrypt's tens of milliseconds on a
-        thread of the loop's (the loop serves the tunnel meanwhile)."""
+        """basic_auth_users' verdict: at once without credentials or when
+        cached; else bcrypt's tens of milliseconds on a thread of the
+        loop's (the loop serves the tunnel meanwhile), one check at a time:
+        the others wait here, MAX_CLIENTS at most."""
         web = self.settings.web
         if web is None or web.users is None:
             return True
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, web.authorized, headers.get("authorization"))
+        authorization = headers.get("authorization")
+        verdict = web.quick_verdict(authorization)
+        if verdict is not None:
+            return verdict
+        async with self._bcrypt_slot:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, web.authorized, authorization)
 
     async def _serve(self, reader, writer) -> None:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
@@ -773,6 +793,17 @@ class MetricsServer:
         if not head_only:
             writer.write(body)
         await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT)
+
+
+def _group_name(gid: Optional[int]) -> str:
+    """The socket's group for the log: its name, else its number (None: the daemon's)."""
+    import grp
+
+    gid = os.getegid() if gid is None else gid
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 async def start_metrics_server(daemon, settings: MetricsSettings) -> MetricsServer:

@@ -54,7 +54,7 @@ import sys
 import time
 from typing import Iterable, Iterator, Optional
 
-from ..config.keytypes import KeyFormatError, PresharedKey, PrivateKey, PublicKey
+from ..config.keytypes import KeyFormatError, PresharedKey, PrivateKey, PublicKey, is_published_private
 from ..config.ops import PeerUpdate, RemovePeer, ReplacePeers, SetAddresses, SetFwmark
 from ..config.ops import SetListenPort, SetMTU, SetPrivateKey
 from ..config.prefixes import parse_network
@@ -395,6 +395,11 @@ def check_operations(ops: Iterable) -> list:
     for op in ops:
         if isinstance(op, SetPrivateKey):
             _check_key("private_key", op.key, optional=True)
+            if op.key is not None and is_published_private(op.key):
+                # the config parser refuses it too; `wg set` must not let it in
+                raise _invalid(
+                    "private_key: a key from vpncrypt's example configs (published): use `wg genkey`"
+                )
         elif isinstance(op, SetListenPort):
             _check_uint("listen_port", op.port, _PORT_MAX)
         elif isinstance(op, SetFwmark):

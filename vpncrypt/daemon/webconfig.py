@@ -25,19 +25,51 @@ RequireAnyClientCert), are refused with one line naming the file: a security
 setting silently ignored would be worse.  Unlike the exporters, the file is
 read once, at start.  A file with basic_auth_users holds secrets (bcrypt
 hashes can be attacked offline), so, like the config file, it is refused
-if group or others can access it.
+if group or others can access it.  A key given twice at any level is
+refused (YAML wants keys unique; PyYAML would keep the last silently, and
+a second `tls_server_config:` left empty would turn TLS off), and so is a
+file over 1 MiB or nested past what the parser can follow.
+
+A bcrypt hash is `$2a$`, `$2b$` or `$2y$`, a two-digit cost from 04 to 17,
+`$`, and 53 characters of `./A-Za-z0-9`.  17 is the highest cost htpasswd
+makes: each step doubles the time of a check (about 50 ms at cost 10 on a
+2020 core, so some 6 s at 17 and a day at 31), and a check holds the one
+bcrypt slot every unauthenticated request waits for.
+
+Basic auth as exporter-toolkit does it: a request without a parseable
+`Authorization: Basic` header is answered 401 at once, with no bcrypt;
+one bcrypt check runs at a time; verdicts are cached (100 of them) keyed by
+an HMAC, under a key made at start, of the user, the hash and the password
+(the password itself is never kept).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import dataclasses
+import hashlib
+import hmac
+import logging
 import os
+import re
 import ssl
+import threading
+import time
 from typing import Any, Optional
 
 from ..permissions import secret_file_problem
+
+
+log = logging.getLogger("vpncrypt.daemon")
+
+MAX_FILE = 1 << 20  # bytes: a web config is a few hundred; more is a mistake
+MAX_COST = 17  # htpasswd's highest bcrypt cost (-C 4..17)
+MAX_PASSWORD = 72  # bytes bcrypt reads of a password: a longer one is refused, not cut
+CACHE = 100  # verdicts kept (exporter-toolkit keeps 100 too)
+WARN_EVERY = 60.0  # seconds between two log lines about a hash bcrypt refuses
+_BCRYPT = re.compile(r"\$2[aby]\$([0-9]{2})\$[./A-Za-z0-9]{53}")
 
 
 class WebConfigError(ValueError):
@@ -93,20 +125,96 @@ class WebConfig:
     tls: Optional[ssl.SSLContext] = None
     users: Optional[dict] = None  # name -> bcrypt hash (bytes); None: no authentication
     headers: tuple = ()  # (name, value) added to every answer
+    verdicts: Optional["Verdicts"] = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.users is not None and self.verdicts is None:
+            object.__setattr__(self, "verdicts", Verdicts(self.users))
+
+    def quick_verdict(self, authorization: Optional[str]) -> Optional[bool]:
+        """The verdict when it needs no bcrypt (no users, no credentials, a
+        password too long, a cached one), else None: call authorized()."""
+        if self.verdicts is None:
+            return True
+        return self.verdicts.quick(authorization)
 
     def authorized(self, authorization: Optional[str]) -> bool:
         """Whether an Authorization header value passes basic_auth_users
-        (always, without them).  bcrypt's checkpw compares; it takes tens
-        of milliseconds at cost 10: call it off the loop."""
-        if self.users is None:
+        (always, without them).  A bcrypt check takes tens of milliseconds
+        at cost 10: call it off the loop."""
+        if self.verdicts is None:
             return True
+        return self.verdicts.check(authorization)
+
+
+class Verdicts:
+    """basic_auth_users' verdicts: one bcrypt check at a time, the verdicts
+    cached by (user, hash, password) under an HMAC key made here."""
+
+    def __init__(self, users: dict):
+        self.users = users
+        self._key = os.urandom(32)
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._bcrypt = threading.Lock()  # one check at a time (a core at most)
+        self._cache_lock = threading.Lock()  # read on the loop, written on a thread
+        self._warned = -WARN_EVERY
+
+    def _parse(self, authorization: Optional[str]) -> Optional[tuple]:
+        """(user, hash, password bytes, cache key), or None for a request
+        that fails without bcrypt."""
+        user, password = _basic_credentials(authorization)
+        if user is None:
+            return None
+        secret = password.encode()
+        if len(secret) > MAX_PASSWORD:
+            return None
+        # an unknown user is checked against some user's hash all the same
+        # (a wrong name takes as long as a wrong password), with a verdict of no
+        hashed = self.users.get(user)
+        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+        for part in (user.encode(), hashed or b"", secret):
+            mac.update(len(part).to_bytes(4, "big") + part)
+        return user, hashed, secret, mac.digest()
+
+    def quick(self, authorization: Optional[str]) -> Optional[bool]:
+        parsed = self._parse(authorization)
+        if parsed is None:
+            return False
+        with self._cache_lock:
+            return self._cache.get(parsed[3])
+
+    def check(self, authorization: Optional[str]) -> bool:
+        parsed = self._parse(authorization)
+        if parsed is None:
+            return False
+        user, hashed, secret, key = parsed
+        with self._bcrypt:
+            with self._cache_lock:
+                verdict = self._cache.get(key)
+            if verdict is None:
+                verdict = self._bcrypt_check(user, hashed, secret)
+                with self._cache_lock:
+                    self._cache[key] = verdict
+                    while len(self._cache) > CACHE:
+                        self._cache.popitem(last=False)  # the oldest
+            return verdict
+
+    def _bcrypt_check(self, user: str, hashed: Optional[bytes], secret: bytes) -> bool:
         import bcrypt
 
-        user, password = _basic_credentials(authorization)
-        hashed = self.users.get(user) if user is not None else None
-        # an unknown (or no) user is checked against some user's hash all
-        # the same: a wrong name takes as long as a wrong password
-        ok = bcrypt.checkpw(password.encode(), hashed or next(iter(self.users.values())))
+        name, against = (user, hashed) if hashed is not None else next(iter(self.users.items()))
+        try:
+            ok = bcrypt.checkpw(secret, against)
+        except ValueError as e:
+            # a hash bcrypt will not read (the format was checked at load):
+            # 401, and one line a minute at most
+            now = time.monotonic()
+            if now - self._warned >= WARN_EVERY:
+                self._warned = now
+                log.error(
+                    "metrics: basic_auth_users.%s: bcrypt cannot use the hash (%s); answering 401", name, e
+                )
+            return False
         return ok and hashed is not None
 
 
@@ -130,9 +238,14 @@ def load_web_config(path: str) -> WebConfig:
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            data = yaml.safe_load(f)
+            text = f.read(MAX_FILE + 1)
+        if len(text) > MAX_FILE:
+            raise WebConfigError(f"{path}: larger than {MAX_FILE} bytes; a web config is a few hundred")
+        data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
     except OSError as e:
         raise WebConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except RecursionError:
+        raise WebConfigError(f"{path}: nested too deeply to be read") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else path
@@ -149,6 +262,33 @@ def load_web_config(path: str) -> WebConfig:
     tls = _tls(path, data["tls_server_config"]) if data.get("tls_server_config") is not None else None
     headers = _http(path, data.get("http_server_config"))
     return WebConfig(path=path, tls=tls, users=users, headers=headers)
+
+
+def _unique_key_loader():
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a key given twice in one mapping."""
+
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=False)
+                    try:
+                        again = key in seen
+                        seen.add(key)
+                    except TypeError:
+                        continue  # unhashable: the constructor refuses it next
+                    if again:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {key} already set", key_node.start_mark
+                        )
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def _mapping(path: str, what: str, value: Any) -> None:
@@ -181,11 +321,19 @@ def _users(path: str, data: Any) -> Optional[dict]:
         text = _string(path, f"basic_auth_users.{user}", hashed)
         if ":" in user:
             raise WebConfigError(f"{path}: basic_auth_users.{user}: a user name cannot hold ':'")
-        if not (text.startswith(("$2a$", "$2b$", "$2y$")) and len(text) == 60):
+        form = _BCRYPT.fullmatch(text)
+        if form is None:
             # never echo the value: it may be a password written in clear
             raise WebConfigError(
-                f"{path}: basic_auth_users.{user}: not a bcrypt hash (make one with "
+                f"{path}: basic_auth_users.{user}: not a bcrypt hash ($2a$, $2b$ or $2y$, a two-digit "
+                "cost, $, 53 characters of ./A-Za-z0-9; make one with "
                 "`htpasswd -nBC 10 \"\" | tr -d ':\\n'`)"
+            )
+        cost = int(form.group(1))
+        if not 4 <= cost <= MAX_COST:
+            raise WebConfigError(
+                f"{path}: basic_auth_users.{user}: bcrypt cost {cost} is outside 4-{MAX_COST} (each step "
+                f"doubles a check's time: 17 takes seconds, 31 days; htpasswd makes 4-17)"
             )
         users[user] = text.encode()
     return users or None
