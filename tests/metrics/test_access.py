@@ -37,6 +37,10 @@ def lab():
     top = tempfile.mkdtemp(prefix="vpncrypt-metrics-")
     os.chmod(top, 0o755)
     lab.top = top
+    # the client too: nobody cannot read it inside the checkout when that lies
+    # in a root-only folder (CI clones into a mktemp -d folder, mode 0700)
+    lab.client = shutil.copy(CLIENT, os.path.join(top, "scrape_client.py"))
+    os.chmod(lab.client, 0o644)
     try:
         yield lab
     finally:
@@ -76,7 +80,7 @@ class Daemon:
 
 def scrape(lab, target, *opts, user=()):
     """(status or None, body or error text) of a GET /metrics made in A."""
-    r = lab.run_in("A", *user, PYTHON, CLIENT, target, *opts, check=False, timeout=60)
+    r = lab.run_in("A", *user, PYTHON, lab.client, target, *opts, check=False, timeout=60)
     first, _, rest = r.stdout.partition("\n")
     if first.startswith("status: "):
         return int(first[8:]), rest
