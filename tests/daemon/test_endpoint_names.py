@@ -52,14 +52,14 @@ def test_a_resolver_that_is_not_there_yet_is_asked_again_with_backoff(monkeypatc
         assert names.due(nxt - 0.01) == [] and names.due(nxt) == [KEY]
         gaps.append(nxt - t)
         t = nxt
-        names.asking(KEY)
+        names.asking(KEY, t)
         assert names.next_deadline() is None  # none while one is under way
         out = names.answered(KEY, t, t, again)
         assert out.level == logging.DEBUG  # one warning only
     assert gaps == [1, 2, 4, 8, 16, 30, 30, 30]
     assert names.names[KEY].state == PENDING
     # the resolver answers: the peer gets the address, with the peer's port
-    names.asking(KEY)
+    names.asking(KEY, t)
     out = names.answered(KEY, t, t + 1, ("192.0.2.7", 0))
     assert out.address == ("192.0.2.7", 51820) and out.level == logging.INFO
     assert names.names[KEY].state == RESOLVED and names.next_deadline() is None
@@ -106,15 +106,15 @@ def test_a_moved_name_is_followed_while_the_handshake_fails():
     assert names.due(206.0) == []  # ... for less than REKEY_TIMEOUT + jitter
     names.watch(KEY, 206.5, 4, 2, 3000)
     assert names.due(206.5) == [KEY] and names.is_failing(KEY)
-    names.asking(KEY)
+    names.asking(KEY, 206.5)
     assert names.answered(KEY, 206.5, 206.6, ("192.0.2.1", 0)).address == ("192.0.2.1", 51820)
     assert names.next_deadline() == 207.6  # the same address: asked again in 1 s, 2 s, 4 s ...
     for t in (207.6, 209.6, 213.6):
         assert names.next_deadline() == t
-        names.asking(KEY)
+        names.asking(KEY, t)
         assert names.answered(KEY, t, t, ("192.0.2.1", 0)).message is None
     assert names.next_deadline() == 221.6
-    names.asking(KEY)
+    names.asking(KEY, 221.6)
     out = names.answered(KEY, 221.6, 221.7, ("192.0.2.2", 0))
     assert out.address == ("192.0.2.2", 51820) and "moved to 192.0.2.2:51820" in out.message
     names.watch(KEY, 222.0, 5, 3, 3000)  # the handshake works again: nothing more

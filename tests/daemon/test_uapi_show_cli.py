@@ -148,3 +148,44 @@ def test_parse_get_reads_any_answer_as_a_line_at_a_time():
         want = {"peers": [], "counters": {}, "info": {}}
         _parse_lines(text.split("\n"), want, want)
         assert parse_get(text) == want, text
+
+
+def test_plain_show_gives_a_followed_endpoint_name():
+    """A peer whose Endpoint names a host has one more line in plain
+    `vpncrypt show`: the name, its state and when it is looked up next; a
+    peer without one has no such line."""
+    from vpncrypt.cli.show import format_show
+    from vpncrypt.daemon.uapiclient import parse_get
+
+    named, plain = "%064x" % 1, "%064x" % 2
+    text = "\n".join(
+        [
+            "listen_port=51820",
+            f"public_key={named}",
+            "allowed_ip=10.1.0.0/24",
+            f"public_key={plain}",
+            "endpoint=192.0.2.2:51820",
+            "allowed_ip=10.2.0.0/24",
+            f"vpncrypt_endpoint_name={named} pending 0 1000012 peer.example.net:51820",
+            "vpncrypt_drop_replay=0",
+            "errno=0",
+            "",
+            "",
+        ]
+    )
+    shown = format_show("wg0", parse_get(text), now=1000000).split("\n")
+    line = "  endpoint name: peer.example.net:51820 (pending, next lookup in 12 s)"
+    assert shown.count(line) == 1, shown
+    assert shown[shown.index(line) - 1] == "peer: " + _b64(named), shown
+    assert sum("endpoint name" in s for s in shown) == 1, shown
+    # resolved 90 s ago, no lookup wanted (its handshake works)
+    dev = parse_get(text.replace("pending 0 1000012", "resolved 999910 0"))
+    assert "  endpoint name: peer.example.net:51820 (resolved 1 minute, 30 seconds ago)" in format_show(
+        "wg0", dev, now=1000000
+    )
+
+
+def _b64(hexkey: str) -> str:
+    import base64
+
+    return base64.b64encode(bytes.fromhex(hexkey)).decode()

@@ -55,14 +55,29 @@ def _by_latest_handshake(peers: list) -> list:
     return done + [p for p in peers if p.get("last_handshake_time_sec") in _ZERO]
 
 
-def _format_peer(p: dict, now: int) -> str:
-    """One peer's block of `wg show`, with the blank line before it."""
+def _name_line(entry: dict, now: int) -> str:
+    """The peer's followed Endpoint name (vpncrypt's line: wg has none)."""
+    how = [entry["state"]]
+    if entry.get("resolved"):  # (only a resolved name has a time)
+        how = [f"{entry['state']} {_ago(now - entry['resolved']).lower()}"]
+    if entry.get("next_try"):
+        how.append(f"next lookup in {max(0, entry['next_try'] - now)} s")
+    elif entry["state"] != "resolved":
+        how.append("lookup under way")
+    return f"  endpoint name: {entry['name']} ({', '.join(how)})"
+
+
+def _format_peer(p: dict, now: int, name: dict | None = None) -> str:
+    """One peer's block of `wg show`, with the blank line before it (and
+    the Endpoint name the daemon follows for it, if any)."""
     get = p.get
     out = [f"\npeer: {_b64(p['public_key'])}"]
     if "preshared_key" in p:
         out.append("  preshared key: (hidden)")
     if "endpoint" in p:
         out.append(f"  endpoint: {p['endpoint']}")
+    if name:
+        out.append(_name_line(name, now))
     out.append(f"  allowed ips: {', '.join(p['allowed_ips']) or '(none)'}")
     lh = get("last_handshake_time_sec")
     if lh not in _ZERO:
@@ -88,7 +103,10 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
         out.append(f"  listening port: {dev['listen_port']}")
     if dev.get("fwmark"):
         out.append(f"  fwmark: 0x{int(dev['fwmark']):x}")
-    out.extend([_format_peer(p, int(now)) for p in _by_latest_handshake(dev["peers"])])
+    names = dev.get("endpoint_names", {})
+    out.extend(
+        [_format_peer(p, int(now), names.get(p["public_key"])) for p in _by_latest_handshake(dev["peers"])]
+    )
     if not dev["counters"]:
         return "\n".join(out)  # another implementation (wireguard-go): no drop counters
     info = dev.get("info", {})

@@ -31,7 +31,9 @@ applies the file's Endpoint again.
 
 SIGHUP re-reads the config and applies it as `wg syncconf` would (sessions
 of unchanged peers survive).  Host names are resolved in a thread, so that a
-slow resolver stalls neither the tunnel nor the UAPI; reloads run one at a
+slow resolver stalls neither the tunnel nor the UAPI, for LOOKUP_LIMIT (30 s)
+at most: a lookup that hangs is abandoned, and its names followed in the
+background, so it holds up no reload; reloads run one at a
 time (a SIGHUP during one makes one more, afterwards).  SIGTERM/SIGINT undo
 what startup did and exit 0.
 
@@ -63,7 +65,7 @@ from ..config.keytypes import fingerprint
 from ..endpoints import Endpoint, format_endpoint, resolve_endpoint
 from ..protocol.timers import ProtocolConfig
 from . import notify
-from .endpoint_names import EndpointNames, Found, Outcome
+from .endpoint_names import LOOKUP_LIMIT, EndpointNames, Found, NoAnswer, Outcome
 from .data_plane import DataPlane
 from .device_control import DeviceControl
 from .control import ControlError
@@ -102,7 +104,10 @@ TICK = 1.0  # seconds between housekeeping rounds (interface check, MTU, STATUS=
 # holds up no more than this, and its answers are applied when they come.
 START_WAIT = 5.0
 NAMES_CHECK = 1.0  # seconds between looks at the named peers' handshakes and due lookups
-MAX_LOOKUPS = 4  # name lookups (threads) under way at once, in the background
+# Name lookups (threads) under way at once, in the background; one that has
+# not answered within LOOKUP_LIMIT (30 s) gives its place back (its thread is
+# left to end, and no other lookup of its name starts until it has).
+MAX_LOOKUPS = 4
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -188,7 +193,9 @@ class Daemon:
         # the peers' Endpoint names (on the loop's clock); a handshake is
         # failing once an initiation had no answer for REKEY_TIMEOUT + jitter
         self.names = EndpointNames(pc.rekey_timeout + pc.rekey_timeout_jitter)
-        self._lookups = 0  # background lookups under way
+        self._lookups: dict = {}  # host name -> its background lookup, while it holds a place
+        self._resolving: dict = {}  # host name -> lookup threads asking for it now (abandoned ones too)
+        self._resolving_lock = threading.Lock()
         self._mtu_unknown = False  # warned that the MTU cannot be read where it is
 
     # ------------------------------------------------------------ helpers
@@ -338,18 +345,34 @@ class Daemon:
                 seen.setdefault(ep.host, ep)
         return list(seen.values())
 
-    def _look_up(self, names: list, found: dict) -> dict:
+    def _look_up(self, names: list, found: dict, stop: Optional[threading.Event] = None) -> dict:
         """Each name's address, or the OSError that says why there is none,
-        into `found` (host -> either) as they come, one after the other.
-        Blocks on the resolver: called in a thread."""
+        into `found` (host -> either) as they come, one after the other,
+        until `stop` is set.  Blocks on the resolver: called in a thread."""
         for ep in names:
+            if stop is not None and stop.is_set():
+                break
+            self._count_resolving(ep.host, 1)
             try:
                 found[ep.host] = resolve_endpoint(ep, v6=self.v6)
             except OSError as e:
                 found[ep.host] = e
             except Exception as e:  # noqa: BLE001 - whatever the resolver raises, the name has an answer
                 found[ep.host] = OSError(errno.EINVAL, f"cannot resolve {ep.host}: {e}")
+            finally:
+                self._count_resolving(ep.host, -1)
         return found
+
+    def _count_resolving(self, host: str, step: int) -> None:
+        """A lookup thread starts (+1) or ends (-1) asking for `host`: the
+        background round starts none for a host that one still asks for
+        (one that hangs is left alone, not joined by more)."""
+        with self._resolving_lock:
+            n = self._resolving.get(host, 0) + step
+            if n > 0:
+                self._resolving[host] = n
+            else:
+                self._resolving.pop(host, None)
 
     async def _look_up_at_start(self, cfg: Config) -> tuple:
         """The names' lookups in a thread, nothing on the host changed yet:
@@ -448,6 +471,7 @@ class Daemon:
 
     def _names_tick(self) -> None:
         """About once a second: the named peers' handshakes (is one failing?),
+        the lookups that have not answered within LOOKUP_LIMIT (abandoned),
         and the lookups that are due, in threads (MAX_LOOKUPS at a time)."""
         self._timers.pop("names", None)
         if self._stop.is_set():
@@ -463,25 +487,36 @@ class Daemon:
             c = peer.counters
             received = peer.stats(table_now).rx_wire_bytes
             self.names.watch(pk, now, c.handshakes_sent, c.handshakes_completed, received)
+        for pk in self.names.overdue(now):
+            self._lookups.pop(self.names.names[pk].endpoint.host, None)  # its place is given back
+            self._names_apply(pk, self.names.abandon(pk, now))
         by_host: dict = {}
         for pk in self.names.due(now):
             by_host.setdefault(self.names.names[pk].endpoint.host, []).append(pk)
-        for keys in by_host.values():
-            if self._lookups >= MAX_LOOKUPS:
+        for host, keys in by_host.items():
+            if host in self._resolving:  # an abandoned lookup of it still hangs: wait for it to end
+                continue
+            if len(self._lookups) >= MAX_LOOKUPS:
                 break
             for pk in keys:
-                self.names.asking(pk)
-            task = self._loop.create_task(self._names_lookup(self.names.names[keys[0]].endpoint, keys, now))
+                self.names.asking(pk, now)
+            # its place taken now, not when the task first runs: all due in one
+            # round would start at once otherwise
+            place = self._lookups[host] = object()
+            ep = self.names.names[keys[0]].endpoint
+            task = self._loop.create_task(self._names_lookup(ep, keys, now, place))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         self._schedule_names()
 
-    async def _names_lookup(self, ep: Endpoint, keys: list, asked_at: float) -> None:
-        self._lookups += 1
+    async def _names_lookup(self, ep: Endpoint, keys: list, asked_at: float, place: object) -> None:
+        """One background lookup, for the peers `keys` that share the name;
+        an answer after the round abandoned it is dropped by self.names."""
         try:
             found: Found = (await self._in_thread(self._look_up, [ep], {}))[ep.host]
         finally:
-            self._lookups -= 1
+            if self._lookups.get(ep.host) is place:
+                del self._lookups[ep.host]
         now = self._loop.time()
         for pk in keys:
             self._names_apply(pk, self.names.answered(pk, asked_at, now, found))
@@ -797,7 +832,7 @@ class Daemon:
             # the loop keeps serving meanwhile; a name not found does not fail
             # the reload: its peer keeps the endpoint it has, and the name is
             # looked up again in the background
-            found = await self._in_thread(self._look_up, self._names_of(read), {})
+            found = await self._look_up_for_reload(self._names_of(read))
             if self._stop.is_set():
                 return
             new = self._with_addresses(read, found)
@@ -834,6 +869,31 @@ class Daemon:
                 self.changed()
                 self._status = self._status_text()
                 notify.ready(self._status)
+
+    async def _look_up_for_reload(self, names: list) -> dict:
+        """The names' lookups, in a thread, for LOOKUP_LIMIT at most: a
+        lookup that hangs holds up neither this reload nor the ones after
+        it.  The names without an answer by then get NoAnswer (followed in
+        the background, as a name not found); the thread asks for no more
+        names after the one it is on, and its answers are dropped.  A name
+        that an earlier lookup still asks for (one that hangs) is not asked
+        again: NoAnswer at once, so hung threads stay one per name."""
+        found: dict = {ep.host: NoAnswer() for ep in names if ep.host in self._resolving}
+        names = [ep for ep in names if ep.host not in found]
+        if not names:
+            return found
+        stop = threading.Event()
+        task = asyncio.ensure_future(self._in_thread(self._look_up, names, found, stop))
+        await asyncio.wait({task}, timeout=LOOKUP_LIMIT)
+        if task.done():
+            return task.result()
+        stop.set()
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        late = dict(found)
+        for ep in names:
+            late.setdefault(ep.host, NoAnswer())
+        return late
 
     async def wait(self) -> int:
         await self._stop.wait()

@@ -14,6 +14,11 @@ applies the addresses (vpncrypt.daemon.daemon).  Per peer, a name is
   peer's handshake is failing, with the same backoff, and the peer follows
   a new address without a reload.
 
+A lookup that has not answered within LOOKUP_LIMIT (a hung NSS module, a
+resolver that never answers under a long resolv.conf timeout) is abandoned:
+it counts as a lookup that found nothing (the backoff goes on), and its
+answer, should it ever come, is an answer to an older question: dropped.
+
 "Failing" is an initiation that has had no handshake after it, and nothing
 heard from the peer, for REKEY_TIMEOUT plus its jitter (the `patience`
 given): by then the first retry has gone to the same address, so one lost
@@ -30,6 +35,7 @@ roamed in at an address that works keeps it).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import socket
 from typing import Optional, Union
@@ -43,6 +49,13 @@ RETRY_FIRST = 1.0  # seconds from a lookup that found nothing to the next; doubl
 RETRY_CAP = 30.0  # ... up to this: a resolver that comes up late is used within 30 s
 MISSING_LIMIT = 5  # "no such name" answers in a row (over 1+2+4+8 = 15 s) before the name is failed
 FAILED_RETRY = 300.0  # a failed name is looked up every 5 minutes (it may be registered later)
+# A lookup not answered in this long is abandoned.  glibc's resolver with
+# resolv.conf's defaults (timeout 5 s, attempts 2) gives up on a server that
+# never answers after 10 s, and on three (MAXNS) after about 30 s: a
+# resolver that answers at all has answered by then (the A and AAAA queries
+# go out together).  Only a hung NSS module, or a resolv.conf with a longer
+# timeout, takes longer.
+LOOKUP_LIMIT = 30.0
 
 # What getaddrinfo says when the name has no address (as opposed to a
 # resolver that could not answer: EAI_AGAIN, EAI_FAIL, timeouts).
@@ -50,6 +63,13 @@ _MISSING = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 _MISSING.add(getattr(socket, "EAI_ADDRFAMILY", socket.EAI_NONAME))
 
 Found = Union[tuple, OSError]  # an address (host, port[, flowinfo, scope]), or why there is none
+
+
+class NoAnswer(OSError):
+    """A lookup abandoned: the resolver had not answered within LOOKUP_LIMIT."""
+
+    def __init__(self) -> None:
+        super().__init__(errno.ETIMEDOUT, f"no answer from the resolver within {LOOKUP_LIMIT:g} s")
 
 
 def says_missing(error: OSError) -> bool:
@@ -74,6 +94,8 @@ class Name:
     resolved_at: Optional[float] = None
     next_try: Optional[float] = None  # None: no lookup wanted
     asking: bool = False  # a lookup is under way
+    asked_at: Optional[float] = None  # ... asked then
+    abandoned: int = 0  # lookups abandoned (no answer within LOOKUP_LIMIT)
     failures: int = 0  # lookups in a row that found nothing
     tries: int = 0  # lookups of a resolved name while the handshake fails (for the backoff)
     missing: int = 0  # of those, in a row, that said "no such name"
@@ -140,7 +162,7 @@ class EndpointNames:
         name.unanswered_since, name.failing = None, False
         name.asking = found is None
         if found is None:
-            name.next_try = None
+            name.next_try, name.asked_at = None, asked_at
         self.names[key] = name
         return None if found is None else self.answered(key, asked_at, now, found)
 
@@ -155,10 +177,30 @@ class EndpointNames:
             k for k, n in self.names.items() if not n.asking and n.next_try is not None and n.next_try <= now
         ]
 
-    def asking(self, key: bytes) -> None:
+    def asking(self, key: bytes, now: float) -> None:
+        """A lookup of the peer's name is asked now."""
         name = self.names.get(key)
         if name is not None:
-            name.asking = True
+            name.asking, name.asked_at = True, now
+
+    def overdue(self, now: float) -> list:
+        """The peers whose lookup under way has not answered within
+        LOOKUP_LIMIT: to abandon."""
+        return [
+            k
+            for k, n in self.names.items()
+            if n.asking and n.asked_at is not None and now - n.asked_at >= LOOKUP_LIMIT
+        ]
+
+    def abandon(self, key: bytes, now: float) -> Optional[Outcome]:
+        """The peer's lookup under way is given up on: a lookup that found
+        nothing, and its answer, if it ever comes, is dropped (asked before
+        now, it is an answer to an older question)."""
+        name = self.names.get(key)
+        if name is None or not name.asking:
+            return None
+        name.since = now
+        return self.answered(key, now, now, NoAnswer())
 
     def next_deadline(self) -> Optional[float]:
         times = [n.next_try for n in self.names.values() if n.next_try is not None and not n.asking]
@@ -203,6 +245,8 @@ class EndpointNames:
             return None
         name.asking = False
         name.since = asked_at
+        if isinstance(found, NoAnswer):
+            return self._abandoned(key, name, now, found)
         if isinstance(found, OSError):
             return self._not_found(key, name, now, found)
         return self._found(name, now, _with_port(found, name.endpoint.port))
@@ -255,6 +299,23 @@ class EndpointNames:
             f"{head}; peer {fingerprint(key)} has no endpoint until it resolves "
             f"(looked up again in the background)",
             logging.WARNING,
+        )
+
+    def _abandoned(self, key: bytes, name: Name, now: float, error: NoAnswer) -> Outcome:
+        """A lookup that did not answer in time: a try that found nothing,
+        with a line of its own (loud the first time: the count says whether
+        the resolver keeps hanging)."""
+        name.abandoned += 1
+        self._not_found(key, name, now, error)
+        name.waited = True  # (this line says what the "not found yet" one would)
+        keeps = "has no endpoint until it resolves"
+        if name.address is not None:
+            keeps = f"keeps {format_endpoint(name.address)}"
+        return Outcome(
+            None,
+            f"{name.where}: [Peer] Endpoint: {name.endpoint}: {error.strerror}: lookup abandoned "
+            f"({name.abandoned} so far for this name); peer {fingerprint(key)} {keeps}",
+            logging.WARNING if name.abandoned == 1 else logging.DEBUG,
         )
 
     # ------------------------------------------------------------ reports
