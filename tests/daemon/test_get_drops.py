@@ -22,7 +22,15 @@ KEYS = [keys.public_from_private(bytes([k]) * 32) for k in range(2, 6)]
 
 
 class Host(StubHost):
-    """The daemon's counters as Daemon.counters reads them: the DataPlane's."""
+    """The daemon's counters as Daemon.counters reads them: the DataPlane's
+    (on the native session table, or the pure-Python one)."""
+
+    def __init__(self, private_key: bytes, backend: str = "native"):
+        from vpncrypt.daemon.data_plane import DataPlane
+
+        super().__init__(private_key)
+        if backend != "native":
+            self.dataplane = DataPlane(private_key, backend=backend)
 
     def counters(self, peer_drops=True):
         return self.dataplane.counters(None, peer_drops=peer_drops)
@@ -31,6 +39,15 @@ class Host(StubHost):
 @pytest.fixture
 def host():
     h = Host(PRIVATE)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+@pytest.fixture(params=["native", "pynacl"])
+def any_host(request):
+    h = Host(PRIVATE, backend=request.param)
     try:
         yield h
     finally:
@@ -66,7 +83,8 @@ def _device_with_drops(host) -> DeviceControl:
     return control
 
 
-def test_get_vpncrypt_drops_add_up_to_a_full_walks(host):
+def test_get_vpncrypt_drops_add_up_to_a_full_walks(any_host):
+    host = any_host
     control = _device_with_drops(host)
     counters = _answer_counters(handle_request("get=vpncrypt", "", control).decode())
     full = host.dataplane.counters(None, peer_drops=True)
@@ -95,8 +113,9 @@ def test_get_vpncrypt_reads_each_peer_once(host, monkeypatch):
     assert calls == []
 
 
-def test_peers_removed_before_the_get_are_not_counted(host):
+def test_peers_removed_before_the_get_are_not_counted(any_host):
     """A removed peer's drops go with it, in both counts alike."""
+    host = any_host
     control = _device_with_drops(host)
     assert handle_request("set=1", f"public_key={KEYS[1].hex()}\nremove=true\n", control) == b"errno=0\n\n"
     counters = _answer_counters(handle_request("get=vpncrypt", "", control).decode())
