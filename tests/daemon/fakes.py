@@ -112,8 +112,8 @@ class StubHost:
     def endpoint_set(self, public_key, endpoint):
         self.dataplane.trace.endpoint_set(public_key, endpoint)
 
-    def counters(self):
-        return {"drop_" + k: v for k, v in self.device.drops().items()}
+    def counters(self, peer_drops=True):
+        return {"drop_" + k: v for k, v in self.device.drops(peers=peer_drops).items()}
 
     def rebind(self, port):
         if port and port == self.listen_port:

@@ -385,8 +385,8 @@ class _StubDaemon:
     def endpoint_set(self, public_key, endpoint):
         pass
 
-    def counters(self):
-        return {"drop_" + k: v for k, v in self.device.drops().items()}
+    def counters(self, peer_drops=True):
+        return {"drop_" + k: v for k, v in self.device.drops(peers=peer_drops).items()}
 
     def rebind(self, port):
         self.listen_port = port

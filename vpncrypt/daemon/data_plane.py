@@ -229,14 +229,10 @@ class DataPlane:
 
     def counters(self, udp, *, loop=None, pending_timers: int = 0, peer_drops: bool = True) -> dict:
         """Without peer_drops, the drop counters leave out the session
-        table's per-peer ones (metric_rows() adds them up in parts)."""
+        table's per-peer ones (metric_rows() and a get's snapshot_parts()
+        add them up in the pass over the peers they make)."""
         dev = self.device
-        if peer_drops:
-            out = {"drop_" + k: v for k, v in dev.drops().items()}
-        else:
-            out = {"drop_" + k: v for k, v in dev.counters.drops.items() if v}
-            for k, v in dev.table.drops().items():
-                out["drop_" + k] = out.get("drop_" + k, 0) + v
+        out = {"drop_" + k: v for k, v in dev.drops(peers=peer_drops).items()}
         eng = self.engine
         if eng is not None:
             for k, v in self.engine_counters().as_dict().items():
@@ -273,6 +269,10 @@ class DataPlane:
         out["handshakes_failed"] = self.stats.failed
         out["keepalives_sent"] = self.stats.keepalives_total
         out["under_load"] = int(self.stats.under_load)
+        # peers' source addresses the kernel refused (the address left the
+        # host): replies left from the one routing picks (the native table
+        # only; the pure-Python one keeps no source address)
+        out["source_addresses_forgotten"] = int(getattr(dev.table, "sources_forgotten", 0))
         # resource gauges, for the long-run tests: nothing here may grow
         if loop is not None:
             out["asyncio_tasks"] = len(asyncio.all_tasks(loop))
@@ -291,8 +291,6 @@ class DataPlane:
         table's per-peer drops are added into ``drops`` ("drop_REASON": n)."""
         dev, stats = self.device, self.stats
         reader = GetReader(dev.table, drops=drops is not None)
-        if drops is not None:
-            totals = [0] * len(reader.drop_names)
         peers = list(dev.peers.values())
         rtts, kas = stats.rtt, stats.keepalives
         for start in range(0, len(peers), part):
@@ -307,8 +305,6 @@ class DataPlane:
                 if routes is None:  # more than ROUTE_STEP: listed at once
                     routes = dev.table.routes(p.pid, text=True)
                 rx_wire, tx_wire, rx_n, tx_n, endpoint = reader.counts(p.pid, now)
-                if drops is not None:
-                    totals = list(map(int.__add__, totals, reader.peer_drops))
                 c = p.counters
                 rtt = rtts.get(pk)
                 rows.append(
@@ -328,6 +324,4 @@ class DataPlane:
                 )
             yield rows
         if drops is not None:
-            for name, n in zip(reader.drop_names, totals):
-                if n:
-                    drops["drop_" + name] = drops.get("drop_" + name, 0) + n
+            reader.add_drops(drops)

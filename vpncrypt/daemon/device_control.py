@@ -81,7 +81,10 @@ class DeviceControl(Control):
         )
         yield head
         peers = list(dev.peers.values())
-        reader = GetReader(dev.table)
+        # with the counters, the peers' drops are added up as they are read
+        # (1.2 s of CPU less at 100,000 peers than DataPlane.counters walking
+        # them all again)
+        reader = GetReader(dev.table, drops=counters)
         part: list[PeerSnapshot] = []
         work = 0
         # the names of this loop bound once: it runs once per peer
@@ -127,7 +130,9 @@ class DeviceControl(Control):
         if part:
             yield part
         if counters:
-            head.counters = self.d.counters()
+            counts = self.d.counters(peer_drops=False)
+            reader.add_drops(counts)
+            head.counters = counts
             head.info = kernels(getattr(self.d, "engine", None))
             names = getattr(self.d, "endpoint_name_lines", None)
             head.endpoint_names = names() if names is not None else ()

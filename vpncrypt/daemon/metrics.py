@@ -193,6 +193,13 @@ _INTERFACE_COUNTERS = (
         "keepalives_sent",
         0,
     ),
+    (
+        "counter",
+        "vpncrypt_source_addresses_forgotten",
+        "Peers' source addresses given up because the kernel refused them (the address was removed).",
+        "source_addresses_forgotten",
+        0,
+    ),
     ("gauge", "vpncrypt_open_fds", "File descriptors the daemon has open.", "open_fds", -1),
 )
 

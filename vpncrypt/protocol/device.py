@@ -293,12 +293,15 @@ class Device:
         """The peer has a current keypair (usable or not)."""
         return self.table.stats(peer.pid, self.table.clock_offset()).current is not None
 
-    def drops(self) -> dict[str, int]:
+    def drops(self, peers: bool = True) -> dict[str, int]:
         """Every drop by reason: the handshake side's and the session table's
-        (its own and every peer's)."""
+        (its own and, with peers, every peer's: a walk over all of them,
+        which a get or a scrape that reads every peer anyway does not need;
+        see GetReader)."""
         total = {k: v for k, v in self.counters.drops.items() if v}
         parts: list[dict[str, int]] = [self.table.drops()]
-        parts.extend(self.table.stats(p.pid, 0.0).drops for p in self.peers.values())
+        if peers:
+            parts.extend(self.table.stats(p.pid, 0.0).drops for p in self.peers.values())
         for part in parts:
             for k, v in part.items():
                 total[k] = total.get(k, 0) + v
