@@ -78,3 +78,34 @@ def test_past_the_global_limit_a_round_is_only_counted():
     finally:
         t.close()
         peer_end.close()
+
+
+def test_a_limited_sender_costs_no_error_built(monkeypatch):
+    """A flood from one sender past its per-sender burst (6) is only
+    counted: no error is built for it (the builder copied and checksummed
+    up to 1280 bytes a packet, under the shared lock, for errors the limit
+    then threw away; the global bucket stayed full, so nothing cut it
+    short).  The review found it on the merged tree."""
+    import vpncrypt.dataplane.unreachable as mod
+
+    built = []
+    real = mod.unreachable
+
+    def counting(pkt, source):
+        built.append(1)
+        return real(pkt, source)
+
+    monkeypatch.setattr(mod, "unreachable", counting)
+    replies = UnreachableReplies(ErrorRateLimiter())
+
+    class Sink:
+        def write_packets(self, errors):
+            return len(errors), 0
+
+    # ICMP echo requests from 10.0.0.1 to 10.9.9.9, 100 of them at one moment
+    ping = bytes.fromhex("4500001c000000004001" + "0000" + "0a000001" + "0a090909") + bytes.fromhex(
+        "0800f7ff00000000"
+    )
+    sent, limited = replies.answer([ping] * 100, Sink(), now=100.0)
+    assert (sent, limited) == (6, 94)
+    assert len(built) == 6

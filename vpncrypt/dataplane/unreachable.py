@@ -87,6 +87,12 @@ class UnreachableReplies:
         ifname = tun_name(fd) if isinstance(fd, int) else None
         with self._lock:
             for pkt in packets:
+                # the limits first, from the packet itself: a flood from one
+                # sender past its 6 costs a look-up per packet, no error built
+                sender = _sender(pkt)
+                if sender is None or not self.limiter.peek(sender, now):
+                    limited += sender is not None
+                    continue
                 if offloaded:
                     seg, prev = _tcp_segment(pkt), last
                     last = seg
@@ -116,6 +122,17 @@ class UnreachableReplies:
             addrs = ipv6_addresses(ifname)
             self._addresses = (ifname, now, addrs)
         return addrs
+
+
+def _sender(pkt: Any) -> bytes | None:
+    """A packet's source address (its error's destination, the limits'
+    key); None for a packet too short to have one."""
+    n = len(pkt)
+    if n >= 20 and pkt[0] >> 4 == 4:
+        return bytes(pkt[12:16])
+    if n >= 40 and pkt[0] >> 4 == 6:
+        return bytes(pkt[8:24])
+    return None
 
 
 def _error_destination(error: bytes) -> bytes:

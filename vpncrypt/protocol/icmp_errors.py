@@ -222,6 +222,17 @@ class ErrorRateLimiter:
             self._tokens = min(self.burst, self._tokens + (now - last) * self.per_second)
         return self._tokens >= 1.0
 
+    def peek(self, destination: bytes, now: float) -> bool:
+        """Whether an error to `destination` could go at `now`, nothing
+        taken: the cheap check before an error is built (a sender whose own
+        bucket is empty costs no error built and thrown away)."""
+        if not self.global_room(now):
+            return False
+        d = self._dest.get(destination)
+        if d is None:
+            return True  # a new destination starts with its bucket full
+        return min(self.BURST_FACTOR * self.interval, d[0] + max(0.0, now - d[1])) >= self.interval
+
     def allow(self, destination: bytes, now: float) -> bool:
         """Whether an error to `destination` may go at `now`; if so, it is
         taken from both buckets."""
