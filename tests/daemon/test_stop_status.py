@@ -111,3 +111,39 @@ def test_interface_deleted_during_the_start_is_an_orderly_stop(step):
     assert r["code"] == 0, r["records"]
     assert ["INFO", "interface vcsd0 was deleted during startup; stopping"] in r["records"], r["records"]
     assert not r["link"]
+
+
+SERVED_CHILD = (
+    PRELUDE.replace("__ADDRESS__", "")
+    + r"""
+import socket
+from vpncrypt.daemon.daemon import StartupError
+# a live daemon already serves vcst0's UAPI socket (a listener there), and a
+# route of the host's lies on a device the start would clean up if it got so far
+live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+live.bind(os.path.join(tmp, "vcst0.sock"))
+live.listen(1)
+import io, sys
+err, sys.stderr = sys.stderr, io.StringIO()  # the start's one line goes to stderr
+d = Daemon("vcst0", conf, socket_dir=tmp)
+code = run_daemon(d)
+said, sys.stderr = sys.stderr.getvalue(), err
+link = subprocess.run(["ip", "link", "show", "vcst0"], capture_output=True).returncode == 0
+print(json.dumps({"code": code, "records": records, "link": link, "said": said}))
+"""
+)
+
+
+def test_an_interface_another_daemon_serves_is_left_alone():
+    """A second daemon for an interface a live daemon serves stops before it
+    changes anything on the host: no TUN made or attached, no routes removed
+    (it found the live UAPI socket only after removing the first daemon's
+    routes and adding its own, then removed those too: review of the merged
+    tree, where the routes came to be set before the UAPI server)."""
+    r = run_child_in_namespace(SERVED_CHILD, "vcst", timeout=120)
+    assert r["code"] == 1, r["records"]
+    assert not r["link"]
+    # nothing on the host was touched: no TUN made, no route looked at
+    touched = [m for _, m in r["records"] if "TUN" in m or "route" in m]
+    assert touched == [], touched
+    assert "another daemon is serving this interface" in r["said"], r

@@ -73,7 +73,14 @@ from .logsetup import report_failure
 from .routes import Routes
 from .tun import TunDevice
 from .udpsocket import open_udp_sockets, set_fwmark
-from .uapi import DEFAULT_SOCKET_DIR, UAPIServer, apply_operations, socket_path, start_uapi_server
+from .uapi import (
+    DEFAULT_SOCKET_DIR,
+    UAPIServer,
+    apply_operations,
+    clear_stale_socket,
+    socket_path,
+    start_uapi_server,
+)
 
 if TYPE_CHECKING:  # loaded with --metrics only
     from .metrics import MetricsServer, MetricsSettings
@@ -618,6 +625,7 @@ class Daemon:
         asked_at = self._loop.time()
         found, later = await self._look_up_at_start(cfg)
         self._checkpoint()
+        self._not_served_already()
         self._make_tun(cfg)
         self._checkpoint()
         self.config = self._with_addresses(cfg, found)
@@ -644,6 +652,17 @@ class Daemon:
             await self._start_metrics(self.metrics_address)
             self._checkpoint()
         self._running()
+
+    def _not_served_already(self) -> None:
+        """StartupError if a live daemon serves this interface's UAPI socket:
+        asked before the TUN is made and the routes are touched (they come
+        before the UAPI server, so a second daemon attached to a multi-queue
+        TUN removed the first one's routes, then failed to bind its socket,
+        then removed the routes it had added: the first daemon's)."""
+        try:
+            clear_stale_socket(socket_path(self.interface, self.socket_dir))
+        except OSError as e:
+            raise StartupError(describe(e)) from None
 
     def _make_dataplane(self, cfg: Config) -> None:
         iface = cfg.interface

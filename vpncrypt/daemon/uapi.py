@@ -610,7 +610,7 @@ class UAPIServer:
     async def start(self) -> "UAPIServer":
         directory = os.path.dirname(self.path) or "."
         ensure_private_dir(directory)
-        _clear_stale_socket(self.path)
+        clear_stale_socket(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             old = os.umask(0o077)
@@ -1005,7 +1005,9 @@ def _dispose(garbage: list) -> None:
         del ops
 
 
-def _clear_stale_socket(path: str) -> None:
+def clear_stale_socket(path: str) -> None:
+    """Remove a socket left at `path` by a daemon that died; OSError
+    (EADDRINUSE) if a live one answers there, EEXIST if it is no socket."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
