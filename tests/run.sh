@@ -93,7 +93,7 @@ VPNCRYPT_WIREGUARD_GO_NEWEST=$(bash "$repo/tests/tools/fetch-wireguard-go.sh" si
 export VPNCRYPT_WIREGUARD_GO_CURRENT VPNCRYPT_WIREGUARD_GO_NEWEST
 
 status=0
-"$venv/bin/python" -m pytest "${args[@]}" || status=$?
+"$venv/bin/python" -m pytest --durations=30 "${args[@]}" || status=$?
 if [ "$status" = 5 ]; then
     echo "tests/run.sh: pytest collected no tests; that is a failure" >&2
     exit 1

@@ -146,4 +146,4 @@ def test_an_interface_another_daemon_serves_is_left_alone():
     # nothing on the host was touched: no TUN made, no route looked at
     touched = [m for _, m in r["records"] if "TUN" in m or "route" in m]
     assert touched == [], touched
-    assert "another daemon is serving this interface" in r["said"], r
+    assert "cannot start vcst0: another daemon serves it" in r["said"], r

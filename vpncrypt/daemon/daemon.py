@@ -659,10 +659,15 @@ class Daemon:
         before the UAPI server, so a second daemon attached to a multi-queue
         TUN removed the first one's routes, then failed to bind its socket,
         then removed the routes it had added: the first daemon's)."""
+        path = socket_path(self.interface, self.socket_dir)
         try:
-            clear_stale_socket(socket_path(self.interface, self.socket_dir))
+            clear_stale_socket(path)
         except OSError as e:
-            raise StartupError(describe(e)) from None
+            if e.errno == errno.EADDRINUSE:
+                raise StartupError(
+                    f"cannot start {self.interface}: another daemon serves it ({path} answers)"
+                ) from None
+            raise StartupError(f"cannot start {self.interface}: {describe(e)}") from None
 
     def _make_dataplane(self, cfg: Config) -> None:
         iface = cfg.interface
