@@ -59,21 +59,8 @@ class GetReader:
 
     def wire(self, pid: int, now: float) -> tuple:
         """(rx wire bytes, tx wire bytes, endpoint text or None)."""
-        if not self.native:
-            st = self.table.stats(pid, now)
-            if self.drops:
-                self._add_peer_drops(st.drops)
-            return st.rx_wire_bytes, st.tx_wire_bytes, format_endpoint(st.endpoint)
-        st = self._st
-        if self._lib.vc_wg_peer_get(self.table.ptr, pid, st, now):
-            raise KeyError(f"no peer {pid}")
-        if self.drops and self._drop_bytes[:] != self._no_drops:
-            self._add_native_drops()
-        return (
-            st.rx_wire_bytes,
-            st.tx_wire_bytes,
-            format_packed_endpoint(self._ep[:]) if st.endpoint_set else None,
-        )
+        rx, tx, _, _, endpoint = self.counts(pid, now)
+        return rx, tx, endpoint
 
     def counts(self, pid: int, now: float) -> tuple:
         """(rx wire bytes, tx wire bytes, rx messages, tx messages, endpoint
