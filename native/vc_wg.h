@@ -47,7 +47,8 @@
 #define VC_WG_RATE_LIMITED   15   /* under load, over its source address's rate */
 #define VC_WG_QUEUE_FULL     16   /* counts the oldest queued handshake message, dropped for a new one */
 #define VC_WG_UNKNOWN_PEER   17   /* an initiation or response while the device has no private key */
-#define VC_WG_STATUS_COUNT   18
+#define VC_WG_ROUTING_LOOP   18   /* outgoing: the device's own datagram to the peer's endpoint, routed back into the tunnel */
+#define VC_WG_STATUS_COUNT   19
 
 /* What a batch did to a peer (vc_wg_touch.flags), for the protocol's timers. */
 #define VC_WG_EV_AUTH        0x001  /* an authenticated message arrived (data or keepalive) */
@@ -124,7 +125,7 @@ int  vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg);   /* 0 or -
 double vc_wg_clock(vc_wg_table *t, double now);           /* the caller's now on the table's clock */
 double vc_wg_clock_offset(vc_wg_table *t);                /* table time - caller time */
 /* Drops that belong to no peer (unknown index, malformed, no route), by status. */
-void vc_wg_table_drops(vc_wg_table *t, uint64_t out[18]);
+void vc_wg_table_drops(vc_wg_table *t, uint64_t out[19]);
 
 /* ---- peers: ids are small integers chosen by the table and reused after removal ---- */
 int64_t vc_wg_peer_add(vc_wg_table *t);                   /* id, or -1 */
@@ -139,6 +140,20 @@ int  vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, double
 size_t vc_wg_forget_sources(vc_wg_table *t, const vc_wg_touch *touched, size_t n_touched,
                             const vc_endpoint *ep, size_t n);
 uint64_t vc_wg_sources_forgotten(vc_wg_table *t);
+
+/* ---- routing loops (wg_loop.c) ----
+ * The seal refuses (VC_WG_ROUTING_LOOP, counted on the peer) a packet that
+ * is the device's own datagram to the endpoint of the peer AllowedIPs picked
+ * for it: UDP from the listen port to that endpoint's address and port.
+ * Sealed, it would be routed back into the tunnel, again and again (the
+ * route to the endpoint leads into the tunnel itself).  Only that peer's own
+ * datagrams match: an endpoint reached through another peer of the device
+ * (onion routing, which the Linux module allows) is sealed as any packet.
+ * vc_wg_set_listen_port: the device's port (0: unknown, no check).
+ * vc_wg_routing_loops: the packets refused so, every peer's, and the last
+ * peer one was refused for. */
+void vc_wg_set_listen_port(vc_wg_table *t, uint32_t port);
+uint64_t vc_wg_routing_loops(vc_wg_table *t, int64_t *last_peer);
 
 /* ---- indices: this side's 32-bit session ids, for handshakes and keypairs ---- */
 int  vc_wg_index_reserve(vc_wg_table *t, uint32_t index, uint32_t peer);  /* 0, or -1 if in use */

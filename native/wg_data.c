@@ -217,6 +217,9 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
             st = VC_WG_NO_KEY;
         } else if (!x->ep_set) {
             st = VC_WG_NO_ENDPOINT;
+        } else if (wg_is_own_datagram(t, pkt, len, &x->ep)) {
+            st = VC_WG_ROUTING_LOOP;
+            wg_count_loop(t, (uint32_t)pid);
         } else if (total > stride) {
             st = VC_WG_TOO_BIG;
         } else if ((c = WG_ADD(&k->send_counter, 1)) >= cfg.reject_after_messages) {

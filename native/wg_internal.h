@@ -155,6 +155,10 @@ struct vc_wg_table {
     wg_admit_state admit;
 
     uint64_t    sources_forgotten;  /* peers' source addresses the kernel refused (given up) */
+
+    uint32_t    listen_port;    /* the device's UDP port (0: unknown): wg_loop.c */
+    int64_t     loop_peer;      /* the last peer a routing loop was cut for */
+    uint64_t    loops;          /* packets dropped as VC_WG_ROUTING_LOOP, every peer's */
 };
 
 /* wg_table.c */
@@ -181,6 +185,13 @@ void wg_kill_keypair(vc_wg_table *t, uint32_t id);            /* read lock held:
 void wg_batch_begin(vc_wg_table *t);
 void wg_batch_end(vc_wg_table *t);
 void wg_peer_drop(vc_wg_table *t, wg_peer *p, int status, uint64_t n);
+
+/* wg_loop.c: whether inner packet p is the device's own datagram to endpoint
+ * ep (UDP from its listen port to ep's address and port): sealed for the
+ * peer whose endpoint ep is, it would come back again, a routing loop.
+ * wg_count_loop counts one such packet cut for `peer`. */
+int  wg_is_own_datagram(const vc_wg_table *t, const uint8_t *p, size_t len, const vc_endpoint *ep);
+void wg_count_loop(vc_wg_table *t, uint32_t peer);
 
 /* blake2s.c: out = BLAKE2s(key, in), outlen 1..32, keylen 0..32 */
 void wg_blake2s(uint8_t *out, size_t outlen, const uint8_t *key, size_t keylen,

@@ -12,7 +12,7 @@ packets are counted by length where they arrive."""
 import time
 
 from tests.e2e.conftest import impls
-from tests.e2e.topology import moved_pair, routed_pair, veth, wait_up
+from tests.e2e.topology import linked_pair, moved_pair
 
 COUNT = (
     "table inet e2emtu {\n chain in { type filter hook input priority 0;\n"
@@ -68,13 +68,5 @@ def test_padding_stops_at_the_mtu_moved(world):
 def test_padding_stops_at_the_mtu_routed(world):
     """The daemons started where their interfaces stay (ns1, ns2), joined
     by a veth pair 10.9.0.1 - 10.9.0.2."""
-    p = routed_pair(world)
-    veth(world, "1", "ve1", "2", "ve2")
-    world.ip("1", "address", "add", "10.9.0.1/24", "dev", "ve1")
-    world.ip("2", "address", "add", "10.9.0.2/24", "dev", "ve2")
-    world.ip("1", "link", "set", "ve1", "up")
-    world.ip("2", "link", "set", "ve2", "up")
-    wait_up(world, "1", "ve1")
-    wait_up(world, "2", "ve2")
-    p.endpoints("10.9.0.1", "10.9.0.2")
+    p = linked_pair(world)
     padding_check(world, p, ["1", "2"])

@@ -96,6 +96,20 @@ def veth(world, a, name_a, b, name_b):
     world.ip(a, "link", "add", name_a, "type", "veth", "peer", "name", name_b, "netns", world.n(b))
 
 
+def linked_pair(world) -> Pair:
+    """routed_pair's daemons joined by a veth pair, ve1 10.9.0.1 in ns1 -
+    ve2 10.9.0.2 in ns2, each the other's endpoint."""
+    p = routed_pair(world)
+    veth(world, "1", "ve1", "2", "ve2")
+    for k, name, addr in (("1", "ve1", "10.9.0.1/24"), ("2", "ve2", "10.9.0.2/24")):
+        world.ip(k, "address", "add", addr, "dev", name)
+        world.ip(k, "link", "set", name, "up")
+    wait_up(world, "1", "ve1")
+    wait_up(world, "2", "ve2")
+    p.endpoints("10.9.0.1", "10.9.0.2")
+    return p
+
+
 def wait_up(world, k, ifname, timeout=10):
     deadline = time.monotonic() + timeout
     path = f"/sys/class/net/{ifname}/operstate"

@@ -766,6 +766,7 @@ class Daemon:
             return
         self._check_namespace()
         self.check_mtu()
+        self._dp.report_routing_loops()
         text = self._status_text()
         if text != self._status:
             self._status = text

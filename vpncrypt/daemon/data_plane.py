@@ -17,11 +17,14 @@ import os
 import time
 from typing import Any, Iterator, Optional
 
+from ..config.keytypes import fingerprint
 from ..dataplane.engine import EngineCounters
 from ..dataplane.io import UdpBatchSocket
 from ..dataplane.sockopts import socket_drops
+from ..endpoints import format_endpoint
 from ..wire import DEFAULT_MTU
 from .get_reader import GetReader
+from .logsetup import RateLimitedLog
 from .peer_metrics import HandshakeStats, MetricRow
 from .trace import EventTrace, tracing
 
@@ -111,6 +114,8 @@ class DataPlane:
         self._inners: list = []  # a TunBatch per TUN queue
         self._closed_drops = (0, 0)  # _socket_drops of the sockets replace_udp retired
         self.trace = EventTrace(self.device)
+        self._loops_seen = 0  # the table's routing_loops count last reported
+        self._loop_log = RateLimitedLog(log, interval=10.0)
         self.stats = HandshakeStats(self.device)
         self.device.tracing = tracing()
 
@@ -130,7 +135,27 @@ class DataPlane:
         return [self.udp_socket(s) for s in socks]
 
     def set_listen_port(self, port: int) -> None:
-        """(The protocol core does not need the port.)"""
+        """The session table's: an inner packet that is our own datagram to
+        its peer's endpoint (UDP from this port) is a routing loop, cut."""
+        self.device.table.set_listen_port(port)
+
+    def report_routing_loops(self) -> None:
+        """A line for the routing loops the table cut since the last call
+        (the daemon's tick asks each second), at most one each 10 s: as the
+        module's "Avoiding routing loop to ENDPOINT", with the count."""
+        n, pid = self.device.table.routing_loops
+        if n == self._loops_seen:
+            return
+        new, self._loops_seen = n - self._loops_seen, n
+        peer = self.device.by_pid.get(pid)
+        if peer is not None:
+            self._loop_log.warning(
+                "Avoiding routing loop to %s (peer %s): %d of its own datagrams came back in on the "
+                "tunnel and were dropped (the route to the endpoint leads into the tunnel)",
+                format_endpoint(peer.endpoint),
+                fingerprint(peer.public_key),
+                new,
+            )
 
     def start(self, udp, tun_fd, *, loop, mtu: int, on_fatal) -> None:
         """`udp`: a batch socket, or one per queue (a list); `tun_fd`: the

@@ -501,6 +501,20 @@ class NativeTable:
         routing picks."""
         return int(lib.vc_wg_sources_forgotten(self.ptr))
 
+    def set_listen_port(self, port: int) -> None:
+        """The device's UDP port: a packet from it to the endpoint of the
+        peer it is routed to is the device's own datagram come back (a
+        routing loop), refused (vc_wg_set_listen_port; 0: no check)."""
+        lib.vc_wg_set_listen_port(self.ptr, port)
+
+    @property
+    def routing_loops(self) -> tuple[int, int]:
+        """(packets refused as routing loops, every peer's; the last peer
+        one was refused for, or -1)."""
+        last = ffi.new("int64_t *")
+        n = int(lib.vc_wg_routing_loops(self.ptr, last))
+        return n, int(last[0]) if n else -1
+
     # ------------------------------------------------------------ config, clock
 
     def configure(self, config: TableConfig) -> None:

@@ -1,5 +1,9 @@
 """Inner IP headers and WireGuard's padding rule, for the reference table
-(native/wg_data.c has the same two)."""
+(native/wg_data.c has the same two), and the routing loop's own datagram
+(native/wg_loop.c)."""
+
+import ipaddress
+from typing import Any
 
 
 def inner_address(pkt: bytes | bytearray | memoryview, destination: bool) -> tuple[int, bytes | None, int]:
@@ -30,3 +34,29 @@ def padded_length(length: int, mtu: int) -> int:
     last = length % mtu if length > mtu else length
     padded = min((last + 15) & ~15, mtu)
     return length + padded - last
+
+
+def own_datagram(pkt: bytes | bytearray | memoryview, port: int, endpoint: tuple[Any, ...]) -> bool:
+    """Whether an inner packet is the device's own datagram to `endpoint`
+    ((host, port, ...)): UDP from its listen `port` (0: never) to the
+    endpoint's address and port, the first fragment or none (native/wg_loop.c
+    has the same rule)."""
+    if not port or not endpoint[1]:
+        return False
+    addr = ipaddress.ip_address(endpoint[0].split("%")[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    n = len(pkt)
+    if n >= 28 and pkt[0] >> 4 == 4:
+        ihl = (pkt[0] & 15) * 4
+        later_fragment = ((pkt[6] & 0x1F) << 8) | pkt[7]
+        if ihl < 20 or pkt[9] != 17 or later_fragment or n < ihl + 8 or bytes(pkt[16:20]) != addr.packed:
+            return False
+        at = ihl
+    elif n >= 48 and pkt[0] >> 4 == 6:
+        if pkt[6] != 17 or bytes(pkt[24:40]) != addr.packed:
+            return False
+        at = 40
+    else:
+        return False
+    return (pkt[at] << 8 | pkt[at + 1]) == port and (pkt[at + 2] << 8 | pkt[at + 3]) == endpoint[1]

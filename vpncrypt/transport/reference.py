@@ -14,7 +14,7 @@ from vpncrypt.transport.admission import Admission
 from vpncrypt.transport.model import Addr, Datagram, KeypairInfo, OpenResult, PeerStats, SealResult, Session
 from vpncrypt.transport.model import TableConfig, Touch
 from vpncrypt.sourced import source_of
-from vpncrypt.transport.packets import inner_address, padded_length
+from vpncrypt.transport.packets import inner_address, own_datagram, padded_length
 from vpncrypt.transport.replay import ReplayWindow
 from vpncrypt.transport.routing import AllowedIPs, Network
 
@@ -95,9 +95,18 @@ class ReferenceTable:
         self._offset = 0.0
         self._last = -math.inf
         self._drops = dict.fromkeys(S.DROP_NAMES.values(), 0)
+        self._listen_port = 0
+        self._loops, self._loop_peer = 0, -1
         self._admission = Admission(
             self.config, self.crypto, self._index_kind, lambda code: self._drop(None, code)
         )
+
+    def set_listen_port(self, port: int) -> None:
+        self._listen_port = port if 0 <= port <= 65535 else 0
+
+    @property
+    def routing_loops(self) -> tuple[int, int]:
+        return self._loops, self._loop_peer
 
     # ------------------------------------------------------------ config, clock
 
@@ -364,6 +373,9 @@ class ReferenceTable:
                 st = S.NO_KEY
             elif ep is None:
                 st = S.NO_ENDPOINT
+            elif own_datagram(pkt, self._listen_port, ep):
+                st = S.ROUTING_LOOP
+                self._loops, self._loop_peer = self._loops + 1, pid
             elif total > S.LIST_SLOT:
                 st = S.TOO_BIG
             else:
