@@ -43,20 +43,20 @@ def own_datagram(pkt: bytes | bytearray | memoryview, port: int, endpoint: tuple
     has the same rule)."""
     if not port or not endpoint[1]:
         return False
-    addr = ipaddress.ip_address(endpoint[0].split("%")[0])
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
     n = len(pkt)
     if n >= 28 and pkt[0] >> 4 == 4:
-        ihl = (pkt[0] & 15) * 4
+        at = (pkt[0] & 15) * 4
         later_fragment = ((pkt[6] & 0x1F) << 8) | pkt[7]
-        if ihl < 20 or pkt[9] != 17 or later_fragment or n < ihl + 8 or bytes(pkt[16:20]) != addr.packed:
+        if at < 20 or pkt[9] != 17 or later_fragment or n < at + 8:
             return False
-        at = ihl
-    elif n >= 48 and pkt[0] >> 4 == 6:
-        if pkt[6] != 17 or bytes(pkt[24:40]) != addr.packed:
-            return False
-        at = 40
+        dst = bytes(pkt[16:20])
+    elif n >= 48 and pkt[0] >> 4 == 6 and pkt[6] == 17:
+        at, dst = 40, bytes(pkt[24:40])
     else:
         return False
-    return (pkt[at] << 8 | pkt[at + 1]) == port and (pkt[at + 2] << 8 | pkt[at + 3]) == endpoint[1]
+    if (pkt[at] << 8 | pkt[at + 1]) != port or (pkt[at + 2] << 8 | pkt[at + 3]) != endpoint[1]:
+        return False  # (the usual case: the address is not parsed)
+    addr = ipaddress.ip_address(endpoint[0].split("%")[0])
+    if len(dst) == 4 and isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return dst == addr.packed
