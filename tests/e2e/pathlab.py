@@ -151,8 +151,8 @@ def _received(w, port) -> int:
 # A transfer that has not taken in this much more within `stall` seconds is
 # stalled.  A working tunnel carries megabytes a second even on a loaded
 # 2-core machine (8 MiB in 0.4-2 s here: 16x this in 5 s at the slowest);
-# wireguard-go through fragments trickles, bursts between retransmission
-# timeouts (0.3 to 1.3 MB in 6 to 100 s), which is no progress.
+# wireguard-go through fragments trickles in bursts between retransmission
+# timeouts (0.15 to 1.3 MB in 5 to 100 s), which is no progress.
 PROGRESS = 256 << 10
 
 
