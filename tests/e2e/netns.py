@@ -212,15 +212,17 @@ class World:
         }
 
     # ---- daemons --------------------------------------------------------
-    def daemon(self, k, name=None, log_level="info") -> Daemon:
+    def daemon(self, k, name=None, log_level="info", binary=None) -> Daemon:
         """Start the implementation in namespace k, as `BIN -f IFACE`; wait
-        for its UAPI socket."""
+        for its UAPI socket.  `binary`: another implementation than the one
+        under test (a scenario's fixed peer)."""
+        binary = binary or self.binary
         self.count += 1
         iface = name or f"wg{self.count}{self.id}"
         log = os.path.join(self.tmp, f"{iface}.log")
         with open(log, "wb") as f:
             p = subprocess.Popen(
-                ["ip", "netns", "exec", self.n(k), self.binary, "-f", iface],
+                ["ip", "netns", "exec", self.n(k), binary, "-f", iface],
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -230,7 +232,7 @@ class World:
         self.daemons.append(d)
         deadline = time.monotonic() + 20
         while not self._answers(d.sock):
-            assert p.poll() is None, f"{self.binary} -f {iface} exited with {p.returncode}:\n{d.log()}"
+            assert p.poll() is None, f"{binary} -f {iface} exited with {p.returncode}:\n{d.log()}"
             assert time.monotonic() < deadline, f"{iface}: no UAPI socket within 20 s:\n{d.log()}"
             time.sleep(0.05)
         return d
