@@ -1,0 +1,174 @@
+"""The proxy's lab: a wireguard-go peer in one namespace, `vpncrypt proxy` run
+as nobody with no capability in another, a veth pair between them.
+
+    0: veth 172.31.0.1/24   wireguard-go 10.77.0.1/24 fd77::1/64, UDP 51820
+       HTTP [::]:8000 serving /blob, DNS 10.77.0.1:53 (peer.test)
+    h: veth 172.31.0.2/24   the proxies (as nobody), an echo server 127.0.0.1:9001
+
+The namespaces are the test's own (random names), so the fixed addresses and
+ports meet nothing else.  A proxy's files (config, runtime directory) are in
+a directory of the lab's that nobody can read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import subprocess
+import sys
+import time
+
+from tests.e2e.conftest import binary
+from tests.e2e.netns import World, genkey
+from tests.installed import script
+
+NOBODY = pwd.getpwnam("nobody")
+DROP = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--bounding-set=-all"]
+PEER_V4, PEER_V6 = "10.77.0.1", "fd77::1"
+PEER_NAME = "peer.test"
+ECHO_PORT = 9001
+
+
+class Proxy:
+    def __init__(self, lab: "ProxyLab", name: str, popen: subprocess.Popen, log: str, rundir: str) -> None:
+        self.lab, self.name, self.popen, self.log_path, self.rundir = lab, name, popen, log, rundir
+
+    def log(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    @property
+    def sock(self) -> str:
+        return os.path.join(self.rundir, "vpncrypt", f"{self.name}.sock")
+
+
+class ProxyLab:
+    def __init__(self) -> None:
+        self.world = World(binary("wireguard-go"), names=("0", "h"))
+        self.proxies: list[Proxy] = []
+        self.helpers: list[subprocess.Popen] = []
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self) -> None:
+        w = self.world
+        os.chmod(w.tmp, 0o755)
+        link = f"vx{w.id}"
+        w._run(
+            ["ip", "link", "add", link + "p", "netns", w.n("0"), "type", "veth", "peer", "name", link + "h"]
+        )
+        w._run(["ip", "link", "set", link + "h", "netns", w.n("h")])
+        for k, dev, addr in (("0", link + "p", "172.31.0.1/24"), ("h", link + "h", "172.31.0.2/24")):
+            w.ip(k, "address", "add", addr, "dev", dev)
+            w.ip(k, "link", "set", dev, "up")
+        self.peer = w.daemon("0")
+        self.peer_key = genkey()
+        w.wg_set(self.peer, "listen-port", "51820", private=self.peer_key[0])
+        w.ip("0", "address", "add", f"{PEER_V4}/24", "dev", self.peer.iface)
+        w.ip("0", "address", "add", f"{PEER_V6}/64", "dev", self.peer.iface, "nodad")
+        w.ip("0", "link", "set", self.peer.iface, "up")
+        self.blob = os.path.join(w.tmp, "www", "blob")
+        os.makedirs(os.path.dirname(self.blob))
+        with open(self.blob, "wb") as f:
+            f.write(secrets.token_bytes(3 << 20))
+        self._helper("0", "peer", self.blob, PEER_V4, PEER_V6, PEER_NAME)
+        self._helper("h", "echo", str(ECHO_PORT))
+
+    def _helper(self, k: str, *args: str) -> None:
+        p = self.world.popen(k, sys.executable, "-m", "tests.proxy.servers", *args, stdin=subprocess.PIPE)
+        self.helpers.append(p)
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert line.strip() == "ready", (
+            f"tests.proxy.servers {args[0]} did not start: {p.stderr and p.stderr.read()}"
+        )
+
+    # ---- proxies ------------------------------------------------------------
+    def add_peer(self, *addresses: str) -> tuple[str, str]:
+        """A key pair for a proxy, made a peer of wireguard-go with `addresses` (host prefixes)."""
+        key = genkey()
+        allowed = ",".join(f"{a}/{128 if ':' in a else 32}" for a in addresses)
+        self.world.wg_set(self.peer, "peer", key[1], "allowed-ips", allowed)
+        return key
+
+    def config(self, key: tuple[str, str], address: str, fronts: str, *, v6: str = "fd77::2") -> str:
+        """A wireproxy config: the lab's peer, then `fronts` (sections as text)."""
+        return (
+            f"[Interface]\nAddress = {address}/32\nAddress = {v6}/128\n"
+            f"PrivateKey = {key[0]}\nDNS = {PEER_V4}\n\n"
+            f"[Peer]\nPublicKey = {self.peer_key[1]}\nEndpoint = 172.31.0.1:51820\n"
+            f"AllowedIPs = 10.77.0.0/24, fd77::/64\n\n{fronts}"
+        )
+
+    def nobody_dir(self, name: str) -> str:
+        path = os.path.join(self.world.tmp, name)
+        os.makedirs(path, mode=0o700)
+        os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+        return path
+
+    def write_config(self, name: str, text: str) -> str:
+        home = self.nobody_dir(f"{name}-conf")
+        path = os.path.join(home, f"{name}.conf")
+        with open(path, "w") as f:
+            f.write(text)
+        os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+        os.chmod(path, 0o600)
+        return path
+
+    def start_proxy(self, name: str, text: str, wait: bool = True) -> Proxy:
+        """`vpncrypt proxy -c NAME.conf` as nobody in h; waits for its UAPI
+        socket (the end of its start) unless told not to."""
+        conf = self.write_config(name, text)
+        rundir = self.nobody_dir(f"{name}-run")
+        log = os.path.join(self.world.tmp, f"{name}.log")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "XDG_RUNTIME_DIR": rundir}
+        with open(log, "wb") as f:
+            p = subprocess.Popen(
+                ["ip", "netns", "exec", self.world.n("h"), *DROP]
+                + [script("vpncrypt"), "proxy", "-c", conf, "--log-level", "debug"],
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        proxy = Proxy(self, name, p, log, rundir)
+        self.proxies.append(proxy)
+        if wait:
+            deadline = time.monotonic() + 30
+            # (not by connecting: in the proxy's user namespace root is the
+            # overflow uid, which the UAPI server refuses with a warning)
+            while not (os.path.exists(proxy.sock) and f"{name} up:" in proxy.log()):
+                assert p.poll() is None, f"the proxy exited with {p.returncode}:\n{proxy.log()}"
+                assert time.monotonic() < deadline, f"no UAPI socket within 30 s:\n{proxy.log()}"
+                time.sleep(0.05)
+        return proxy
+
+    # ---- clients, in h ------------------------------------------------------
+    def curl(self, *args: str, timeout: int = 60) -> subprocess.CompletedProcess:
+        return self.world.run("h", "curl", "-sS", "--max-time", "50", *args, check=False, timeout=timeout)
+
+    def probe(self, cases: list) -> list:
+        """tests.proxy.probe's answers for [(port, bytes), ...]."""
+        payload = json.dumps([[port, data.hex()] for port, data in cases])
+        r = self.world.run("h", sys.executable, "-m", "tests.proxy.probe", input=payload, timeout=120)
+        return [(bytes.fromhex(a["reply"]), a["closed"]) for a in json.loads(r.stdout)]
+
+    def close(self) -> None:
+        for p in self.proxies:
+            if p.popen.poll() is None:
+                p.popen.terminate()
+                try:
+                    p.popen.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.popen.kill()
+                    p.popen.wait(5)
+        for h in self.helpers:
+            if h.stdin is not None:
+                h.stdin.close()
+        problems = self.world.close()
+        assert not problems, problems

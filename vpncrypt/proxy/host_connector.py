@@ -1,0 +1,135 @@
+"""Connections in the host's namespace after the unshare ([TCPServerTunnel]'s
+targets are on the host's network).
+
+Once unshared, the proxy cannot go back: setns(2) into the host's network
+namespace needs CAP_SYS_ADMIN over the user namespace that owns it.  So a
+child forked before the unshare stays there and connects on request: it gets
+"ID HOST PORT" on a SOCK_SEQPACKET pair and answers "ID ok" with the connected
+socket (SCM_RIGHTS), or "ID err ERRNO".  It dies with the proxy
+(PR_SET_PDEATHSIG, and the pair's end of file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import errno
+import os
+import signal
+import socket
+import threading
+
+PR_SET_PDEATHSIG = 1
+CONNECT_TIMEOUT = 30.0
+
+
+def _serve(sock: socket.socket, parent: int) -> None:
+    """The child's loop: one thread per request (a slow connect waits alone)."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the prctl
+        return
+    lock = threading.Lock()
+
+    def answer(req_id: str, host: str, port: int) -> None:
+        try:
+            conn = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+        except OSError as e:
+            code = e.errno if e.errno else errno.EHOSTUNREACH
+            with lock:
+                sock.send(f"{req_id} err {code}".encode())
+            return
+        with lock, conn:
+            socket.send_fds(sock, [f"{req_id} ok".encode()], [conn.fileno()])
+
+    while True:
+        msg = sock.recv(512)
+        if not msg:
+            return
+        req_id, host, port = msg.decode().split(" ")
+        threading.Thread(target=answer, args=(req_id, host, int(port)), daemon=True).start()
+
+
+class HostConnector:
+    """connect(host, port) in the namespace the proxy started in."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self.sock = sock
+        self.pid = pid
+        self._next = 0
+        self._waiting: dict[str, asyncio.Future[socket.socket]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def fork(cls) -> "HostConnector":
+        """The child, forked now (before the unshare and any thread)."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (coverage does not follow it)
+            mine.close()
+            try:
+                _serve(theirs, parent)
+            finally:
+                os._exit(0)
+        theirs.close()
+        mine.setblocking(False)
+        return cls(mine, pid)
+
+    def _readable(self) -> None:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(self.sock, 512, 1)
+        except BlockingIOError:
+            return
+        except OSError:
+            msg, fds = b"", []
+        if not msg:  # the child is gone: every waiting connect fails
+            self._fail_all()
+            return
+        req_id, status, *rest = msg.decode().split(" ")
+        fut = self._waiting.pop(req_id, None)
+        if status == "ok" and fds:
+            conn = socket.socket(fileno=fds[0])
+            if fut is None or fut.done():
+                conn.close()
+            else:
+                fut.set_result(conn)
+        elif fut is not None and not fut.done():
+            code = int(rest[0]) if rest else errno.EIO
+            fut.set_exception(OSError(code, os.strerror(code)))
+
+    def _fail_all(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self.sock.fileno())
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(OSError(errno.EPIPE, "the host-side helper exited"))
+        self._waiting.clear()
+
+    async def connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            loop.add_reader(self.sock.fileno(), self._readable)
+        self._next += 1
+        req_id = str(self._next)
+        fut: asyncio.Future[socket.socket] = loop.create_future()
+        self._waiting[req_id] = fut
+        if " " in host or not host:
+            raise OSError(errno.EINVAL, "a host name without spaces")
+        self.sock.send(f"{req_id} {host} {port}".encode())
+        try:
+            conn = await fut
+        finally:
+            self._waiting.pop(req_id, None)
+        return await asyncio.open_connection(sock=conn)
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self.sock.fileno())
+            self._loop = None
+        self.sock.close()
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
