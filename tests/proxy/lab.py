@@ -107,7 +107,7 @@ class ProxyLab:
 
     def nobody_dir(self, name: str) -> str:
         path = os.path.join(self.world.tmp, name)
-        os.makedirs(path, mode=0o700)
+        os.makedirs(path, mode=0o700, exist_ok=True)
         os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
         return path
 
