@@ -90,6 +90,12 @@ def test_wgconfig_names_the_wg_file(tmp_path):
             "[UDPClientTunnel] not supported by vpncrypt proxy yet",
         ),
         (f"[Socks5]\nBindAddress = :1\nUsername = {'u' * 256}\nPassword = p\n", 13, "longer than 255 bytes"),
+        (
+            "[TCPServerTunnel]\nListenPort = 80\nTarget = a:1\n"
+            + "[TCPServerTunnel]\nListenPort = 080\nTarget = b:1\n",
+            15,
+            "[TCPServerTunnel] ListenPort: 80 is served already (line 11)",
+        ),
     ],
 )
 def test_errors_name_file_line_section_key(tmp_path, tail, line, message):
@@ -109,6 +115,25 @@ def test_wg_part_errors_keep_their_lines(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_settings(path)
     assert str(e.value).startswith(f"{path}:12: [Peer] AllowedIPs: ")
+
+
+def test_interface_the_proxy_cannot_serve(tmp_path):
+    path = write(
+        tmp_path, WG.replace("Address = 10.200.200.2/32", "FwMark = 7") + "[Socks5]\nBindAddress = :1\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_settings(path)
+    assert str(e.value).startswith(
+        f"{path}:2: [Interface] FwMark: marking the UDP socket needs CAP_NET_ADMIN"
+    )
+    path = write(
+        tmp_path,
+        WG.replace("Address = 10.200.200.2/32 # a comment after the value", "")
+        + "[Socks5]\nBindAddress = :1\n",
+    )
+    with pytest.raises(ConfigError) as e:
+        load_settings(path)
+    assert str(e.value) == f"{path}: [Interface] Address: missing (the proxy's connections leave from it)"
 
 
 def test_nothing_to_serve(tmp_path):

@@ -3,6 +3,7 @@ wireguard-go peer: a 3 MiB random file fetched with curl through each front
 end, compared byte for byte; a connection the peer makes in through
 [TCPServerTunnel]."""
 
+import json
 import os
 import secrets
 import subprocess
@@ -17,7 +18,8 @@ from tests.proxy.conftest import (
     USER,
     SOCKS_PORT,
 )
-from tests.proxy.lab import PEER_NAME
+from tests.installed import script
+from tests.proxy.lab import DROP, PEER_NAME
 
 
 def fetch(lab, tmp_path, *args):
@@ -96,3 +98,31 @@ def test_tcp_server_tunnel(lab, proxy):
     assert r.stdout.decode() == f"True {len(data)}", (
         f"{r.stdout!r} {r.stderr.decode()}\n{proxy.log()[-3000:]}"
     )
+
+
+def test_uapi_socket_in_the_users_runtime_directory(lab, proxy, tmp_path):
+    """$XDG_RUNTIME_DIR/vpncrypt/NAME.sock, which `vpncrypt show` (run as the
+    same user) reads: the peer, its handshake and its transfer."""
+    fetch(lab, tmp_path, "--socks5", f"127.0.0.1:{SOCKS_PORT}", "http://10.77.0.1:8000/blob")
+    assert proxy.sock == os.path.join(proxy.rundir, "vpncrypt", "wireproxy.sock")
+    r = subprocess.run(
+        [
+            *DROP,
+            script("vpncrypt"),
+            "show",
+            "--socket-dir",
+            os.path.dirname(proxy.sock),
+            "wireproxy",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    (dev,) = json.loads(r.stdout)["interfaces"]
+    (peer,) = dev["peers"]
+    assert (dev["name"], dev["implementation"]) == ("wireproxy", "vpncrypt")
+    assert (peer["public_key"], peer["endpoint"]) == (lab.peer_key[1], "172.31.0.1:51820")
+    assert peer["latest_handshake"] > 0
+    assert peer["received_bytes"] > 3 << 20  # the file came in through it

@@ -38,6 +38,7 @@ def default_name(config: str) -> str:
 def cmd_proxy(args: argparse.Namespace) -> int:
     from ..config.model import ConfigError
     from ..daemon.daemon import StartupError, describe, run_daemon
+    from ..daemon.fdlimit import raise_open_files_limit
     from ..daemon.tun import validate_interface_name
     from ..proxy.namespace import NamespaceUnavailable, enter_namespace
     from ..proxy.service import STACK_NAME, Prepared, ProxyDaemon, link_plan, user_socket_dir
@@ -46,6 +47,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         name = validate_interface_name(args.name or default_name(args.config))
+        raise_open_files_limit()  # a file descriptor per proxied connection, two with its peer
         settings = load_settings(args.config)
         socket_dir = args.socket_dir or user_socket_dir()
     except (ConfigError, StartupError, ValueError) as e:

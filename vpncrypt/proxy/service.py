@@ -90,11 +90,15 @@ class Prepared:
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
         self.host: HostConnector | None = None
+        self.listeners: list[tuple[Front, socket.socket]] = []
+        self.udp: list[socket.socket] = []
         if any(f.kind == "TCPServerTunnel" for f in settings.fronts):
             self.host = HostConnector.fork()  # first: it inherits none of the sockets below
-        self.listeners: list[tuple[Front, socket.socket]] = []
-        port = settings.wg.interface.listen_port or 0
-        self.udp = open_udp_sockets(port, settings.wg.interface.fwmark or 0)
+        try:
+            self.udp = open_udp_sockets(settings.wg.interface.listen_port or 0)
+        except OSError:
+            self.close()
+            raise
         for front in settings.fronts:
             if front.bind is None:
                 continue

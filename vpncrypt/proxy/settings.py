@@ -167,7 +167,16 @@ class _Reader:
         if ("Username" in values) != ("Password" in values):
             given, other = ("Username", "Password") if "Username" in values else ("Password", "Username")
             raise self.err(values[given][0], section, other, f"missing (given with {given})")
-        self.fronts.append(self._front(section, header, values))
+        front = self._front(section, header, values)
+        first = next(
+            (f.line for f in self.fronts if front.listen_port and f.listen_port == front.listen_port), 0
+        )
+        if first:
+            line = values["ListenPort"][0]
+            raise self.err(
+                line, section, "ListenPort", f"{front.listen_port} is served already (line {first})"
+            )
+        self.fronts.append(front)
 
     def _front(self, section: str, header: int, values: dict[str, tuple[int, str]]) -> Front:
         kw: dict[str, Any] = {}
@@ -211,7 +220,25 @@ def _wg_part(reader: _Reader, rest: bytes, st: os.stat_result) -> Config:
         raise ConfigError(problem, path=path)
     if wg.interface.private_key is None:
         raise ConfigError(f"{path}: [Interface] PrivateKey: missing", path=path)
+    _check_interface(wg, path)
     return wg
+
+
+def _check_interface(wg: Config, path: str) -> None:
+    """What the proxy cannot do with an [Interface] that `vpncrypt up` takes."""
+    iface = wg.interface
+    if iface.fwmark:
+        line = iface.line_of("FwMark")
+        raise ConfigError(
+            f"{path}:{line}: [Interface] FwMark: marking the UDP socket needs CAP_NET_ADMIN, "
+            "which vpncrypt proxy runs without",
+            path=path,
+            line=line,
+        )
+    if not iface.addresses:
+        raise ConfigError(
+            f"{path}: [Interface] Address: missing (the proxy's connections leave from it)", path=path
+        )
 
 
 def wg_sections(data: bytes) -> bool:
