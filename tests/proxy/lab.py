@@ -16,6 +16,7 @@ import json
 import os
 import pwd
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -47,6 +48,7 @@ class Proxy:
 class ProxyLab:
     def __init__(self) -> None:
         self.world = World(binary("wireguard-go"), names=("0", "h"))
+        self.etc = os.path.join("/etc/netns", self.world.n("h"))
         self.proxies: list[Proxy] = []
         self.helpers: list[subprocess.Popen] = []
         try:
@@ -58,6 +60,11 @@ class ProxyLab:
     def _build(self) -> None:
         w = self.world
         os.chmod(w.tmp, 0o755)
+        # what runs in h (`ip netns exec` bind-mounts this over /etc/resolv.conf)
+        # asks a resolver that is not there, and hears so at once: no host DNS
+        os.makedirs(self.etc, exist_ok=True)
+        with open(os.path.join(self.etc, "resolv.conf"), "w") as f:
+            f.write("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
         link = f"vx{w.id}"
         w._run(
             ["ip", "link", "add", link + "p", "netns", w.n("0"), "type", "veth", "peer", "name", link + "h"]
@@ -171,4 +178,5 @@ class ProxyLab:
             if h.stdin is not None:
                 h.stdin.close()
         problems = self.world.close()
+        shutil.rmtree(self.etc, ignore_errors=True)
         assert not problems, problems

@@ -123,3 +123,20 @@ def test_no_user_namespaces_is_one_line(lab):
     assert port_free(lab, 1090)
     found = subprocess.run(["pgrep", "-f", conf], capture_output=True, text=True)
     assert found.stdout == "", found.stdout  # the helper forked before the unshare is gone too
+
+
+def test_endpoint_name_that_does_not_resolve(lab):
+    """Names are looked up once, before the unshare (the namespace has no
+    way to the host's resolver): one that fails is a config error with its
+    line, and nothing is left."""
+    key = lab.add_peer("10.77.0.5")
+    text = lab.config(key, "10.77.0.5", FRONTS).replace("172.31.0.1:51820", "no-such-host.invalid:51820")
+    proxy = lab.start_proxy("badname", text, wait=False)
+    assert proxy.popen.wait(60) == 1
+    lines = [line for line in proxy.log().splitlines() if " DEBUG " not in line]  # (it runs with debug on)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        f"{os.path.join(lab.world.tmp, 'badname-conf', 'badname.conf')}:9: [Peer] Endpoint: "
+    )
+    assert port_free(lab, 1090)
+    assert os.listdir(os.path.join(proxy.rundir, "vpncrypt")) == []

@@ -65,10 +65,10 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         report_failure(f"vpncrypt proxy: cannot open the UDP socket: {describe(e)}")
         return 1
     daemon = ProxyDaemon(name, prepared, socket_dir=socket_dir)
-    daemon.resolve_endpoints()
     try:
+        daemon.resolve_endpoints()
         daemon.link = enter_namespace(link_plan(settings.wg))
-    except NamespaceUnavailable as e:
+    except (ConfigError, NamespaceUnavailable) as e:
         prepared.close()
         report_failure(str(e))
         return 1

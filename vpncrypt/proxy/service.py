@@ -19,8 +19,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from vpncrypt.config.model import Config
-from vpncrypt.config import syncconf_operations
-from vpncrypt.daemon.daemon import Daemon, StartupError
+from vpncrypt.config import ConfigError, syncconf_operations
+from vpncrypt.daemon.daemon import Daemon, StartupError, describe
 from vpncrypt.daemon.data_plane import BATCH, MAX_PACKET
 from vpncrypt.daemon.udpsocket import open_udp_sockets
 from vpncrypt.daemon.uapi import apply_operations, socket_path, start_uapi_server
@@ -148,8 +148,18 @@ class ProxyDaemon(Daemon):
     def resolve_endpoints(self) -> None:
         """The peers' Endpoint names, looked up in the host's namespace (so
         before the unshare, blocking: no thread may exist yet).  Once: the
-        namespace has no route to the host's resolver."""
-        self.found = self._look_up(self._names_of(self.settings.wg), {})
+        namespace has no route to the host's resolver, so a name that does
+        not resolve now is a ConfigError naming its line (`vpncrypt up`
+        would keep trying)."""
+        cfg = self.settings.wg
+        self.found = self._look_up(self._names_of(cfg), {})
+        for p in cfg.peers:
+            got = self.found.get(p.endpoint.host) if p.endpoint is not None else None
+            if isinstance(got, OSError):
+                line = p.line_of("Endpoint")
+                raise ConfigError(
+                    f"{cfg.path}:{line}: [Peer] Endpoint: {describe(got)}", path=cfg.path, line=line
+                )
 
     def routable(self, addr: IPAddress) -> bool:
         return any(addr in net for net in self._dp.allowed_ips() if net.version == addr.version)
