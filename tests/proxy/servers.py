@@ -1,8 +1,9 @@
 """The far ends the proxy tests reach, one process per namespace.
 
     python -m tests.proxy.servers peer BLOB V4 NAME   # in the peer's namespace
-        HTTP on [::]:8000 (IPv4 and IPv6) serving the file BLOB as /blob, and
-        DNS on V4:53 answering NAME with V4 (A) and the peer's IPv6 (AAAA)
+        HTTP on [::]:8000 (IPv4 and IPv6) serving the file BLOB as /blob,
+        DNS on V4:53 answering NAME with V4 (A) and the peer's IPv6 (AAAA), and
+        UDP echo on [::]:7 (IPv4 and IPv6)
     python -m tests.proxy.servers echo PORT           # in the proxy's namespace
         TCP on 127.0.0.1:PORT echoing each connection's bytes back
 
@@ -56,6 +57,15 @@ def _dns(v4: str, v6: str, name: str):
     return server
 
 
+def _udp_echo() -> None:
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind(("::", 7))
+    while True:
+        data, addr = s.recvfrom(65535)
+        s.sendto(data, addr)
+
+
 def main() -> None:
     if sys.argv[1] == "peer":
         blob, v4, v6, name = sys.argv[2:6]
@@ -64,6 +74,7 @@ def main() -> None:
         handler.log_message = lambda *a: None
         httpd = _DualStackHTTP(("::", 8000), handler)
         _dns(v4, v6, name)
+        threading.Thread(target=_udp_echo, daemon=True).start()
         print("ready", flush=True)
         httpd.serve_forever()
     else:

@@ -3,10 +3,11 @@ targets are on the host's network).
 
 Once unshared, the proxy cannot go back: setns(2) into the host's network
 namespace needs CAP_SYS_ADMIN over the user namespace that owns it.  So a
-child forked before the unshare stays there and connects on request: it gets
-"ID HOST PORT" on a SOCK_SEQPACKET pair and answers "ID ok" with the connected
-socket (SCM_RIGHTS), or "ID err ERRNO".  It dies with the proxy
-(PR_SET_PDEATHSIG, and the pair's end of file).
+child forked before the unshare stays there and makes sockets on request: it
+gets "ID tcp HOST PORT" (a connection) or "ID udp ADDRESS" (a UDP socket bound
+to ADDRESS, port 0: SOCKS5 UDP ASSOCIATE's relay) on a SOCK_SEQPACKET pair
+and answers "ID ok" with the socket (SCM_RIGHTS), or "ID err ERRNO".  It dies
+with the proxy (PR_SET_PDEATHSIG, and the pair's end of file).
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ def _serve(sock: socket.socket, parent: int) -> None:
         return
     lock = threading.Lock()
 
-    def answer(req_id: str, host: str, port: int) -> None:
+    def answer(req_id: str, kind: str, host: str, port: int) -> None:
         try:
-            conn = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+            conn = (
+                socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+                if kind == "tcp"
+                else _udp(host)
+            )
         except OSError as e:
             code = e.errno if e.errno else errno.EHOSTUNREACH
             with lock:
@@ -45,8 +50,21 @@ def _serve(sock: socket.socket, parent: int) -> None:
         msg = sock.recv(512)
         if not msg:
             return
-        req_id, host, port = msg.decode().split(" ")
-        threading.Thread(target=answer, args=(req_id, host, int(port)), daemon=True).start()
+        req_id, kind, host, *port = msg.decode().split(" ")
+        threading.Thread(
+            target=answer, args=(req_id, kind, host, int(port[0]) if port else 0), daemon=True
+        ).start()
+
+
+def _udp(address: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.bind((address, 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class HostConnector:
@@ -106,6 +124,16 @@ class HostConnector:
         self._waiting.clear()
 
     async def connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        conn = await self._ask("tcp", host, str(port))
+        return await asyncio.open_connection(sock=conn)
+
+    async def udp_socket(self, address: str) -> socket.socket:
+        """A UDP socket in the host's namespace bound to `address`, port 0."""
+        return await self._ask("udp", address)
+
+    async def _ask(self, *request: str) -> socket.socket:
+        if any(not part or " " in part for part in request):
+            raise OSError(errno.EINVAL, "a host name without spaces")
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
@@ -114,14 +142,11 @@ class HostConnector:
         req_id = str(self._next)
         fut: asyncio.Future[socket.socket] = loop.create_future()
         self._waiting[req_id] = fut
-        if " " in host or not host:
-            raise OSError(errno.EINVAL, "a host name without spaces")
-        self.sock.send(f"{req_id} {host} {port}".encode())
+        self.sock.send(" ".join((req_id, *request)).encode())
         try:
-            conn = await fut
+            return await fut
         finally:
             self._waiting.pop(req_id, None)
-        return await asyncio.open_connection(sock=conn)
 
     def close(self) -> None:
         if self._loop is not None:

@@ -92,7 +92,7 @@ class Prepared:
         self.host: HostConnector | None = None
         self.listeners: list[tuple[Front, socket.socket]] = []
         self.udp: list[socket.socket] = []
-        if any(f.kind == "TCPServerTunnel" for f in settings.fronts):
+        if any(f.kind in ("TCPServerTunnel", "Socks5") for f in settings.fronts):
             self.host = HostConnector.fork()  # first: it inherits none of the sockets below
         try:
             self.udp = open_udp_sockets(settings.wg.interface.listen_port or 0)
@@ -227,10 +227,9 @@ class ProxyDaemon(Daemon):
                     "[TCPServerTunnel] on port %d inside the tunnel, to %s", front.listen_port, front.target
                 )
 
-    @staticmethod
-    def _front_handler(front: Front, dialer: TunnelDialer) -> Callable[..., Coroutine[Any, Any, None]]:
+    def _front_handler(self, front: Front, dialer: TunnelDialer) -> Callable[..., Coroutine[Any, Any, None]]:
         if front.kind == "Socks5":
-            return Socks5Front(dialer, front.username, front.password).handle
+            return Socks5Front(dialer, front.username, front.password, self.prepared.host).handle
         if front.kind == "http":
             return HttpFront(dialer, front.username, front.password).handle
         assert front.target is not None

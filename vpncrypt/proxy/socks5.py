@@ -25,6 +25,8 @@ import ipaddress
 import logging
 import struct
 
+from vpncrypt.proxy.host_connector import HostConnector
+from vpncrypt.proxy.udp_associate import Association
 from vpncrypt.proxy.dialer import (
     ADDRESS_TYPE_NOT_SUPPORTED,
     COMMAND_NOT_SUPPORTED,
@@ -40,7 +42,7 @@ log = logging.getLogger("vpncrypt.proxy")
 VERSION = 5
 NO_AUTH, USERPASS, NO_ACCEPTABLE = 0x00, 0x02, 0xFF
 AUTH_VERSION = 1  # RFC 1929's sub-negotiation
-CMD_CONNECT = 1
+CMD_CONNECT, CMD_UDP_ASSOCIATE = 1, 3
 ATYP_V4, ATYP_DOMAIN, ATYP_V6 = 1, 3, 4
 HANDSHAKE_TIMEOUT = 30.0  # seconds a client has to say what it wants
 
@@ -83,8 +85,9 @@ async def read_credentials(r: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return user, await r.readexactly(plen)
 
 
-async def read_request(r: asyncio.StreamReader) -> tuple[str, int]:
-    """The request (RFC 1928, 4): (host, port) of a CONNECT, else Malformed."""
+async def read_request(r: asyncio.StreamReader, commands: tuple[int, ...]) -> tuple[int, str, int]:
+    """The request (RFC 1928, 4): (command, host, port), the command one of
+    `commands`; else Malformed."""
     ver, cmd, rsv, atyp = await r.readexactly(4)
     if ver != VERSION or rsv != 0:
         raise Malformed(GENERAL_FAILURE, f"version {ver}, reserved byte {rsv}")
@@ -104,21 +107,29 @@ async def read_request(r: asyncio.StreamReader) -> tuple[str, int]:
     else:
         raise Malformed(ADDRESS_TYPE_NOT_SUPPORTED, f"address type {atyp}")
     (port,) = struct.unpack("!H", await r.readexactly(2))
-    if cmd != CMD_CONNECT:
+    if cmd not in commands:
         raise Malformed(COMMAND_NOT_SUPPORTED, f"command {cmd}")
-    return host, port
+    return cmd, host, port
 
 
 class Socks5Front:
     """Serves one [Socks5] section's connections."""
 
-    def __init__(self, dialer: TunnelDialer, username: str | None, password: str | None) -> None:
+    def __init__(
+        self,
+        dialer: TunnelDialer,
+        username: str | None,
+        password: str | None,
+        host: HostConnector | None = None,
+    ) -> None:
         self.dialer = dialer
+        self.host = host  # for UDP ASSOCIATE's relay socket, in the host's namespace
+        self.commands = (CMD_CONNECT,) if host is None else (CMD_CONNECT, CMD_UDP_ASSOCIATE)
         self.credentials = (
             (username.encode(), password.encode()) if username is not None and password is not None else None
         )
 
-    async def _negotiate(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> tuple[str, int]:
+    async def _negotiate(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> tuple[int, str, int]:
         methods = await read_greeting(r)
         want = USERPASS if self.credentials else NO_AUTH
         if want not in methods:
@@ -133,17 +144,20 @@ class Socks5Front:
             w.write(bytes((AUTH_VERSION, 0 if good else 1)))
             if not good:
                 raise Malformed(None, "wrong username or password")
-        return await read_request(r)
+        return await read_request(r, self.commands)
 
     async def handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         peer = w.get_extra_info("peername")
         try:
             try:
-                host, port = await asyncio.wait_for(self._negotiate(r, w), HANDSHAKE_TIMEOUT)
+                cmd, host, port = await asyncio.wait_for(self._negotiate(r, w), HANDSHAKE_TIMEOUT)
             except Malformed as e:
                 log.info("SOCKS5 %s: %s", peer, e)
                 if e.reply is not None:
                     w.write(reply(e.reply))
+                return
+            if cmd == CMD_UDP_ASSOCIATE:
+                await self._associate(r, w, host, port)
                 return
             try:
                 remote = await self.dialer.connect(host, port)
@@ -158,3 +172,27 @@ class Socks5Front:
             pass
         finally:
             await close_writer(w)
+
+    async def _associate(
+        self, r: asyncio.StreamReader, w: asyncio.StreamWriter, host: str, port: int
+    ) -> None:
+        """UDP ASSOCIATE: the relay lives until the client closes its TCP
+        connection.  DST.ADDR/DST.PORT name where the client will send from
+        (zeros: not known yet); only the TCP connection's address may."""
+        assert self.host is not None
+        peer, local = w.get_extra_info("peername"), w.get_extra_info("sockname")
+        assoc = Association(self.dialer, (peer[0], port))
+        try:
+            relay = await self.host.udp_socket(local[0])
+            bound = await assoc.start(relay)
+        except OSError as e:
+            log.info("SOCKS5 %s: UDP ASSOCIATE: %s", peer, e.strerror or e)
+            w.write(reply(GENERAL_FAILURE))
+            assoc.close()
+            return
+        w.write(reply(0, bound))
+        try:
+            while await r.read(1 << 12):
+                pass  # the RFC gives the control connection nothing more to carry
+        finally:
+            assoc.close()
