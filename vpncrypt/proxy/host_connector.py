@@ -142,8 +142,8 @@ class HostConnector:
         req_id = str(self._next)
         fut: asyncio.Future[socket.socket] = loop.create_future()
         self._waiting[req_id] = fut
-        self.sock.send(" ".join((req_id, *request)).encode())
         try:
+            self.sock.send(" ".join((req_id, *request)).encode())
             return await fut
         finally:
             self._waiting.pop(req_id, None)

@@ -11,7 +11,8 @@ What a client gets (RFC 1928, 6), with BND.ADDR 0.0.0.0:0 on every failure:
     no acceptable method                        05 FF, closed
     bad credentials (RFC 1929)                  01 01, closed
     a malformed request (VER, RSV, lengths)     0x01 general failure
-    BIND, UDP ASSOCIATE or another command      0x07 command not supported
+    BIND or another command                     0x07 command not supported
+    (UDP ASSOCIATE: udp_associate.py)
     an ATYP other than 1, 3, 4                  0x08 address type not supported
     a target outside every AllowedIPs           0x04 host unreachable
     the connect's own failure                   0x03/0x04/0x05 by its errno

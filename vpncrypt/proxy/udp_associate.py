@@ -26,6 +26,9 @@ from vpncrypt.proxy.dialer import DialError, IPAddress, TunnelDialer
 log = logging.getLogger("vpncrypt.proxy")
 
 ATYP_V4, ATYP_DOMAIN, ATYP_V6 = 1, 3, 4
+# Datagrams of one association waiting for a name's lookup or a socket; more
+# are dropped (a client that floods names must not grow the proxy without bound).
+MAX_PENDING = 256
 
 
 def parse_datagram(data: bytes) -> tuple[str, int, bytes] | None:
@@ -95,6 +98,8 @@ class Association:
         if parsed is None:
             return
         host, port, payload = parsed
+        if len(self.pending) >= MAX_PENDING:
+            return
         task = asyncio.ensure_future(self._send(host, port, payload))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
