@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from tests.e2e.conftest import binary
 from tests.e2e.netns import World, genkey
@@ -30,6 +32,14 @@ DROP = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--bou
 PEER_V4, PEER_V6 = "10.77.0.1", "fd77::1"
 PEER_NAME = "peer.test"
 ECHO_PORT = 9001
+
+
+@dataclass
+class Site:
+    peer: Any  # tests.e2e.netns.Daemon: the wireguard-go
+    key: tuple[str, str]  # its private and public key
+    blob: str  # the file its HTTP server serves as /blob
+    endpoint: str
 
 
 class Proxy:
@@ -65,26 +75,38 @@ class ProxyLab:
         os.makedirs(self.etc, exist_ok=True)
         with open(os.path.join(self.etc, "resolv.conf"), "w") as f:
             f.write("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
-        link = f"vx{w.id}"
-        w._run(
-            ["ip", "link", "add", link + "p", "netns", w.n("0"), "type", "veth", "peer", "name", link + "h"]
-        )
-        w._run(["ip", "link", "set", link + "h", "netns", w.n("h")])
-        for k, dev, addr in (("0", link + "p", "172.31.0.1/24"), ("h", link + "h", "172.31.0.2/24")):
-            w.ip(k, "address", "add", addr, "dev", dev)
-            w.ip(k, "link", "set", dev, "up")
-        self.peer = w.daemon("0")
-        self.peer_key = genkey()
-        w.wg_set(self.peer, "listen-port", "51820", private=self.peer_key[0])
-        w.ip("0", "address", "add", f"{PEER_V4}/24", "dev", self.peer.iface)
-        w.ip("0", "address", "add", f"{PEER_V6}/64", "dev", self.peer.iface, "nodad")
-        w.ip("0", "link", "set", self.peer.iface, "up")
-        self.blob = os.path.join(w.tmp, "www", "blob")
-        os.makedirs(os.path.dirname(self.blob))
-        with open(self.blob, "wb") as f:
-            f.write(secrets.token_bytes(3 << 20))
-        self._helper("0", "peer", self.blob, PEER_V4, PEER_V6, PEER_NAME)
+        site = self.add_site("0", 0)
+        self.peer, self.peer_key, self.blob = site.peer, site.key, site.blob
         self._helper("h", "echo", str(ECHO_PORT))
+
+    def add_site(self, k: str, n: int) -> "Site":
+        """A wireguard-go peer in namespace k (made if new), reached from h
+        over veth 172.31.N.0/24 (it .1, h .2) and UDP 51820; its tunnel
+        addresses 10.(77+N).0.1/24 and fd(77+N)::1/64, where its servers
+        (tests.proxy.servers peer) listen; a 3 MiB file of its own."""
+        w = self.world
+        if k not in w.ns:
+            w.ns[k] = f"e2e{k}-{w.id}"
+            w._run(["ip", "netns", "add", w.ns[k]])
+            w.ip(k, "link", "set", "lo", "up")
+        link = f"vx{n}{w.id}"
+        w._run(["ip", "link", "add", link + "p", "netns", w.n(k), "type", "veth", "peer", "name", link + "h"])
+        w._run(["ip", "link", "set", link + "h", "netns", w.n("h")])
+        for ns, dev, addr in ((k, link + "p", f"172.31.{n}.1/24"), ("h", link + "h", f"172.31.{n}.2/24")):
+            w.ip(ns, "address", "add", addr, "dev", dev)
+            w.ip(ns, "link", "set", dev, "up")
+        peer, key = w.daemon(k), genkey()
+        w.wg_set(peer, "listen-port", "51820", private=key[0])
+        v4, v6 = f"10.{77 + n}.0.1", f"fd{77 + n}::1"
+        w.ip(k, "address", "add", f"{v4}/24", "dev", peer.iface)
+        w.ip(k, "address", "add", f"{v6}/64", "dev", peer.iface, "nodad")
+        w.ip(k, "link", "set", peer.iface, "up")
+        blob = os.path.join(w.tmp, f"www{n}", "blob")
+        os.makedirs(os.path.dirname(blob))
+        with open(blob, "wb") as f:
+            f.write(secrets.token_bytes(3 << 20))
+        self._helper(k, "peer", blob, v4, v6, PEER_NAME)
+        return Site(peer, key, blob, f"172.31.{n}.1:51820")
 
     def _helper(self, k: str, *args: str) -> None:
         p = self.world.popen(k, sys.executable, "-m", "tests.proxy.servers", *args, stdin=subprocess.PIPE)

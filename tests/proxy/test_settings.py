@@ -9,8 +9,8 @@ import pytest
 from vpncrypt.config.model import ConfigError
 from vpncrypt.proxy.settings import load_settings
 
-PRIV = "uCTIK+56CPyCvwJxmU5dBfuyJvPuSXAq1FzHdnIxe1Q="
-PUB = "QP+A67Z2UBrMgvNIdHv8gPel5URWNLS4B3ZQ2hQIZlg="
+PRIV = "KDOt73PyexASheURxMHYSeDyoWfXlBOVJMlSOAmsTmI="
+PUB = "ZG7hP4GGoIVIdMBvIc/uxoUyS0N05Qs+3SB/U5rJqGk="
 WG = f"""[Interface]
 Address = 10.200.200.2/32 # a comment after the value
 PrivateKey = {PRIV}
@@ -33,7 +33,7 @@ def write(tmp_path, text, name="wireproxy.conf"):
 def test_wireproxy_sample_sections(tmp_path):
     """wireproxy README's sample (its [Socks5] with credentials), unchanged in form."""
     text = WG + (
-        "\n[TCPClientTunnel]\nBindAddress = 127.0.0.1:25565\nTarget = play.example.net:25565\n"
+        "\n[TCPClientTunnel]\nBindAddress = 127.0.0.1:25565\nTarget = game.example.net:25565\n"
         "\n[TCPServerTunnel]\nListenPort = 3422\nTarget = localhost:25545\n"
         "\n[Socks5]\nBindAddress = 127.0.0.1:25344\nUsername = u\nPassword = p w\n"
         "\n[http]\nBindAddress = [::1]:25345\n"
@@ -42,7 +42,7 @@ def test_wireproxy_sample_sections(tmp_path):
     assert [f.kind for f in s.fronts] == ["TCPClientTunnel", "TCPServerTunnel", "Socks5", "http"]
     client, server, socks, http = s.fronts
     assert (client.bind.host, client.bind.port) == ("127.0.0.1", 25565)
-    assert (client.target.host, client.target.port) == ("play.example.net", 25565)
+    assert (client.target.host, client.target.port) == ("game.example.net", 25565)
     assert (server.listen_port, server.target.host, server.target.port) == (3422, "localhost", 25545)
     assert (socks.username, socks.password) == ("u", "p w")
     assert (http.bind.host, http.bind.port) == ("::1", 25345)

@@ -22,12 +22,14 @@ from tests.installed import script
 from tests.proxy.lab import DROP, PEER_NAME
 
 
-def fetch(lab, tmp_path, *args):
+def fetch(lab, tmp_path, *args, blob=None):
+    """curl ARGS into a file, which must hold what `blob` (the lab's first
+    peer's file by default) holds."""
     out = tmp_path / "got"
     os.chmod(tmp_path, 0o755)
     r = lab.curl(*args, "-o", str(out))
     assert r.returncode == 0, f"curl {' '.join(args)}: {r.stderr}\n{lab.proxies[0].log()[-3000:]}"
-    with open(lab.blob, "rb") as want, open(out, "rb") as got:
+    with open(blob or lab.blob, "rb") as want, open(out, "rb") as got:
         assert got.read() == want.read(), "the bytes differ"
 
 
