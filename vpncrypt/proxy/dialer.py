@@ -45,9 +45,12 @@ _ERRNO_REPLY = {
 
 
 class DialError(Exception):
-    def __init__(self, reply: int, why: str) -> None:
+    """reply: the SOCKS5 reply code; timed_out: no answer came (HTTP's 504)."""
+
+    def __init__(self, reply: int, why: str, timed_out: bool = False) -> None:
         super().__init__(why)
         self.reply = reply
+        self.timed_out = timed_out
 
 
 def as_address(host: str) -> IPAddress | None:
@@ -83,7 +86,9 @@ class TunnelDialer:
                 answer = await self.resolver.resolve(host, rdtype, search=False)
             except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer, dns.resolver.NoNameservers):
                 continue
-            except (dns.exception.Timeout, dns.exception.DNSException) as e:
+            except dns.exception.Timeout:
+                raise DialError(HOST_UNREACHABLE, f"{host}: no answer from the DNS servers", True) from None
+            except dns.exception.DNSException as e:
                 raise DialError(
                     HOST_UNREACHABLE, f"{host}: DNS lookup failed ({e.__class__.__name__})"
                 ) from None
@@ -102,7 +107,7 @@ class TunnelDialer:
             try:
                 return await asyncio.wait_for(asyncio.open_connection(str(addr), port), CONNECT_TIMEOUT)
             except asyncio.TimeoutError:
-                last = DialError(HOST_UNREACHABLE, f"{addr}:{port}: no answer in {CONNECT_TIMEOUT:g} s")
+                last = DialError(HOST_UNREACHABLE, f"{addr}:{port}: no answer in {CONNECT_TIMEOUT:g} s", True)
             except OSError as e:
                 code = _ERRNO_REPLY.get(e.errno or 0, GENERAL_FAILURE)
                 last = DialError(code, f"{addr}:{port}: {e.strerror or e}")

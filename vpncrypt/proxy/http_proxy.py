@@ -22,7 +22,7 @@ import hmac
 import logging
 import urllib.parse
 
-from vpncrypt.proxy.dialer import HOST_UNREACHABLE, DialError, TunnelDialer, close_writer, splice
+from vpncrypt.proxy.dialer import DialError, TunnelDialer, close_writer, splice
 from vpncrypt.proxy.settings import parse_host_port
 from vpncrypt.proxy.socks5 import HANDSHAKE_TIMEOUT
 
@@ -133,7 +133,7 @@ class HttpFront:
         try:
             return await self.dialer.connect(host, port)
         except DialError as e:
-            if e.reply == HOST_UNREACHABLE and "no answer" in str(e):
+            if e.timed_out:
                 raise Refused(504, "Gateway Timeout", str(e)) from None
             raise Refused(502, "Bad Gateway", str(e)) from None
 
