@@ -237,7 +237,7 @@ class ProxyDaemon(Daemon):
 
     def reload(self) -> None:
         log.warning(
-            "SIGHUP: vpncrypt proxy does not reload its config yet; use the UAPI (wg set) to change peers"
+            "SIGHUP: vpncrypt proxy does not reload its config yet (peers change over its UAPI socket)"
         )
 
     async def _undo(self) -> None:
