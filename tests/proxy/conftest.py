@@ -45,4 +45,6 @@ def lab():
 def proxy(lab):
     """The main proxy: 10.77.0.2 and fd77::2 in the tunnel."""
     key = lab.add_peer("10.77.0.2", "fd77::2")
-    return lab.start_proxy("wireproxy", lab.config(key, "10.77.0.2", FRONTS))
+    proxy = lab.start_proxy("wireproxy", lab.config(key, "10.77.0.2", FRONTS))
+    proxy.key = key
+    return proxy

@@ -45,6 +45,7 @@ class Site:
 class Proxy:
     def __init__(self, lab: "ProxyLab", name: str, popen: subprocess.Popen, log: str, rundir: str) -> None:
         self.lab, self.name, self.popen, self.log_path, self.rundir = lab, name, popen, log, rundir
+        self.key: tuple[str, str] | None = None  # its key pair, where the test keeps it
 
     def log(self) -> str:
         with open(self.log_path, errors="replace") as f:

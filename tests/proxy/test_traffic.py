@@ -128,3 +128,19 @@ def test_uapi_socket_in_the_users_runtime_directory(lab, proxy, tmp_path):
     assert (peer["public_key"], peer["endpoint"]) == (lab.peer_key[1], "172.31.0.1:51820")
     assert peer["latest_handshake"] > 0
     assert peer["received_bytes"] > 3 << 20  # the file came in through it
+
+
+def test_listen_port_change_over_the_uapi(lab, proxy, tmp_path):
+    """`set listen_port` over the UAPI socket (as the proxy's user): the engine
+    takes a new UDP socket, with a new receive slab for the packet link's
+    writes, and the tunnel carries on from the new port."""
+    script_text = (
+        "import socket,sys\n"
+        "s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+        "s.sendall(b'set=1\\nlisten_port=43917\\n\\n'); print(s.recv(100).decode())\n"
+    )
+    r = subprocess.run([*DROP, sys.executable, "-c", script_text, proxy.sock], capture_output=True, text=True)
+    assert r.stdout.strip() == "errno=0", r.stderr
+    fetch(lab, tmp_path, "--socks5", f"127.0.0.1:{SOCKS_PORT}", "http://10.77.0.1:8000/blob")
+    endpoints = dict(line.split("\t") for line in lab.world.endpoints(lab.peer).splitlines())
+    assert endpoints[proxy.key[1]].endswith(":43917")  # the peer saw it roam to the new port

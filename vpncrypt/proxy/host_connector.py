@@ -4,8 +4,10 @@ targets are on the host's network).
 Once unshared, the proxy cannot go back: setns(2) into the host's network
 namespace needs CAP_SYS_ADMIN over the user namespace that owns it.  So a
 child forked before the unshare stays there and makes sockets on request: it
-gets "ID tcp HOST PORT" (a connection) or "ID udp ADDRESS" (a UDP socket bound
-to ADDRESS, port 0: SOCKS5 UDP ASSOCIATE's relay) on a SOCK_SEQPACKET pair
+gets "ID tcp HOST PORT" (a connection), "ID udp ADDRESS" (a UDP socket bound
+to ADDRESS, port 0: SOCKS5 UDP ASSOCIATE's relay) or "ID outer PORT" (the
+engine's UDP socket, as `vpncrypt up` opens it: a listen-port change over the
+UAPI) on a SOCK_SEQPACKET pair
 and answers "ID ok" with the socket (SCM_RIGHTS), or "ID err ERRNO".  It dies
 with the proxy (PR_SET_PDEATHSIG, and the pair's end of file).
 """
@@ -20,6 +22,8 @@ import signal
 import socket
 import threading
 
+from vpncrypt.daemon.udpsocket import open_udp_sockets
+
 PR_SET_PDEATHSIG = 1
 CONNECT_TIMEOUT = 30.0
 
@@ -33,11 +37,12 @@ def _serve(sock: socket.socket, parent: int) -> None:
 
     def answer(req_id: str, kind: str, host: str, port: int) -> None:
         try:
-            conn = (
-                socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
-                if kind == "tcp"
-                else _udp(host)
-            )
+            if kind == "tcp":
+                conn = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+            elif kind == "outer":
+                conn = open_udp_sockets(int(host))[0]
+            else:
+                conn = _udp(host)
         except OSError as e:
             code = e.errno if e.errno else errno.EHOSTUNREACH
             with lock:
@@ -93,6 +98,31 @@ class HostConnector:
         mine.setblocking(False)
         return cls(mine, pid)
 
+    def outer_udp(self, port: int) -> socket.socket:
+        """The engine's new UDP socket on `port` in the host's namespace,
+        waited for (a listen-port change is applied in one synchronous
+        step); the other answers that come meanwhile are handed on."""
+        self._next += 1
+        req_id = str(self._next)
+        self.sock.settimeout(CONNECT_TIMEOUT)  # blocking, for this call
+        try:
+            self.sock.send(f"{req_id} outer {port}".encode())
+            while True:
+                msg, fds, _flags, _addr = socket.recv_fds(self.sock, 512, 1)
+                if not msg:
+                    self._fail_all()
+                    raise OSError(errno.EPIPE, "the host-side helper exited")
+                got, status, *rest = msg.decode().split(" ")
+                if got != req_id:
+                    self._answer(got, status, rest, fds)
+                elif status == "ok" and fds:
+                    return socket.socket(fileno=fds[0])
+                else:
+                    code = int(rest[0]) if rest else errno.EIO
+                    raise OSError(code, os.strerror(code))
+        finally:
+            self.sock.setblocking(False)
+
     def _readable(self) -> None:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(self.sock, 512, 1)
@@ -104,6 +134,9 @@ class HostConnector:
             self._fail_all()
             return
         req_id, status, *rest = msg.decode().split(" ")
+        self._answer(req_id, status, rest, fds)
+
+    def _answer(self, req_id: str, status: str, rest: list[str], fds: list[int]) -> None:
         fut = self._waiting.pop(req_id, None)
         if status == "ok" and fds:
             conn = socket.socket(fileno=fds[0])

@@ -82,7 +82,7 @@ class PacketLink(TunBatch):
             4: (ifname, ETH_P_IP, 0, 0, peer_mac),
             6: (ifname, ETH_P_IPV6, 0, 0, peer_mac),
         }
-        self._views: dict[int, memoryview] = {}
+        self._view: tuple[Any, memoryview] | None = None  # (the array, a view of it)
 
     def twin(self) -> "PacketLink":
         return PacketLink(self.sock, self.ifname, self.peer_mac, self.mtu, self.batch)
@@ -91,12 +91,11 @@ class PacketLink(TunBatch):
         return False
 
     def _view_of(self, buf: Any) -> memoryview:
-        """A memoryview of a cffi array (the receive slab), kept per array."""
-        key = int(ffi.cast("uintptr_t", buf))
-        view = self._views.get(key)
-        if view is None:
-            view = self._views[key] = memoryview(ffi.buffer(buf)).cast("B")
-        return view
+        """A memoryview of a cffi array (a receive slab), kept for the last
+        array only (a new socket's slab replaces it: the old one is freed)."""
+        if self._view is None or self._view[0] is not buf:
+            self._view = (buf, memoryview(ffi.buffer(buf)).cast("B"))
+        return self._view[1]
 
     def write(self, buf: Any, off: Any, lens: Any, n: int) -> tuple[int, int]:
         """Send n packets (buf[off[i]:off[i]+lens[i]]); (sent, first errno).

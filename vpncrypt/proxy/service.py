@@ -11,6 +11,7 @@ server and timers as `vpncrypt up`) on the packet link, and the front ends.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import socket
@@ -20,7 +21,9 @@ from typing import Any
 
 from vpncrypt.config.model import Config
 from vpncrypt.config import ConfigError, syncconf_operations
+from vpncrypt.daemon.control import ControlError
 from vpncrypt.daemon.daemon import Daemon, StartupError, describe
+from vpncrypt.daemon.device_control import DeviceControl
 from vpncrypt.daemon.data_plane import BATCH, MAX_PACKET
 from vpncrypt.daemon.udpsocket import open_udp_sockets
 from vpncrypt.daemon.uapi import apply_operations, socket_path, start_uapi_server
@@ -89,11 +92,11 @@ class Prepared:
 
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
-        self.host: HostConnector | None = None
+        # first: it inherits none of the sockets below; always, since a
+        # listen-port change over the UAPI needs a socket in the host's namespace
+        self.host = HostConnector.fork()
         self.listeners: list[tuple[Front, socket.socket]] = []
         self.udp: list[socket.socket] = []
-        if any(f.kind in ("TCPServerTunnel", "Socks5") for f in settings.fronts):
-            self.host = HostConnector.fork()  # first: it inherits none of the sockets below
         try:
             self.udp = open_udp_sockets(settings.wg.interface.listen_port or 0)
         except OSError:
@@ -116,8 +119,7 @@ class Prepared:
             s.close()
         for s in self.udp:
             s.close()
-        if self.host is not None:
-            self.host.close()
+        self.host.close()
 
 
 def link_plan(cfg: Config) -> LinkPlan:
@@ -132,6 +134,21 @@ def link_plan(cfg: Config) -> LinkPlan:
     )
 
 
+class ProxyControl(DeviceControl):
+    """The UAPI's control, with a new listen port checked where the socket
+    will be (the host's namespace), not in the tunnel's: by making that
+    socket, which rebind() then takes (the helper closes its copy in a
+    thread of its own, so a second socket on the port could race it)."""
+
+    def _check_port(self, port: int) -> None:
+        if not port or port == self.d.listen_port:
+            return
+        try:
+            self.d.reserve_outer(port)
+        except OSError as e:
+            raise ControlError(e.errno or errno.EADDRINUSE, e.strerror or str(e)) from None
+
+
 class ProxyDaemon(Daemon):
     """The daemon on a namespace's packet link, with the proxy's front ends."""
 
@@ -144,6 +161,8 @@ class ProxyDaemon(Daemon):
         self.servers: list[asyncio.AbstractServer] = []
         self.connections: set[asyncio.Task[None]] = set()
         self.v6 = prepared.udp[0].family == socket.AF_INET6
+        self.reserved: tuple[int, socket.socket] | None = None  # ProxyControl's, for rebind()
+        self.control = ProxyControl(self)  # type: ignore[no-untyped-call]  # (DeviceControl is not annotated)
 
     def resolve_endpoints(self) -> None:
         """The peers' Endpoint names, looked up in the host's namespace (so
@@ -160,6 +179,26 @@ class ProxyDaemon(Daemon):
                 raise ConfigError(
                     f"{cfg.path}:{line}: [Peer] Endpoint: {describe(got)}", path=cfg.path, line=line
                 )
+
+    def reserve_outer(self, port: int) -> None:
+        """The socket for a new listen port, made now (ProxyControl's check)."""
+        self._drop_reserved()
+        self.reserved = (port, self.prepared.host.outer_udp(port))
+
+    def _drop_reserved(self) -> None:
+        if self.reserved is not None:
+            self.reserved[1].close()
+            self.reserved = None
+
+    def _outer_sockets(self, port: int, count: int) -> list[socket.socket]:
+        """rebind()'s new socket (one: the proxy has one queue), made by the
+        helper in the host's namespace: one made here would be in the
+        tunnel's namespace, with no way to the peers."""
+        if self.reserved is not None and self.reserved[0] == port:
+            sock, self.reserved = self.reserved[1], None
+            return [sock]
+        self._drop_reserved()
+        return [self.prepared.host.outer_udp(port)]
 
     def routable(self, addr: IPAddress) -> bool:
         return any(addr in net for net in self._dp.allowed_ips() if net.version == addr.version)
@@ -218,7 +257,7 @@ class ProxyDaemon(Daemon):
             log.info("[%s] on %s", front.kind, front.bind)
         for front in self.settings.fronts:
             if front.kind == "TCPServerTunnel":
-                assert self.prepared.host is not None and front.target is not None
+                assert front.target is not None
                 handler = server_tunnel(self.prepared.host, front.target)
                 self.servers.append(
                     await asyncio.start_server(self._serve(handler), host=None, port=front.listen_port)
@@ -248,5 +287,6 @@ class ProxyDaemon(Daemon):
         if self.connections:
             await asyncio.gather(*self.connections, return_exceptions=True)
         self.servers = []
+        self._drop_reserved()
         await super()._undo()
         self.prepared.close()
