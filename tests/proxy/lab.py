@@ -7,7 +7,10 @@ as nobody with no capability in another, a veth pair between them.
 
 The namespaces are the test's own (random names), so the fixed addresses and
 ports meet nothing else.  A proxy's files (config, runtime directory) are in
-a directory of the lab's that nobody can read.
+a directory of the lab's that nobody can read.  So that nobody can load the
+code, the directories above the checkout and the venv that others cannot
+enter (CI clones into a mktemp -d folder, mode 0700) get the search bit
+(o+x, not o+r) while the lab stands, and their modes back after.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import pwd
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -56,13 +60,31 @@ class Proxy:
         return os.path.join(self.rundir, "vpncrypt", f"{self.name}.sock")
 
 
+def open_ancestors(*paths: str) -> list[tuple[str, int]]:
+    """o+x on the directories at and above `paths` that lack it: [(dir, old mode)]."""
+    changed: list[tuple[str, int]] = []
+    for path in paths:
+        d = os.path.realpath(path)
+        while True:
+            mode = stat.S_IMODE(os.stat(d).st_mode)
+            if not mode & 0o001 and d not in [c for c, _m in changed]:
+                os.chmod(d, mode | 0o001)
+                changed.append((d, mode))
+            if d == "/":
+                break
+            d = os.path.dirname(d)
+    return changed
+
+
 class ProxyLab:
     def __init__(self) -> None:
-        self.world = World(binary("wireguard-go"), names=("0", "h"))
-        self.etc = os.path.join("/etc/netns", self.world.n("h"))
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.opened = open_ancestors(repo, sys.prefix)
         self.proxies: list[Proxy] = []
         self.helpers: list[subprocess.Popen] = []
         try:
+            self.world = World(binary("wireguard-go"), names=("0", "h"))
+            self.etc = os.path.join("/etc/netns", self.world.n("h"))
             self._build()
         except BaseException:
             self.close()
@@ -189,6 +211,14 @@ class ProxyLab:
         return [(bytes.fromhex(a["reply"]), a["closed"]) for a in json.loads(r.stdout)]
 
     def close(self) -> None:
+        try:
+            if hasattr(self, "world"):
+                self._close_world()
+        finally:
+            for d, mode in reversed(self.opened):
+                os.chmod(d, mode)
+
+    def _close_world(self) -> None:
         for p in self.proxies:
             if p.popen.poll() is None:
                 p.popen.terminate()
