@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import errno
+import functools
 import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 
 from vpncrypt.daemon.udpsocket import open_udp_sockets
 
@@ -28,37 +30,38 @@ PR_SET_PDEATHSIG = 1
 CONNECT_TIMEOUT = 30.0
 
 
-def _serve(sock: socket.socket, parent: int) -> None:
-    """The child's loop: one thread per request (a slow connect waits alone)."""
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before the prctl
-        return
+def _serve(sock: socket.socket) -> None:
+    """The child's loop on one channel.  A connect runs in a thread of its
+    own (a slow one waits alone); a UDP socket is made and sent here, and the
+    child's copy closed before the next request is read: a request that
+    binds the same port next (the UAPI's check of a new listen port, then
+    the rebind) never meets the copy of the one before."""
     lock = threading.Lock()
 
-    def answer(req_id: str, kind: str, host: str, port: int) -> None:
+    def answer(req_id: str, make: Callable[[], socket.socket]) -> None:
         try:
-            if kind == "tcp":
-                conn = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
-            elif kind == "outer":
-                conn = open_udp_sockets(int(host))[0]
-            else:
-                conn = _udp(host)
+            made = make()
         except OSError as e:
-            code = e.errno if e.errno else errno.EHOSTUNREACH
             with lock:
-                sock.send(f"{req_id} err {code}".encode())
+                sock.send(f"{req_id} err {e.errno or errno.EHOSTUNREACH}".encode())
             return
-        with lock, conn:
-            socket.send_fds(sock, [f"{req_id} ok".encode()], [conn.fileno()])
+        with lock, made:
+            socket.send_fds(sock, [f"{req_id} ok".encode()], [made.fileno()])
 
     while True:
         msg = sock.recv(512)
         if not msg:
             return
         req_id, kind, host, *port = msg.decode().split(" ")
-        threading.Thread(
-            target=answer, args=(req_id, kind, host, int(port[0]) if port else 0), daemon=True
-        ).start()
+        if kind == "tcp":
+            connect = functools.partial(
+                socket.create_connection, (host, int(port[0])), timeout=CONNECT_TIMEOUT
+            )
+            threading.Thread(target=answer, args=(req_id, connect), daemon=True).start()
+        elif kind == "outer":
+            answer(req_id, lambda: open_udp_sockets(int(host))[0])
+        else:
+            answer(req_id, functools.partial(_udp, host))
 
 
 def _udp(address: str) -> socket.socket:
@@ -75,8 +78,10 @@ def _udp(address: str) -> socket.socket:
 class HostConnector:
     """connect(host, port) in the namespace the proxy started in."""
 
-    def __init__(self, sock: socket.socket, pid: int) -> None:
-        self.sock = sock
+    def __init__(self, sock: socket.socket, sync: socket.socket, pid: int) -> None:
+        self.sock = sock  # the loop's channel (non-blocking, read by the loop)
+        self.sync = sync  # the blocking one, for calls from any thread (one at a time)
+        self._sync_lock = threading.Lock()
         self.pid = pid
         self._next = 0
         self._waiting: dict[str, asyncio.Future[socket.socket]] = {}
@@ -86,42 +91,42 @@ class HostConnector:
     def fork(cls) -> "HostConnector":
         """The child, forked now (before the unshare and any thread)."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sync, sync_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child (coverage does not follow it)
             mine.close()
+            sync.close()
             try:
-                _serve(theirs, parent)
+                ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() == parent:  # (else the parent died before the prctl)
+                    threading.Thread(target=_serve, args=(sync_theirs,), daemon=True).start()
+                    _serve(theirs)
             finally:
                 os._exit(0)
         theirs.close()
+        sync_theirs.close()
         mine.setblocking(False)
-        return cls(mine, pid)
+        sync.settimeout(CONNECT_TIMEOUT)
+        return cls(mine, sync, pid)
 
     def outer_udp(self, port: int) -> socket.socket:
         """The engine's new UDP socket on `port` in the host's namespace,
-        waited for (a listen-port change is applied in one synchronous
-        step); the other answers that come meanwhile are handed on."""
-        self._next += 1
-        req_id = str(self._next)
-        self.sock.settimeout(CONNECT_TIMEOUT)  # blocking, for this call
-        try:
-            self.sock.send(f"{req_id} outer {port}".encode())
-            while True:
-                msg, fds, _flags, _addr = socket.recv_fds(self.sock, 512, 1)
-                if not msg:
-                    self._fail_all()
-                    raise OSError(errno.EPIPE, "the host-side helper exited")
-                got, status, *rest = msg.decode().split(" ")
-                if got != req_id:
-                    self._answer(got, status, rest, fds)
-                elif status == "ok" and fds:
-                    return socket.socket(fileno=fds[0])
-                else:
-                    code = int(rest[0]) if rest else errno.EIO
-                    raise OSError(code, os.strerror(code))
-        finally:
-            self.sock.setblocking(False)
+        waited for on the blocking channel (the UAPI's check of a new port
+        runs on a worker thread, the rebind on the loop: a listen-port
+        change is applied in one synchronous step)."""
+        with self._sync_lock:
+            self.sync.send(f"0 outer {port}".encode())
+            msg, fds, _flags, _addr = socket.recv_fds(self.sync, 512, 1)
+        if not msg:
+            raise OSError(errno.EPIPE, "the host-side helper exited")
+        _id, status, *rest = msg.decode().split(" ")
+        if status == "ok" and fds:
+            return socket.socket(fileno=fds[0])
+        for fd in fds:
+            os.close(fd)
+        code = int(rest[0]) if rest else errno.EIO
+        raise OSError(code, os.strerror(code))
 
     def _readable(self) -> None:
         try:
@@ -186,6 +191,7 @@ class HostConnector:
             self._loop.remove_reader(self.sock.fileno())
             self._loop = None
         self.sock.close()
+        self.sync.close()
         try:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
