@@ -35,7 +35,7 @@ done
 deb_packages=(
     gcc libc6-dev libsodium-dev libssl-dev pkg-config clang llvm libclang-rt-14-dev
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
-    wireguard-go wireguard-tools iproute2 nftables iperf3 iputils-ping procps stress-ng
+    wireguard-go wireguard-tools iproute2 nftables iperf3 iputils-ping procps stress-ng curl
     systemd systemd-container dpkg-dev prometheus
 )
 if [ "$lint_only" = 1 ]; then

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from . import bench, keys, show, up
+from . import bench, keys, proxy, show, up
 from .go import go_main
 from .up import hold_sighup
 
@@ -38,6 +38,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     up.register(sub)
     keys.register(sub)
     show.register(sub)
+    proxy.register(sub)
     if _command(argv) not in sub.choices:  # a bench, a typo (listed with the benches) or --help
         bench.register(sub)
     return parser

@@ -372,12 +372,9 @@ def _parse_value(key: str, value: str):
     raise AssertionError(key)  # pragma: no cover
 
 
-def load_config(path: str | os.PathLike) -> Config:
-    """Read and parse ``path``. Refuses a file holding a PrivateKey or
-    PresharedKey that group/others can read, or that another user owns."""
-    from ..permissions import secret_file_problem
-
-    path = os.fspath(path)
+def read_config_file(path: str) -> tuple[bytes, os.stat_result]:
+    """A config file's bytes and its stat (for the secret-file check);
+    ConfigError if it cannot be opened or is not a regular file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
@@ -387,9 +384,18 @@ def load_config(path: str | os.PathLike) -> Config:
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError(f"{path}: not a regular file", path=path)
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read()
+            return f.read(), st
     finally:
         os.close(fd)
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    """Read and parse ``path``. Refuses a file holding a PrivateKey or
+    PresharedKey that group/others can read, or that another user owns."""
+    from ..permissions import secret_file_problem
+
+    path = os.fspath(path)
+    data, st = read_config_file(path)
     cfg = parse_config(data, path)
     has_secret = cfg.interface.private_key is not None or any(p.preshared_key is not None for p in cfg.peers)
     if has_secret:

@@ -245,13 +245,18 @@ class Daemon:
         all), together; the old ones closed once the new ones are in."""
         if port and port == self.listen_port:
             return
-        socks = open_udp_sockets(port, self.fwmark, count=max(1, len(self.udps)))
+        socks = self._outer_sockets(port, max(1, len(self.udps)))
         old = self.udps
         self._use_sockets(socks)
         self._dp.replace_udp(self.udps)
         for u in old:
             u.sock.close()
         log.info("listening on UDP port %d (%s)", self.listen_port, "IPv4+IPv6" if self.v6 else "IPv4 only")
+
+    def _outer_sockets(self, port: int, count: int) -> list:
+        """`count` new UDP sockets on `port` for rebind() (`vpncrypt proxy`
+        makes them in the namespace it started in)."""
+        return open_udp_sockets(port, self.fwmark, count=count)
 
     def _use_sockets(self, socks: list) -> None:
         self.udps = self._dp.udp_sockets(socks)

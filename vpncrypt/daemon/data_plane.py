@@ -170,14 +170,23 @@ class DataPlane:
         # (or, with tun_offloads off, keeps them off): reads split TSO/USO
         # super-packets, writes coalesce flows (GRO).
         offloads = OFFLOAD_ALL if self.tun_offloads else 0
-        self._inners = [TunBatch(fd, mtu=MAX_PACKET, batch=BATCH, offloads=offloads) for fd in fds]
-        self.inner = inner = self._inners[0]
+        inners = [TunBatch(fd, mtu=MAX_PACKET, batch=BATCH, offloads=offloads) for fd in fds]
         log.info(
             "TUN offloads: %s",
-            ", ".join(offload_names(inner.offloads)) or "off" if inner.vnet_hdr else "none (no IFF_VNET_HDR)",
+            ", ".join(offload_names(inners[0].offloads)) or "off"
+            if inners[0].vnet_hdr
+            else "none (no IFF_VNET_HDR)",
         )
         if len(fds) > 1:
             log.info("%d queues: a TUN queue and a UDP socket each", len(fds))
+        self.start_inner(udps, inners, loop=loop, mtu=mtu, on_fatal=on_fatal)
+
+    def start_inner(self, udps: list, inners: list, *, loop, mtu: int, on_fatal) -> None:
+        """Start on these inner links, one per UDP socket: the TUN's queues
+        (start), or any object with TunBatch's interface (`vpncrypt proxy`'s
+        packet socket on a namespace's veth: vpncrypt.proxy.packet_link)."""
+        self._inners = list(inners)
+        self.inner = self._inners[0]
         self.device.set_mtu(mtu)
         self.start_engine(udps, self._inners, loop=loop, on_fatal=on_fatal)
 
