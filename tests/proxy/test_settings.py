@@ -155,3 +155,28 @@ def test_secret_readable_by_others_is_refused(tmp_path):
     os.chmod(path, 0o644)
     with pytest.raises(ConfigError):
         load_settings(path)
+
+
+def test_a_peer_without_allowed_ips_takes_everything_as_in_wireproxy(tmp_path):
+    """wireproxy's README sample has a [Peer] with no AllowedIPs; wireproxy
+    gives it allowed_ip=0.0.0.0/0 and ::0/0. Its DNS is used, so no warning
+    that DNS is ignored."""
+    text = WG.replace("AllowedIPs = 0.0.0.0/0\n", "") + "\n[Socks5]\nBindAddress = 127.0.0.1:25344\n"
+    s = load_settings(write(tmp_path, text))
+    assert [str(n) for n in s.wg.peers[0].allowed_ips] == ["0.0.0.0/0", "::/0"]
+    assert s.wg.warnings == ()
+
+
+def test_a_peer_with_allowed_ips_keeps_them(tmp_path):
+    s = load_settings(write(tmp_path, WG + "\n[Socks5]\nBindAddress = 127.0.0.1:25344\n"))
+    assert [str(n) for n in s.wg.peers[0].allowed_ips] == ["0.0.0.0/0"]
+
+
+@pytest.mark.parametrize("key", ["CheckAlive = 10.200.200.1", "checkaliveinterval = 5"])
+def test_wireproxy_health_check_keys_are_named_not_unknown(tmp_path, key):
+    text = WG.replace("DNS = 10.200.200.1\n", f"DNS = 10.200.200.1\n{key}\n")
+    path = write(tmp_path, text + "\n[Socks5]\nBindAddress = 127.0.0.1:25344\n")
+    with pytest.raises(ConfigError) as e:
+        load_settings(path)
+    name = "CheckAlive" if key.startswith("Check") else "CheckAliveInterval"
+    assert str(e.value) == f"{path}:5: [Interface] {name}: not supported by vpncrypt proxy yet"

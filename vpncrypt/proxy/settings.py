@@ -14,8 +14,9 @@ one line, FILE:LINE: [Section] Key: reason (ConfigError).
 
 from __future__ import annotations
 
+import ipaddress
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vpncrypt.config.model import Config, ConfigError
@@ -35,6 +36,9 @@ _LATER = {
     "udpservertunnel": "UDPServerTunnel",
     "stdiotunnel": "STDIOTunnel",
 }
+# wireproxy's [Interface] keys of its own (a health check by ping): named
+# rather than left to vpncrypt's parser, which would call them unknown
+_INTERFACE_LATER = {"checkalive": "CheckAlive", "checkaliveinterval": "CheckAliveInterval"}
 _REQUIRED = {"Socks5": "BindAddress", "http": "BindAddress", "TCPClientTunnel": "BindAddress"}
 
 
@@ -106,6 +110,7 @@ class _Reader:
         section: str | None = None  # a proxy section's canonical name, else None
         values: dict[str, tuple[int, str]] = {}
         header = 0
+        wg_section = ""
         for lineno, raw in enumerate(data.split(b"\n"), start=1):
             text = raw.split(b"#", 1)[0].strip()
             if text.startswith(b"["):
@@ -114,6 +119,9 @@ class _Reader:
                 if name in _LATER:
                     raise self.err(lineno, _LATER[name], None, "not supported by vpncrypt proxy yet")
                 section, header, values = (_PROXY_KEYS[name][0] if name in _PROXY_KEYS else None), lineno, {}
+                wg_section = name
+            elif section is None and wg_section == "interface" and text:
+                self._interface_later(lineno, text)
             elif section is not None and text:
                 self._value(section, lineno, text, values)
             elif section is None and header == 0 and text:
@@ -124,6 +132,11 @@ class _Reader:
                 kept.append(raw)
         self._close(section, header, values)
         return b"\n".join(kept)
+
+    def _interface_later(self, lineno: int, text: bytes) -> None:
+        key = _INTERFACE_LATER.get(text.decode("utf-8", "replace").partition("=")[0].strip().lower())
+        if key is not None:
+            raise self.err(lineno, "Interface", key, "not supported by vpncrypt proxy yet")
 
     def _top(self, lineno: int, text: bytes) -> None:
         key, sep, value = text.decode("utf-8", "replace").partition("=")
@@ -221,7 +234,23 @@ def _wg_part(reader: _Reader, rest: bytes, st: os.stat_result) -> Config:
     if wg.interface.private_key is None:
         raise ConfigError(f"{path}: [Interface] PrivateKey: missing", path=path)
     _check_interface(wg, path)
-    return wg
+    return _as_wireproxy(wg)
+
+
+# wireproxy sends `allowed_ip=0.0.0.0/0` and `::0/0` for a [Peer] without
+# AllowedIPs (its README's sample has none), so such a peer takes every
+# destination; vpncrypt up's reading (a peer that takes nothing) would answer
+# every request "host unreachable"
+_EVERYTHING = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
+
+
+def _as_wireproxy(wg: Config) -> Config:
+    """What wireproxy makes of the wg-quick part where vpncrypt up reads it
+    otherwise: the default AllowedIPs above, and DNS, which the proxy uses
+    (vpncrypt up's warning that it ignores DNS would be untrue here)."""
+    peers = tuple(p if p.allowed_ips else replace(p, allowed_ips=_EVERYTHING) for p in wg.peers)
+    warnings = tuple(w for w in wg.warnings if "[Interface] DNS is ignored" not in w)
+    return replace(wg, peers=peers, warnings=warnings)
 
 
 def _check_interface(wg: Config, path: str) -> None:
