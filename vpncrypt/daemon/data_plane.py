@@ -17,9 +17,10 @@ import os
 import time
 from typing import Any, Iterator, Optional
 
-from ..dataplane.engine import EngineCounters
+from ..dataplane.engine import FAIR_QUEUE_REASONS, EngineCounters
 from ..dataplane.io import UdpBatchSocket
 from ..dataplane.sockopts import socket_drops
+from ..drop_reasons import DropReason
 from ..wire import DEFAULT_MTU
 from .get_reader import GetReader
 from .peer_metrics import HandshakeStats, MetricRow
@@ -232,7 +233,7 @@ class DataPlane:
         table's per-peer ones (metric_rows() and a get's snapshot_parts()
         add them up in the pass over the peers they make)."""
         dev = self.device
-        out = {"drop_" + k: v for k, v in dev.drops(peers=peer_drops).items()}
+        out = {"drop_" + k: v for k, v in self.drops(udp, peer_drops=peer_drops).items()}
         eng = self.engine
         if eng is not None:
             for k, v in self.engine_counters().as_dict().items():
@@ -252,18 +253,9 @@ class DataPlane:
             for k, (rx, tx) in enumerate(workers):
                 out[f"queue_{k}_rx_packets"] = rx.counters.rx_batch_packets
                 out[f"queue_{k}_tx_packets"] = tx.counters.tx_batch_packets
-        udps = [rx.udp for rx, _tx in workers] or ([udp] if udp is not None else [])
-        if udps:
-            # the kernel's count for our sockets (receive buffer full), and
-            # datagrams too large for a receive slot; with those of the
-            # sockets a ListenPort change closed (counters never go back)
-            overflow, truncated = _socket_drops(udps)
-            out["drop_socket_overflow"] = overflow + self._closed_drops[0]
-            truncated += self._closed_drops[1]
-            if truncated:
-                out["drop_truncated"] = truncated
-        if eng is not None:
-            out.update(eng.fair_queue_counters())  # present (0 or more) when the option is on
+        fq = eng.fair_queue_counters() if eng is not None else None
+        if fq is not None:
+            out["fair_queue_packets"] = fq[1]
         out["handshakes_sent"] = dev.counters.handshakes_sent
         out["handshakes_completed"] = dev.counters.handshakes_completed
         out["handshakes_failed"] = self.stats.failed
@@ -278,6 +270,29 @@ class DataPlane:
             out["asyncio_tasks"] = len(asyncio.all_tasks(loop))
         out["pending_timers"] = pending_timers
         out["open_fds"] = open_fds()
+        return out
+
+    def drops(self, udp, *, peer_drops: bool = True) -> dict[DropReason, int]:
+        """Every reason the interface counts, 0 or more (the fair queue's
+        only while it is on), each the sum of every layer that counts it:
+        the protocol core and the session table (Device.drops), the UDP
+        sockets (with those a ListenPort change closed: counters never go
+        back) and the fair queue."""
+        eng = self.engine
+        fq = eng.fair_queue_counters() if eng is not None else None
+        out = dict.fromkeys((r for r in DropReason if fq is not None or r not in FAIR_QUEUE_REASONS), 0)
+        for reason, n in self.device.drops(peers=peer_drops).items():
+            out[reason] += n
+        workers = queue_workers(eng)
+        udps = [rx.udp for rx, _tx in workers] or ([udp] if udp is not None else [])
+        # the kernel's count for our sockets (receive buffer full), and
+        # datagrams too large for a receive slot
+        overflow, truncated = _socket_drops(udps)
+        out[DropReason.SOCKET_OVERFLOW] += overflow + self._closed_drops[0]
+        out[DropReason.TRUNCATED] += truncated + self._closed_drops[1]
+        if fq is not None:
+            for reason, n in fq[0].items():
+                out[reason] += n
         return out
 
     def engine_counters(self) -> EngineCounters:

@@ -37,6 +37,7 @@ import os
 from typing import Any, Callable, Optional
 
 from ..dataplane.engine import BATCH_SIZE_BOUNDS
+from ..drop_reasons import DropReason
 from .webconfig import WebConfig
 
 log = logging.getLogger("vpncrypt.daemon")
@@ -176,7 +177,7 @@ _INTERFACE_COUNTERS = (
         "counter",
         "vpncrypt_cookie_replies_sent",
         "Cookie replies sent to handshake messages that came without a valid mac2 under load.",
-        "drop_cookie_sent",
+        "drop_" + DropReason.COOKIE_SENT,
         0,
     ),
     (
@@ -237,7 +238,7 @@ def _families(state: dict):
         "vpncrypt_drops", "Messages and packets dropped, by reason.", labels=["interface", "reason"]
     )
     for k, v in sorted(c.items()):
-        if k.startswith("drop_") and k != "drop_cookie_sent":
+        if k.startswith("drop_") and k != "drop_" + DropReason.COOKIE_SENT:
             drops.add_metric([iface, k[5:]], v)
     yield drops
     batches = CounterMetricFamily(

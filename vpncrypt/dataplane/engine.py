@@ -105,6 +105,7 @@ from collections import deque
 
 from vpncrypt.dataplane.handshake_workers import HandshakeWorkers
 from vpncrypt.dataplane.unreachable import UnreachableReplies
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.protocol.events import NOTHING
 from vpncrypt.wire import TRANSPORT_OVERHEAD
 
@@ -131,6 +132,16 @@ _SEAL_ROOM = TRANSPORT_OVERHEAD + 16  # the header, the tag and up to 15 bytes o
 # The loop's own path seals staged packets and keepalives, this many at a time.
 _STAGED_BATCH = 16
 _IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
+# The fair queue's drops: its C counters (vc_fq_stats, native/vc_io.h) by
+# the reason each counts; with CoDel's on the receiving sockets (aqm), what
+# the data plane lists, at 0 or more, while the fair queue is on.
+FAIR_QUEUE_DROPS: dict[str, DropReason] = {
+    "codel_drops": DropReason.FQ_CODEL,
+    "overlimit_drops": DropReason.FQ_OVERFLOW,
+    "too_big": DropReason.FQ_TOO_BIG,
+    "nomem_drops": DropReason.FQ_NOMEM,
+}
+FAIR_QUEUE_REASONS = (DropReason.AQM, *FAIR_QUEUE_DROPS.values())
 
 
 # Batch sizes are counted in buckets of at most 1, 2, 4, ... 128 packets (the
@@ -556,31 +567,24 @@ class Engine:
         none for the pure-Python backend."""
         return [(rx, tx) for _udp, _inner, rx, tx in self._pairs]
 
-    def fair_queue_counters(self) -> dict[str, int]:
-        """With fair_queue, its counters summed over the queues, each present
-        (0 or more): what it dropped, "drop_aqm" (the receive rounds' CoDel,
-        every receiving socket's state), "drop_fq_codel", "drop_fq_overflow"
-        "drop_fq_too_big" and "drop_fq_nomem" (the send rounds' fair queues:
-        CoDel, the byte or packet cap, a packet longer than the TUN's slot or
-        no IP packet at all, no memory for its buffer), and
-        "fair_queue_packets" (packets the send rounds' queues took in); empty
-        without it."""
+    def fair_queue_counters(self) -> tuple[dict[DropReason, int], int] | None:
+        """With fair_queue, its counters summed over the queues: what it
+        dropped, by reason (every one of FAIR_QUEUE_REASONS, 0 or more: aqm,
+        the receive rounds' CoDel over every receiving socket's state; the
+        send rounds' fair queues' by FAIR_QUEUE_DROPS), and the packets the
+        send rounds' queues took in; None without it."""
         if not self.fair_queue:
-            return {}
-        out = dict.fromkeys(
-            ("drop_aqm", "drop_fq_codel", "drop_fq_overflow", "drop_fq_too_big", "drop_fq_nomem"), 0
-        )
-        out["fair_queue_packets"] = 0
-        out["drop_aqm"] = self._aqm_retired
+            return None
+        drops = dict.fromkeys(FAIR_QUEUE_REASONS, 0)
+        drops[DropReason.AQM] = self._aqm_retired
+        packets = 0
         for rx, tx in self.queue_workers():
-            out["drop_aqm"] += getattr(rx.udp, "aqm_dropped", 0)
+            drops[DropReason.AQM] += getattr(rx.udp, "aqm_dropped", 0)
             st = tx.path.fair_queue_stats()
-            out["drop_fq_codel"] += st["codel_drops"]
-            out["drop_fq_overflow"] += st["overlimit_drops"]
-            out["drop_fq_too_big"] += st["too_big"]
-            out["drop_fq_nomem"] += st["nomem_drops"]
-            out["fair_queue_packets"] += st["enqueued"]
-        return out
+            for field, reason in FAIR_QUEUE_DROPS.items():
+                drops[reason] += st[field]
+            packets += st["enqueued"]
+        return drops, packets
 
     def _retire(self, udp) -> None:
         """A receiving object the engine stops using: its CoDel drops stay

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.protocol import messages as M
 from vpncrypt.protocol.events import (
     NOTHING,
@@ -538,7 +539,7 @@ class DataPath:
         if excess > 0:
             for _ in range(excess):
                 q.popleft()
-            self.dev.drop("queue_full", peer, excess)
+            self.dev.drop(DropReason.QUEUE_FULL, peer, excess)
 
     def send_staged(self, peer: Peer, out: Output, keepalive: bool | None = None) -> None:
         """What waits for the peer goes out as an Output Sealing (what still
@@ -580,4 +581,4 @@ class DataPath:
         n = sum(1 for p in peer.staged if p)
         peer.staged.clear()
         if n:
-            self.dev.drop("staged_flushed", peer, n)
+            self.dev.drop(DropReason.STAGED_FLUSHED, peer, n)

@@ -72,6 +72,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from vpncrypt.crypto import get_backend
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.counters import Counters
 from vpncrypt.protocol.datapath import BatchPath, DataPath, RoundResults
@@ -293,13 +294,13 @@ class Device:
         """The peer has a current keypair (usable or not)."""
         return self.table.stats(peer.pid, self.table.clock_offset()).current is not None
 
-    def drops(self, peers: bool = True) -> dict[str, int]:
+    def drops(self, peers: bool = True) -> dict[DropReason, int]:
         """Every drop by reason: the handshake side's and the session table's
         (its own and, with peers, every peer's: a walk over all of them,
         which a get or a scrape that reads every peer anyway does not need;
         see GetReader)."""
         total = {k: v for k, v in self.counters.drops.items() if v}
-        parts: list[dict[str, int]] = [self.table.drops()]
+        parts: list[dict[DropReason, int]] = [self.table.drops()]
         if peers:
             parts.extend(self.table.stats(p.pid, 0.0).drops for p in self.peers.values())
         for part in parts:
@@ -316,7 +317,7 @@ class Device:
         self._last_wall = t
         return t
 
-    def drop(self, reason: str, peer: Peer | None = None, n: int = 1) -> None:
+    def drop(self, reason: DropReason, peer: Peer | None = None, n: int = 1) -> None:
         self.counters.drop(reason, n)
         if peer is not None:
             peer.counters.drop(reason, n)

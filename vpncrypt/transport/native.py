@@ -16,6 +16,7 @@ import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, Protocol, TypeVar
 
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.transport.cnative import CData, ffi, lib
 from vpncrypt.transport import status as S
 from vpncrypt.transport.endpoint_cache import endpoint_from_addr, endpoint_to_addr
@@ -699,7 +700,7 @@ class NativeTable:
             self._info(st.next) if _keypairs else None,
         )
 
-    def drops(self) -> dict[str, int]:
+    def drops(self) -> dict[DropReason, int]:
         arr = ffi.new("uint64_t[]", S.STATUS_COUNT)
         lib.vc_wg_table_drops(self.ptr, arr)
         return {name: arr[code] for code, name in S.DROP_NAMES.items() if arr[code]}

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from vpncrypt.crypto import get_backend
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.transport import status as S
 from vpncrypt.transport.admission import Admission
 from vpncrypt.transport.model import Addr, Datagram, KeypairInfo, OpenResult, PeerStats, SealResult, Session
@@ -308,7 +309,7 @@ class ReferenceTable:
             self._info(p.next, tnow, False),
         )
 
-    def drops(self) -> dict[str, int]:
+    def drops(self) -> dict[DropReason, int]:
         return {k: v for k, v in self._drops.items() if v}
 
     def _drop(self, p: _Peer | None, code: int) -> None:

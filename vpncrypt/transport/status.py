@@ -2,15 +2,13 @@
 batch touched: native/vc_wg.h's VC_WG_* statuses (the Status IntEnum),
 VC_WG_EV_* flags (plain int bits) and sizes (tests/transport/test_status_header.py
 parses the header and checks every name and value here against it); both
-backends use them.  DropReason names the table's drop reasons (DROP_NAMES,
-by status) and those of the protocol core's counters
-(vpncrypt.protocol.counters.DROP_REASONS, plain strings there) that the table
-does not count; the daemon adds its own (socket_overflow, truncated, and the
-fair queue's), which are in neither: docs/metrics.md lists them all."""
+backends use them.  DROP_NAMES maps each status that is a drop to its
+vpncrypt.drop_reasons.DropReason, the enum every layer names its drops by."""
 
-from enum import Enum, IntEnum, unique
+from enum import IntEnum, unique
 
 from vpncrypt import wire
+from vpncrypt.drop_reasons import DropReason
 
 
 @unique
@@ -59,58 +57,24 @@ QUEUE_FULL = Status.QUEUE_FULL
 UNKNOWN_PEER = Status.UNKNOWN_PEER
 
 
-@unique
-class DropReason(str, Enum):
-    """Every reason a message or packet is dropped and counted, by the name
-    `vpncrypt show`, the UAPI's drops and the metrics'
-    vpncrypt_drops_total{reason} print.  A member is its name as a str
-    (equal, hashed, printed and formatted as it; Python 3.10 has no StrEnum)."""
-
-    def __str__(self) -> str:
-        return str.__str__(self)
-
-    def __format__(self, spec: str) -> str:
-        return str.__format__(self, spec)
-
-    # the session table's, one per status that is a drop (DROP_NAMES)
-    UNKNOWN_INDEX = "unknown_index"
-    MALFORMED = "malformed"
-    BAD_TAG = "bad_tag"
-    REPLAY = "replay"
-    SOURCE_NOT_ALLOWED = "source_not_allowed"
-    NO_ROUTE = "no_route"
-    STALE_KEYPAIR = "stale_keypair"  # a datagram on a keypair past REJECT_AFTER_TIME
-    NO_ENDPOINT = "no_endpoint"
-    TOO_BIG = "too_big"
-    BAD_MAC1 = "bad_mac1"
-    COOKIE_SENT = "cookie_sent"
-    RATE_LIMITED = "rate_limited"
-    HANDSHAKE_QUEUE_FULL = "handshake_queue_full"
-    UNKNOWN_PEER = "unknown_peer"
-    # the protocol core's (vpncrypt.protocol)
-    QUEUE_FULL = "queue_full"  # a staged packet over MAX_STAGED_PACKETS
-    STAGED_FLUSHED = "staged_flushed"  # staged packets flushed: the handshake gave up, or keys zeroed
-    INTERNAL_ERROR = "internal_error"
-
-
-# Drop counters by status (the statuses that are drops), as plain strings.
-DROP_NAMES: dict[Status, str] = {
-    Status.UNKNOWN_INDEX: DropReason.UNKNOWN_INDEX.value,
-    Status.MALFORMED: DropReason.MALFORMED.value,
-    Status.BAD_TAG: DropReason.BAD_TAG.value,
-    Status.REPLAY: DropReason.REPLAY.value,
-    Status.NOT_ALLOWED: DropReason.SOURCE_NOT_ALLOWED.value,
-    Status.NO_ROUTE: DropReason.NO_ROUTE.value,
-    Status.STALE_KEYPAIR: DropReason.STALE_KEYPAIR.value,
-    Status.NO_ENDPOINT: DropReason.NO_ENDPOINT.value,
-    Status.TOO_BIG: DropReason.TOO_BIG.value,
-    Status.BAD_MAC1: DropReason.BAD_MAC1.value,
-    Status.COOKIE_SENT: DropReason.COOKIE_SENT.value,
-    Status.RATE_LIMITED: DropReason.RATE_LIMITED.value,
-    Status.QUEUE_FULL: DropReason.HANDSHAKE_QUEUE_FULL.value,
-    Status.UNKNOWN_PEER: DropReason.UNKNOWN_PEER.value,
+# The one table from C's result codes to drop reasons: the statuses that are drops.
+DROP_NAMES: dict[Status, DropReason] = {
+    Status.UNKNOWN_INDEX: DropReason.UNKNOWN_INDEX,
+    Status.MALFORMED: DropReason.MALFORMED,
+    Status.BAD_TAG: DropReason.BAD_TAG,
+    Status.REPLAY: DropReason.REPLAY,
+    Status.NOT_ALLOWED: DropReason.SOURCE_NOT_ALLOWED,
+    Status.NO_ROUTE: DropReason.NO_ROUTE,
+    Status.STALE_KEYPAIR: DropReason.STALE_KEYPAIR,
+    Status.NO_ENDPOINT: DropReason.NO_ENDPOINT,
+    Status.TOO_BIG: DropReason.TOO_BIG,
+    Status.BAD_MAC1: DropReason.BAD_MAC1,
+    Status.COOKIE_SENT: DropReason.COOKIE_SENT,
+    Status.RATE_LIMITED: DropReason.RATE_LIMITED,
+    Status.QUEUE_FULL: DropReason.HANDSHAKE_QUEUE_FULL,
+    Status.UNKNOWN_PEER: DropReason.UNKNOWN_PEER,
 }
-DROP_CODES: dict[str, Status] = {name: code for code, name in DROP_NAMES.items()}
+DROP_CODES: dict[DropReason, Status] = {name: code for code, name in DROP_NAMES.items()}
 
 # Per-peer flags of a batch (a touch): what the protocol's timers react to (VC_WG_EV_*).
 EV_AUTH = 0x001  # an authenticated message arrived (data or keepalive)
