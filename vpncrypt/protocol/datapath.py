@@ -31,6 +31,7 @@ from vpncrypt.transport.model import Touch
 
 if TYPE_CHECKING:
     from vpncrypt.protocol.device import Device
+    from vpncrypt.transport.native import NativeTable
     from vpncrypt.protocol.peer import Peer
 
 # Routine results reach the protocol's timers at most this long (10 ms) after
@@ -101,8 +102,9 @@ class BatchPath:
     clock (monotonic seconds).  fair_queue: the batch's (opt-in) fair queue
     on the send round and CoDel on the receiving socket (Batch)."""
 
-    def __init__(self, device: Device, capacity: int, stride: int, fair_queue: bool = False) -> None:
-        table = device.table
+    def __init__(
+        self, device: Device, table: NativeTable, capacity: int, stride: int, fair_queue: bool = False
+    ) -> None:
         self._device = device
         self.batch = batch = table.batch(capacity, stride, fair_queue)
         self.capacity: int = batch.capacity

@@ -69,7 +69,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from vpncrypt.crypto import get_backend
 from vpncrypt.drop_reasons import DropReason
@@ -91,8 +91,11 @@ from vpncrypt.protocol.timers import (
     ProtocolConfig,
     TimerQueue,
 )
-from vpncrypt.transport import new_table
+from vpncrypt.transport import SessionTable, new_table
 from vpncrypt.wire import DEFAULT_MTU
+
+if TYPE_CHECKING:
+    from vpncrypt.transport.native import NativeTable
 
 __all__ = ["Device", "Output"]
 
@@ -118,7 +121,7 @@ class Device:
         self.backend = backend
         self.crypto = get_backend(backend)
         self._ratelimit = (float(ratelimit_rate), int(ratelimit_burst))
-        self.table: Any = new_table(backend, self.config.table_config(mtu, *self._ratelimit))
+        self.table: SessionTable = new_table(backend, self.config.table_config(mtu, *self._ratelimit))
         self.peers: dict[bytes, Peer] = {}
         self.by_pid: dict[int, Peer] = {}
         self.counters = Counters()
@@ -428,7 +431,9 @@ class Device:
         if self.backend != "native":
             raise ValueError("batch paths are the native backend's")
         self._batch_sealing = True
-        return BatchPath(self, capacity, stride, fair_queue)
+        # new_table("native") made a NativeTable (tests may wrap it, so the
+        # backend says, not isinstance)
+        return BatchPath(self, cast("NativeTable", self.table), capacity, stride, fair_queue)
 
     def _finish(self, out: Output, now: float) -> Output:
         """Without a batch path, seal what out.sealing holds here (now: the

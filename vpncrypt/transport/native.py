@@ -14,7 +14,7 @@ import ipaddress
 import os
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, Literal, NoReturn, Protocol, TypeVar, overload
 
 from vpncrypt.drop_reasons import DropReason
 from vpncrypt.transport.cnative import CData, ffi, lib
@@ -628,6 +628,12 @@ class NativeTable:
 
     def routes_clear(self, pid: int) -> None:
         lib.vc_wg_route_clear_peer(self.ptr, pid)
+
+    @overload
+    def routes(self, pid: int, *, text: Literal[False] = False) -> list[Network]: ...
+
+    @overload
+    def routes(self, pid: int, *, text: Literal[True]) -> list[str]: ...
 
     def routes(self, pid: int, *, text: bool = False) -> list[Network] | list[str]:
         cap = len(self._route_buf) // _ROUTE_ENTRY

@@ -6,7 +6,7 @@ tests hold the two against each other."""
 import ipaddress
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 from vpncrypt.crypto import get_backend
 from vpncrypt.drop_reasons import DropReason
@@ -258,6 +258,12 @@ class ReferenceTable:
 
     def routes_clear(self, pid: int) -> None:
         self._routes.remove_peer(pid)
+
+    @overload
+    def routes(self, pid: int, *, text: Literal[False] = False) -> list[Network]: ...
+
+    @overload
+    def routes(self, pid: int, *, text: Literal[True]) -> list[str]: ...
 
     def routes(self, pid: int, *, text: bool = False) -> list[Network] | list[str]:
         nets = self._routes.entries(pid)
