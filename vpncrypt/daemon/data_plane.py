@@ -22,6 +22,7 @@ from ..dataplane.io import UdpBatchSocket
 from ..dataplane.sockopts import socket_drops
 from ..drop_reasons import DropReason
 from ..wire import DEFAULT_MTU
+from .counter_snapshot import CounterSnapshot
 from .get_reader import GetReader
 from .peer_metrics import HandshakeStats, MetricRow
 from .trace import EventTrace, tracing
@@ -71,6 +72,11 @@ def ffi_fields(struct) -> list:
 
     t = ffi.typeof(struct)
     return [name for name, _ in (t.item if t.kind == "pointer" else t).fields]
+
+
+def _summed(stats: list) -> dict[str, int]:
+    """Each field of these cffi structs (one per queue), added up."""
+    return {name: sum(int(getattr(s, name)) for s in stats) for name in ffi_fields(stats[0])}
 
 
 def open_fds() -> int:
@@ -228,48 +234,42 @@ class DataPlane:
         table = self.device.table
         return [net for peer in self.device.peers.values() for net in table.routes(peer.pid)]
 
-    def counters(self, udp, *, loop=None, pending_timers: int = 0, peer_drops: bool = True) -> dict:
+    def counters(
+        self, udp, *, loop=None, pending_timers: int = 0, peer_drops: bool = True
+    ) -> CounterSnapshot:
         """Without peer_drops, the drop counters leave out the session
         table's per-peer ones (metric_rows() and a get's snapshot_parts()
         add them up in the pass over the peers they make)."""
-        dev = self.device
-        out = {"drop_" + k: v for k, v in self.drops(udp, peer_drops=peer_drops).items()}
-        eng = self.engine
+        dev, eng = self.device, self.engine
+        out = CounterSnapshot(drops=self.drops(udp, peer_drops=peer_drops))
         if eng is not None:
-            for k, v in self.engine_counters().as_dict().items():
-                out["engine_" + k] = v
+            out.engine = self.engine_counters().as_dict()
         workers = queue_workers(eng)
         if eng is not None and self.inner is not None and self.inner.vnet_hdr:
             # reads happen on the sending direction's TunBatch, writes on the
             # receiving one's: every queue's, added up
-            for prefix, stats in (
-                ("tun_rx_", [tx.inner.rx_stats for _rx, tx in workers]),
-                ("tun_tx_", [rx.inner.tx_stats for rx, _tx in workers]),
-            ):
-                for name in ffi_fields(stats[0]):
-                    out[prefix + name] = sum(int(getattr(s, name)) for s in stats)
+            out.tun_rx = _summed([tx.inner.rx_stats for _rx, tx in workers])
+            out.tun_tx = _summed([rx.inner.tx_stats for rx, _tx in workers])
         if len(workers) > 1:
-            out["queues"] = len(workers)
-            for k, (rx, tx) in enumerate(workers):
-                out[f"queue_{k}_rx_packets"] = rx.counters.rx_batch_packets
-                out[f"queue_{k}_tx_packets"] = tx.counters.tx_batch_packets
+            out.queues = [(rx.counters.rx_batch_packets, tx.counters.tx_batch_packets) for rx, tx in workers]
         fq = eng.fair_queue_counters() if eng is not None else None
         if fq is not None:
-            out["fair_queue_packets"] = fq[1]
-        out["handshakes_sent"] = dev.counters.handshakes_sent
-        out["handshakes_completed"] = dev.counters.handshakes_completed
-        out["handshakes_failed"] = self.stats.failed
-        out["keepalives_sent"] = self.stats.keepalives_total
-        out["under_load"] = int(self.stats.under_load)
+            out.fair_queue_packets = fq[1]
+        d = out.device
+        d["handshakes_sent"] = dev.counters.handshakes_sent
+        d["handshakes_completed"] = dev.counters.handshakes_completed
+        d["handshakes_failed"] = self.stats.failed
+        d["keepalives_sent"] = self.stats.keepalives_total
+        d["under_load"] = int(self.stats.under_load)
         # peers' source addresses the kernel refused (the address left the
         # host): replies left from the one routing picks (the native table
         # only; the pure-Python one keeps no source address)
-        out["source_addresses_forgotten"] = int(getattr(dev.table, "sources_forgotten", 0))
+        d["source_addresses_forgotten"] = int(getattr(dev.table, "sources_forgotten", 0))
         # resource gauges, for the long-run tests: nothing here may grow
         if loop is not None:
-            out["asyncio_tasks"] = len(asyncio.all_tasks(loop))
-        out["pending_timers"] = pending_timers
-        out["open_fds"] = open_fds()
+            d["asyncio_tasks"] = len(asyncio.all_tasks(loop))
+        d["pending_timers"] = pending_timers
+        d["open_fds"] = open_fds()
         return out
 
     def drops(self, udp, *, peer_drops: bool = True) -> dict[DropReason, int]:
@@ -299,11 +299,11 @@ class DataPlane:
         """The engine's counters (empty before start)."""
         return self.engine.counters if self.engine is not None else EngineCounters()
 
-    def metric_rows(self, part: int = 1024, drops: Optional[dict] = None) -> Iterator[list]:
+    def metric_rows(self, part: int = 1024, drops: Optional[dict[DropReason, int]] = None) -> Iterator[list]:
         """Every peer as a MetricRow, read from the session table and the
         Device, ``part`` peers per list yielded (the caller lets the loop run
         between them).  A peer removed meanwhile is left out.  The session
-        table's per-peer drops are added into ``drops`` ("drop_REASON": n)."""
+        table's per-peer drops are added into ``drops``."""
         dev, stats = self.device, self.stats
         reader = GetReader(dev.table, drops=drops is not None)
         peers = list(dev.peers.values())

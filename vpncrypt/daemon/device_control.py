@@ -131,8 +131,8 @@ class DeviceControl(Control):
             yield part
         if counters:
             counts = self.d.counters(peer_drops=False)
-            reader.add_drops(counts)
-            head.counters = counts
+            reader.add_drops(counts.drops)
+            head.counters = counts.served()
             head.info = kernels(getattr(self.d, "engine", None))
             names = getattr(self.d, "endpoint_name_lines", None)
             head.endpoint_names = names() if names is not None else ()

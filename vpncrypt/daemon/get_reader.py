@@ -8,6 +8,7 @@ import socket
 import threading
 from typing import Iterator
 
+from ..drop_reasons import DropReason
 from ..endpoints import format_endpoint, format_packed_endpoint
 
 ROUTE_STEP = 1024  # allowed IPs added (or listed) per step of one peer
@@ -96,12 +97,12 @@ class GetReader:
     def _add_peer_drops(self, drops: dict) -> None:
         self._totals = [n + drops.get(name, 0) for n, name in zip(self._totals, self.drop_names)]
 
-    def add_drops(self, out: dict) -> None:
-        """The drops of the peers read so far added into ``out``
-        ("drop_REASON": n; a reason none of them had is left as it is)."""
-        for name, n in zip(self.drop_names, self._totals):
+    def add_drops(self, out: dict[DropReason, int]) -> None:
+        """The drops of the peers read so far added into ``out`` (a reason
+        none of them had is left as it is)."""
+        for reason, n in zip(self.drop_names, self._totals):
             if n:
-                out["drop_" + name] = out.get("drop_" + name, 0) + n
+                out[reason] = out.get(reason, 0) + n
 
     def routes(self, pid: int):
         """The allowed IPs as text, or None if there are more than
