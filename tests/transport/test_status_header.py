@@ -40,6 +40,17 @@ def test_touch_flags():
     header = defines("What a batch did to a peer", "#define VC_WG_HEADER")
     assert header == {name: getattr(S, name) for name in header}
     assert set(header) == {n for n in dir(S) if n.startswith("EV_") and n != "EV_ROUTINE"}
+    assert {"EV_" + m.name: m.value for m in S.TouchFlag} == header
+    # the data path's names are plain ints (an IntFlag operation is a Python call)
+    assert all(type(getattr(S, name)) is int for name in header) and type(S.EV_ROUTINE) is int
+
+
+def test_a_touch_reads_as_flag_names():
+    from vpncrypt.transport.model import Touch
+
+    touch = Touch(3, 0x001 | 0x002, 1, 148)
+    assert S.TouchFlag(touch.flags) == S.TouchFlag.AUTH | S.TouchFlag.DATA
+    assert "AUTH" in repr(touch) and "DATA" in repr(touch) and "SENT" not in repr(touch)
 
 
 def test_sizes_match_the_header_and_wire():

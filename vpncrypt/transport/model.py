@@ -74,6 +74,12 @@ class Touch(NamedTuple):
     packets: int
     bytes: int
 
+    def __repr__(self) -> str:
+        from vpncrypt.transport.status import TouchFlag
+
+        flags = TouchFlag(self.flags)
+        return f"Touch(peer={self.peer}, flags={flags!r}, packets={self.packets}, bytes={self.bytes})"
+
 
 @dataclass
 class OpenResult:
