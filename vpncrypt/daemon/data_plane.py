@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, Union
 
 from ..dataplane.engine import FAIR_QUEUE_REASONS, EngineCounters
 from ..dataplane.io import UdpBatchSocket
@@ -26,6 +27,12 @@ from .counter_snapshot import CounterSnapshot
 from .get_reader import GetReader
 from .peer_metrics import HandshakeStats, MetricRow
 from .trace import EventTrace, tracing
+
+if TYPE_CHECKING:
+    from ..dataplane.engine import BatchIO, Engine, Worker
+    from ..protocol.events import Event
+    from ..protocol.timers import ProtocolConfig
+    from ..transport.routing import Network
 
 # The TUN read buffers and the fast path's seal buffers are sized for this, so
 # that the interface MTU can be changed at run time (`ip link set mtu`, as
@@ -39,7 +46,7 @@ BATCH = 128
 log = logging.getLogger("vpncrypt.daemon")
 
 
-def kernels(engine) -> dict:
+def kernels(engine: Optional[Engine]) -> dict[str, str]:
     """The kernels selected, and those that served the data path last (its
     threads record theirs; with one thread it is this one)."""
     from .. import crypto
@@ -53,7 +60,7 @@ def kernels(engine) -> dict:
     return out
 
 
-def queue_workers(engine) -> list:
+def queue_workers(engine: Optional[Engine]) -> list[tuple[Worker, Worker]]:
     """(receiving worker, sending worker) of each of the engine's queues,
     the first first; none for the pure-Python backend or before start."""
     if engine is None:
@@ -61,20 +68,20 @@ def queue_workers(engine) -> list:
     return engine.queue_workers()
 
 
-def _socket_drops(udps) -> tuple:
+def _socket_drops(udps: Sequence[BatchIO]) -> tuple[int, int]:
     """(datagrams the kernel dropped at these sockets, datagrams too large
     for a receive slot)."""
     return sum(socket_drops(u.sock) for u in udps), sum(int(u.dropped) for u in udps)
 
 
-def ffi_fields(struct) -> list:
+def ffi_fields(struct: Any) -> list[str]:
     from .._native import ffi
 
     t = ffi.typeof(struct)
     return [name for name, _ in (t.item if t.kind == "pointer" else t).fields]
 
 
-def _summed(stats: list) -> dict[str, int]:
+def _summed(stats: list[Any]) -> dict[str, int]:
     """Each field of these cffi structs (one per queue), added up."""
     return {name: sum(int(getattr(s, name)) for s in stats) for name in ffi_fields(stats[0])}
 
@@ -100,52 +107,60 @@ class DataPlane:
     def __init__(
         self,
         private_key: Optional[bytes],
-        protocol_config=None,
+        protocol_config: Optional[ProtocolConfig] = None,
         mtu: int = DEFAULT_MTU,
         threads: int = 1,
         tun_offloads: bool = True,
         fair_queue: bool = False,
         backend: str = "native",  # "pynacl": `vpncrypt loopback-bench --crypto pynacl`'s naive row
-    ):
+    ) -> None:
         from ..protocol.device import Device
 
         self.device = Device(private_key, backend=backend, protocol_config=protocol_config, mtu=mtu)
-        self.engine: Any = None  # the Engine, once started
+        self.engine: Optional[Engine] = None  # once started
         self.inner: Any = None  # its TunBatch
         self.threads = threads
         self.tun_offloads = tun_offloads
         self.fair_queue = fair_queue  # opt-in: `vpncrypt up --fair-queue`
-        self._inners: list = []  # a TunBatch per TUN queue
+        self._inners: list[BatchIO] = []  # a TunBatch per TUN queue
         self._closed_drops = (0, 0)  # _socket_drops of the sockets replace_udp retired
         self.trace = EventTrace(self.device)
         self.stats = HandshakeStats(self.device)
         self.device.tracing = tracing()
 
-    def on_events(self, events) -> None:
+    def on_events(self, events: list[Event]) -> None:
         """The Device's events (on the loop): for the metrics, then the trace."""
         self.stats.events(events, time.monotonic())
         self.trace.events(events)
 
-    def udp_socket(self, sock) -> UdpBatchSocket:
+    def udp_socket(self, sock: socket.socket) -> UdpBatchSocket:
         """The batch socket the Engine gets.  (The debug trace, if on, comes
         from the Device's events: see vpncrypt.daemon.trace.)"""
         self.device.tracing = tracing()
         return UdpBatchSocket(sock, batch=BATCH, mtu=MAX_PACKET)
 
-    def udp_sockets(self, socks) -> list:
+    def udp_sockets(self, socks: Sequence[socket.socket]) -> list[UdpBatchSocket]:
         """A batch socket for each socket of the group, the first first."""
         return [self.udp_socket(s) for s in socks]
 
     def set_listen_port(self, port: int) -> None:
         """(The protocol core does not need the port.)"""
 
-    def start(self, udp, tun_fd, *, loop, mtu: int, on_fatal) -> None:
+    def start(
+        self,
+        udp: Union[BatchIO, Sequence[BatchIO]],
+        tun_fd: Union[int, Sequence[int]],
+        *,
+        loop: asyncio.AbstractEventLoop,
+        mtu: int,
+        on_fatal: Optional[Callable[[BaseException], object]],
+    ) -> None:
         """`udp`: a batch socket, or one per queue (a list); `tun_fd`: the
         TUN's descriptor, or one per queue (a list as long)."""
         from ..dataplane.io import OFFLOAD_ALL, TunBatch, offload_names
 
         udps = list(udp) if isinstance(udp, (list, tuple)) else [udp]
-        fds = list(tun_fd) if isinstance(tun_fd, (list, tuple)) else [tun_fd]
+        fds = [tun_fd] if isinstance(tun_fd, int) else list(tun_fd)
         if len(udps) != len(fds):
             raise ValueError(f"{len(udps)} UDP sockets for {len(fds)} TUN queues")
         # On a TUN opened with IFF_VNET_HDR, TunBatch switches the offloads on
@@ -164,7 +179,13 @@ class DataPlane:
         self.start_engine(udps, self._inners, loop=loop, on_fatal=on_fatal)
 
     def start_engine(
-        self, udps: list, inners: list, *, loop, on_fatal=None, max_packet: int = MAX_PACKET
+        self,
+        udps: Sequence[BatchIO],
+        inners: Sequence[BatchIO],
+        *,
+        loop: asyncio.AbstractEventLoop,
+        on_fatal: Optional[Callable[[BaseException], object]] = None,
+        max_packet: int = MAX_PACKET,
     ) -> None:
         """Start the Engine over these batch sockets and inner sides, a pair
         per queue: the daemon's TUN queues (start), or `vpncrypt
@@ -174,7 +195,7 @@ class DataPlane:
         max_packet: the largest packet the inner side carries."""
         from ..dataplane.engine import Engine
 
-        self.engine = Engine(
+        self.engine = engine = Engine(
             self.device,
             udps[0],
             inners[0],
@@ -189,20 +210,21 @@ class DataPlane:
         )
         if self.fair_queue:
             log.info("fair queue: on (fq_codel on each send round, CoDel on each receiving socket)")
-        self.engine.start()
+        engine.start()
 
-    def replace_udp(self, udp) -> None:
+    def replace_udp(self, udp: Union[BatchIO, Sequence[BatchIO]]) -> None:
         """Switch to other sockets (a batch socket, or one per queue: as
         many as there are queues, in queue order), after a listen-port
         change; the caller closes the old ones.  The engine keeps its
         workers, their counters and the sessions."""
         udps = list(udp) if isinstance(udp, (list, tuple)) else [udp]
-        if self.engine is None:
+        engine = self.engine
+        if engine is None:
             return
         if len(udps) != len(self._inners):
             raise ValueError(f"{len(udps)} UDP sockets for {len(self._inners)} TUN queues")
-        closing = _socket_drops([rx.udp for rx, _tx in queue_workers(self.engine)] or [self.engine.udp])
-        self.engine.replace_udp(udps[0], udps[1:])
+        closing = _socket_drops([rx.udp for rx, _tx in queue_workers(engine)] or [engine.udp])
+        engine.replace_udp(udps[0], udps[1:])
         self._closed_drops = (self._closed_drops[0] + closing[0], self._closed_drops[1] + closing[1])
 
     def set_mtu(self, mtu: int) -> None:
@@ -230,12 +252,17 @@ class DataPlane:
     def last_handshake(self) -> float:
         return max((p.counters.last_handshake for p in self.device.peers.values()), default=0.0)
 
-    def allowed_ips(self) -> list:
+    def allowed_ips(self) -> list[Network]:
         table = self.device.table
         return [net for peer in self.device.peers.values() for net in table.routes(peer.pid)]
 
     def counters(
-        self, udp, *, loop=None, pending_timers: int = 0, peer_drops: bool = True
+        self,
+        udp: Optional[BatchIO],
+        *,
+        loop: Optional[asyncio.AbstractEventLoop] = None,
+        pending_timers: int = 0,
+        peer_drops: bool = True,
     ) -> CounterSnapshot:
         """Without peer_drops, the drop counters leave out the session
         table's per-peer ones (metric_rows() and a get's snapshot_parts()
@@ -272,7 +299,7 @@ class DataPlane:
         d["open_fds"] = open_fds()
         return out
 
-    def drops(self, udp, *, peer_drops: bool = True) -> dict[DropReason, int]:
+    def drops(self, udp: Optional[BatchIO], *, peer_drops: bool = True) -> dict[DropReason, int]:
         """Every reason the interface counts, 0 or more (the fair queue's
         only while it is on), each the sum of every layer that counts it:
         the protocol core and the session table (Device.drops), the UDP
@@ -299,7 +326,9 @@ class DataPlane:
         """The engine's counters (empty before start)."""
         return self.engine.counters if self.engine is not None else EngineCounters()
 
-    def metric_rows(self, part: int = 1024, drops: Optional[dict[DropReason, int]] = None) -> Iterator[list]:
+    def metric_rows(
+        self, part: int = 1024, drops: Optional[dict[DropReason, int]] = None
+    ) -> Iterator[list[MetricRow]]:
         """Every peer as a MetricRow, read from the session table and the
         Device, ``part`` peers per list yielded (the caller lets the loop run
         between them).  A peer removed meanwhile is left out.  The session

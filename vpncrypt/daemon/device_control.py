@@ -12,7 +12,7 @@ import time
 from typing import Any, Iterator
 
 from ..config.keytypes import fingerprint
-from ..config.ops import PeerUpdate, SetListenPort
+from ..config.ops import Operation, PeerUpdate, SetListenPort
 from ..endpoints import Endpoint, format_endpoint, pack_endpoint, resolve_endpoint
 from .control import Control, ControlError, InterfaceSnapshot, PeerSnapshot
 from .data_plane import kernels
@@ -161,7 +161,7 @@ class DeviceControl(Control):
         except OSError as e:
             raise ControlError(e.errno or errno.EADDRINUSE, e.strerror or str(e)) from None
 
-    def prepare(self, ops: list) -> list:
+    def prepare(self, ops: list[Operation]) -> list[Operation]:
         """Every endpoint resolved now, before anything is applied: a zone
         names an interface that exists, IPv6 is there for an IPv6 endpoint,
         and the table can hold the address.  Each is then carried as the
