@@ -305,7 +305,9 @@ class _Host:
         self.dataplane.trace.endpoint_set(public_key, endpoint)
 
     def counters(self, peer_drops=True):
-        return {}
+        from vpncrypt.daemon.counter_snapshot import CounterSnapshot
+
+        return CounterSnapshot()
 
 
 def run_in_process(args, log) -> dict:

@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 
 from vpncrypt.daemon.control import Control, InterfaceSnapshot, PeerSnapshot
+from vpncrypt.daemon.counter_snapshot import CounterSnapshot
 
 
 class FakeControl(Control):
@@ -113,7 +114,7 @@ class StubHost:
         self.dataplane.trace.endpoint_set(public_key, endpoint)
 
     def counters(self, peer_drops=True):
-        return {"drop_" + k: v for k, v in self.device.drops(peers=peer_drops).items()}
+        return CounterSnapshot(drops=self.device.drops(peers=peer_drops))
 
     def rebind(self, port):
         if port and port == self.listen_port:

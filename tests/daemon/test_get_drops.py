@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from vpncrypt.daemon.device_control import DeviceControl
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.daemon.uapi import handle_request
 from vpncrypt.protocol import keys
 from vpncrypt.transport import status as S
@@ -79,7 +80,7 @@ def _device_with_drops(host) -> DeviceControl:
     packets = [ipv4("10.0.0.1", f"10.0.0.{n}") for n, count in ((2, 3), (3, 5), (4, 7)) for _ in range(count)]
     res = table.seal([*packets, ipv4("10.0.0.1", "192.0.2.1"), b"\x45" + b"\x00" * 9], 1.0)
     assert res.status == [S.NO_ENDPOINT] * 15 + [S.NO_ROUTE, S.MALFORMED]
-    host.device.drop("queue_full", n=2)
+    host.device.drop(DropReason.QUEUE_FULL, n=2)
     return control
 
 
@@ -87,7 +88,7 @@ def test_get_vpncrypt_drops_add_up_to_a_full_walks(any_host):
     host = any_host
     control = _device_with_drops(host)
     counters = _answer_counters(handle_request("get=vpncrypt", "", control).decode())
-    full = host.dataplane.counters(None, peer_drops=True)
+    full = host.dataplane.counters(None, peer_drops=True).served()
     assert _drops(counters) == _drops(full)
     # the figures themselves (from the packets above)
     assert _drops(counters) == {
@@ -120,7 +121,7 @@ def test_peers_removed_before_the_get_are_not_counted(any_host):
     assert handle_request("set=1", f"public_key={KEYS[1].hex()}\nremove=true\n", control) == b"errno=0\n\n"
     counters = _answer_counters(handle_request("get=vpncrypt", "", control).decode())
     assert counters["drop_no_endpoint"] == 3 + 7
-    assert _drops(counters) == _drops(host.dataplane.counters(None, peer_drops=True))
+    assert _drops(counters) == _drops(host.dataplane.counters(None, peer_drops=True).served())
 
 
 def test_source_addresses_forgotten_is_a_counter(host, monkeypatch):

@@ -74,3 +74,16 @@ def test_a_reload_to_one_peer_and_a_stop_are_one_command_each():
         assert got["after_stop"] == 0 and got["left"] == 0
         assert got["stop_calls"] == 1, got
         assert "cannot remove" not in err and "removing" not in err, err  # the route gone by hand is no error
+
+
+def test_a_network_within_another_only_in_its_family():
+    """Routes.sync leaves out a network a route already covers: inside it
+    (or the same), in the same family only."""
+    from ipaddress import ip_network as net
+
+    from vpncrypt.daemon.routes import _within
+
+    assert _within(net("10.1.2.0/24"), net("10.0.0.0/8")) and _within(net("10.0.0.0/8"), net("10.0.0.0/8"))
+    assert not _within(net("10.0.0.0/8"), net("10.1.2.0/24"))
+    assert _within(net("fd00::/64"), net("fd00::/8")) and not _within(net("fd00::/64"), net("fd01::/16"))
+    assert not _within(net("::/0"), net("0.0.0.0/0")) and not _within(net("0.0.0.0/0"), net("::/0"))

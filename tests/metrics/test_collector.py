@@ -7,9 +7,11 @@ import subprocess
 import pytest
 
 from tests.metrics.promserver import need_prometheus
+from vpncrypt.daemon.counter_snapshot import CounterSnapshot
 from vpncrypt.daemon.peer_metrics import HandshakeStats, MetricRow
 from vpncrypt.daemon.histogram import Histogram
 from vpncrypt.daemon.metrics import MetricsAddressError, parse_address, render
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.protocol import events as E
 
 
@@ -109,16 +111,12 @@ def _state():
         "interface": "wg0",
         "listen_port": 51820,
         "public_key": None,
-        "counters": {
-            "drop_replay": 3,
-            "drop_cookie_sent": 2,
-            "handshakes_sent": 5,
-            "handshakes_completed": 4,
-            "tun_rx_reads": 7,
-            "tun_tx_writes": 8,
-            "open_fds": 12,
-            "under_load": 1,
-        },
+        "counters": CounterSnapshot(
+            drops={DropReason.REPLAY: 3, DropReason.COOKIE_SENT: 2},
+            tun_rx={"reads": 7},
+            tun_tx={"writes": 8},
+            device={"handshakes_sent": 5, "handshakes_completed": 4, "open_fds": 12, "under_load": 1},
+        ),
         "kernels": {"chacha": "generic", "poly1305": "generic"},
         "uapi": {
             "get": {"buckets": {"0.001": 1, "+Inf": 1}, "sum": 0.0005, "count": 1},
@@ -145,6 +143,8 @@ def test_a_scrape_passes_promtool_and_the_openmetrics_parser():
     ) in text
     assert 'wireguard_latest_handshake_seconds{allowed_ips="",interface="wg0"' in text
     assert 'vpncrypt_drops_total{interface="wg0",reason="replay"} 3.0' in text
+    assert 'vpncrypt_tun_offload_total{counter="reads",direction="rx",interface="wg0"} 7.0' in text
+    assert 'vpncrypt_tun_offload_total{counter="writes",direction="tx",interface="wg0"} 8.0' in text
     assert 'reason="cookie_sent"' not in text  # a reply, not a drop: its own counter
     assert 'vpncrypt_cookie_replies_sent_total{interface="wg0"} 2.0' in text
     assert 'operation="other"' not in text  # none seen: not listed

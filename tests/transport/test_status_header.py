@@ -4,10 +4,12 @@ header is a Status member of the same name and value and the other way
 round, and so for the flags and sizes.  The header is read as text, not
 through the built module, so a constant the cdef lost is caught too."""
 
+import json
 import pathlib
 import re
 
 from vpncrypt import wire
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.transport import status as S
 
 HEADER = pathlib.Path(__file__).resolve().parents[2] / "native" / "vc_wg.h"
@@ -38,6 +40,17 @@ def test_touch_flags():
     header = defines("What a batch did to a peer", "#define VC_WG_HEADER")
     assert header == {name: getattr(S, name) for name in header}
     assert set(header) == {n for n in dir(S) if n.startswith("EV_") and n != "EV_ROUTINE"}
+    assert {"EV_" + m.name: m.value for m in S.TouchFlag} == header
+    # the data path's names are plain ints (an IntFlag operation is a Python call)
+    assert all(type(getattr(S, name)) is int for name in header) and type(S.EV_ROUTINE) is int
+
+
+def test_a_touch_reads_as_flag_names():
+    from vpncrypt.transport.model import Touch
+
+    touch = Touch(3, 0x001 | 0x002, 1, 148)
+    assert S.TouchFlag(touch.flags) == S.TouchFlag.AUTH | S.TouchFlag.DATA
+    assert "AUTH" in repr(touch) and "DATA" in repr(touch) and "SENT" not in repr(touch)
 
 
 def test_sizes_match_the_header_and_wire():
@@ -59,24 +72,27 @@ def test_sizes_match_the_header_and_wire():
 
 def test_drop_names_one_per_dropping_status():
     """Every status but the four that are no drop (delivered, queued as a
-    handshake, an authenticated keepalive, waiting for a key) has a drop
-    name; the names are DropReason's and distinct, and the datagram on a
-    stale keypair is not the protocol's flushed staged packets."""
+    handshake, an authenticated keepalive, waiting for a key) maps to a
+    DropReason, distinct ones, and the datagram on a stale keypair is not
+    the protocol's flushed staged packets."""
     not_drops = {S.Status.OK, S.Status.HANDSHAKE, S.Status.KEEPALIVE, S.Status.NO_KEY}
     assert set(S.DROP_NAMES) == set(S.Status) - not_drops
     assert len(set(S.DROP_NAMES.values())) == len(S.DROP_NAMES)
-    assert set(S.DROP_NAMES.values()) <= {r.value for r in S.DropReason}
-    assert all(type(v) is str for v in S.DROP_NAMES.values())  # printed as they always were
+    assert all(type(v) is DropReason for v in S.DROP_NAMES.values())
     assert S.DROP_NAMES[S.Status.STALE_KEYPAIR] == "stale_keypair"
-    assert S.DropReason.STAGED_FLUSHED == "staged_flushed" != S.DropReason.STALE_KEYPAIR
+    assert S.DROP_NAMES[S.Status.QUEUE_FULL] == "handshake_queue_full"  # not the staged packets' queue_full
+    assert DropReason.STAGED_FLUSHED == "staged_flushed" != DropReason.STALE_KEYPAIR
     assert S.DROP_CODES == {v: k for k, v in S.DROP_NAMES.items()}
 
 
-def test_the_protocols_reasons_are_drop_reasons():
-    """The protocol core counts its drops under names from the same enum
-    (vpncrypt.protocol.counters lists them): none outside it, and none that
-    means two things."""
-    from vpncrypt.protocol.counters import DROP_REASONS
-
-    assert set(DROP_REASONS) <= {r.value for r in S.DropReason}
-    assert "stale_keypair" not in DROP_REASONS  # the table's alone
+def test_a_drop_reason_prints_as_its_name():
+    """A member is its counter name wherever it is printed or looked up: the
+    names `vpncrypt show`, the UAPI and the metrics have always had."""
+    r = DropReason.NO_ROUTE
+    assert (str(r), f"{r}", "drop_" + r, json.dumps({r: 1})) == (
+        "no_route",
+        "no_route",
+        "drop_no_route",
+        '{"no_route": 1}',
+    )
+    assert {"no_route": 1}[r] == 1 and {r: 1}["no_route"] == 1

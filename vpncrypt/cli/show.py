@@ -14,6 +14,7 @@ import time
 from binascii import b2a_base64
 from typing import Any
 
+from ..daemon.counter_snapshot import served_drops
 from ..daemon.uapi import DEFAULT_SOCKET_DIR
 from ..daemon.uapiclient import get_device
 
@@ -118,8 +119,7 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
             f"{info.get('data_chacha', '(nothing yet)')}, poly1305 "
             f"{info.get('data_poly1305', '(nothing yet)')}"
         )
-    drops = {k[5:]: v for k, v in dev["counters"].items() if k.startswith("drop_")}
-    other = {k: v for k, v in dev["counters"].items() if not k.startswith("drop_")}
+    drops, other = served_drops(dev["counters"])
     out.append("")
     out.append("drops:")
     if any(drops.values()):
@@ -169,9 +169,9 @@ def show_json(interface: str, dev: dict, ours: bool) -> dict:
     peers = [_json_peer(p, names) for p in dev["peers"]]
     out["peers"] = peers
     if dev["counters"]:
-        c = dev["counters"]
-        out["drops"] = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("drop_")}
-        out["counters"] = {k: v for k, v in sorted(c.items()) if not k.startswith("drop_")}
+        drops, other = served_drops(dev["counters"])
+        out["drops"] = dict(sorted(drops.items()))
+        out["counters"] = dict(sorted(other.items()))
         out["crypto_kernels"] = dict(dev.get("info", {}))
     else:
         out["drops"] = out["counters"] = out["crypto_kernels"] = None

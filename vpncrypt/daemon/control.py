@@ -18,9 +18,9 @@ from __future__ import annotations
 import abc
 import errno as _errno
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-from ..config.ops import PeerUpdate
+from ..config.ops import IPInterface, Operation, PeerUpdate
 from ..endpoints import Endpoint
 
 
@@ -34,9 +34,11 @@ class ControlError(Exception):
 class PeerSnapshot:
     public_key: bytes
     preshared_key: Optional[bytes] = None  # None or all-zero: no PSK
-    endpoint: Endpoint | tuple | str | None = None  # None, Endpoint, "host:port" or (host, port[, ...])
+    endpoint: Endpoint | tuple[Any, ...] | str | None = (
+        None  # None, Endpoint, "host:port" or (host, port[, ...])
+    )
     persistent_keepalive: int = 0  # seconds, 0 = off
-    allowed_ips: Sequence = ()  # ip_network objects, or their str() (as the table lists them)
+    allowed_ips: Sequence[Any] = ()  # ip_network objects, or their str() (as the table lists them)
     last_handshake_time_sec: int = 0  # wall clock (Unix time); 0 = never
     last_handshake_time_nsec: int = 0
     rx_bytes: int = 0
@@ -61,6 +63,10 @@ class InterfaceSnapshot:
     endpoint_names: Sequence[str] = ()
 
 
+# what snapshot_parts() yields: the head, then lists of peers
+SnapshotPart = Union[InterfaceSnapshot, list[PeerSnapshot]]
+
+
 class Control(abc.ABC):
     """The device as the UAPI sees it."""
 
@@ -72,7 +78,7 @@ class Control(abc.ABC):
     @abc.abstractmethod
     def snapshot(self) -> InterfaceSnapshot: ...
 
-    def snapshot_parts(self, *, counters: bool = True) -> Iterator:
+    def snapshot_parts(self, *, counters: bool = True) -> Iterator[SnapshotPart]:
         """The snapshot in parts, with room for other work in between: first
         an InterfaceSnapshot without peers, then lists of PeerSnapshot (as
         many as it takes).  With ``counters``, the first part's counters
@@ -82,7 +88,7 @@ class Control(abc.ABC):
         yield head
         yield list(snap.peers)
 
-    def prepare(self, ops: list) -> list:
+    def prepare(self, ops: list[Operation]) -> list[Operation]:
         """Check a whole request against the device before any of it is
         applied, and return the operations to apply (the same, or with what
         was looked up resolved: endpoints).  Raise ControlError or OSError
@@ -130,5 +136,5 @@ class Control(abc.ABC):
     def set_mtu(self, mtu: int) -> None:
         raise ControlError(_errno.EOPNOTSUPP, "changing the MTU is not supported")
 
-    def set_addresses(self, add: Iterable, remove: Iterable) -> None:
+    def set_addresses(self, add: Iterable[IPInterface], remove: Iterable[IPInterface]) -> None:
         raise ControlError(_errno.EOPNOTSUPP, "changing addresses is not supported")

@@ -66,6 +66,7 @@ from ..endpoints import Endpoint, format_endpoint, resolve_endpoint
 from ..protocol.timers import ProtocolConfig
 from . import notify
 from .endpoint_names import LOOKUP_LIMIT, EndpointNames, Found, NoAnswer, Outcome
+from .counter_snapshot import CounterSnapshot
 from .data_plane import DataPlane
 from .device_control import DeviceControl
 from .control import ControlError
@@ -235,7 +236,7 @@ class Daemon:
         if self.dataplane is not None:
             self.dataplane.trace.endpoint_set(public_key, endpoint)
 
-    def counters(self, peer_drops: bool = True) -> dict:
+    def counters(self, peer_drops: bool = True) -> CounterSnapshot:
         return self._dp.counters(
             self.udp, loop=self.loop, pending_timers=len(self._timers), peer_drops=peer_drops
         )

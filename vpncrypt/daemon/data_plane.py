@@ -14,19 +14,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, Union
 
 from ..config.keytypes import fingerprint
-from ..dataplane.engine import EngineCounters
+from ..dataplane.engine import FAIR_QUEUE_REASONS, EngineCounters
 from ..dataplane.io import UdpBatchSocket
 from ..dataplane.sockopts import socket_drops
+from ..drop_reasons import DropReason
 from ..endpoints import format_endpoint
 from ..wire import DEFAULT_MTU
+from .counter_snapshot import CounterSnapshot
 from .get_reader import GetReader
 from .logsetup import RateLimitedLog
 from .peer_metrics import HandshakeStats, MetricRow
 from .trace import EventTrace, tracing
+
+if TYPE_CHECKING:
+    from ..dataplane.engine import BatchIO, Engine, Worker
+    from ..protocol.events import Event
+    from ..protocol.timers import ProtocolConfig
+    from ..transport.routing import Network
 
 # The TUN read buffers and the fast path's seal buffers are sized for this, so
 # that the interface MTU can be changed at run time (`ip link set mtu`, as
@@ -40,7 +49,7 @@ BATCH = 128
 log = logging.getLogger("vpncrypt.daemon")
 
 
-def kernels(engine) -> dict:
+def kernels(engine: Optional[Engine]) -> dict[str, str]:
     """The kernels selected, and those that served the data path last (its
     threads record theirs; with one thread it is this one)."""
     from .. import crypto
@@ -54,7 +63,7 @@ def kernels(engine) -> dict:
     return out
 
 
-def queue_workers(engine) -> list:
+def queue_workers(engine: Optional[Engine]) -> list[tuple[Worker, Worker]]:
     """(receiving worker, sending worker) of each of the engine's queues,
     the first first; none for the pure-Python backend or before start."""
     if engine is None:
@@ -62,17 +71,22 @@ def queue_workers(engine) -> list:
     return engine.queue_workers()
 
 
-def _socket_drops(udps) -> tuple:
+def _socket_drops(udps: Sequence[BatchIO]) -> tuple[int, int]:
     """(datagrams the kernel dropped at these sockets, datagrams too large
     for a receive slot)."""
     return sum(socket_drops(u.sock) for u in udps), sum(int(u.dropped) for u in udps)
 
 
-def ffi_fields(struct) -> list:
+def ffi_fields(struct: Any) -> list[str]:
     from .._native import ffi
 
     t = ffi.typeof(struct)
     return [name for name, _ in (t.item if t.kind == "pointer" else t).fields]
+
+
+def _summed(stats: list[Any]) -> dict[str, int]:
+    """Each field of these cffi structs (one per queue), added up."""
+    return {name: sum(int(getattr(s, name)) for s in stats) for name in ffi_fields(stats[0])}
 
 
 def open_fds() -> int:
@@ -96,22 +110,22 @@ class DataPlane:
     def __init__(
         self,
         private_key: Optional[bytes],
-        protocol_config=None,
+        protocol_config: Optional[ProtocolConfig] = None,
         mtu: int = DEFAULT_MTU,
         threads: int = 1,
         tun_offloads: bool = True,
         fair_queue: bool = False,
         backend: str = "native",  # "pynacl": `vpncrypt loopback-bench --crypto pynacl`'s naive row
-    ):
+    ) -> None:
         from ..protocol.device import Device
 
         self.device = Device(private_key, backend=backend, protocol_config=protocol_config, mtu=mtu)
-        self.engine: Any = None  # the Engine, once started
+        self.engine: Optional[Engine] = None  # once started
         self.inner: Any = None  # its TunBatch
         self.threads = threads
         self.tun_offloads = tun_offloads
         self.fair_queue = fair_queue  # opt-in: `vpncrypt up --fair-queue`
-        self._inners: list = []  # a TunBatch per TUN queue
+        self._inners: list[BatchIO] = []  # a TunBatch per TUN queue
         self._closed_drops = (0, 0)  # _socket_drops of the sockets replace_udp retired
         self.trace = EventTrace(self.device)
         self._loops_seen = 0  # the table's routing_loops count last reported
@@ -119,18 +133,18 @@ class DataPlane:
         self.stats = HandshakeStats(self.device)
         self.device.tracing = tracing()
 
-    def on_events(self, events) -> None:
+    def on_events(self, events: list[Event]) -> None:
         """The Device's events (on the loop): for the metrics, then the trace."""
         self.stats.events(events, time.monotonic())
         self.trace.events(events)
 
-    def udp_socket(self, sock) -> UdpBatchSocket:
+    def udp_socket(self, sock: socket.socket) -> UdpBatchSocket:
         """The batch socket the Engine gets.  (The debug trace, if on, comes
         from the Device's events: see vpncrypt.daemon.trace.)"""
         self.device.tracing = tracing()
         return UdpBatchSocket(sock, batch=BATCH, mtu=MAX_PACKET)
 
-    def udp_sockets(self, socks) -> list:
+    def udp_sockets(self, socks: Sequence[socket.socket]) -> list[UdpBatchSocket]:
         """A batch socket for each socket of the group, the first first."""
         return [self.udp_socket(s) for s in socks]
 
@@ -157,13 +171,21 @@ class DataPlane:
                 new,
             )
 
-    def start(self, udp, tun_fd, *, loop, mtu: int, on_fatal) -> None:
+    def start(
+        self,
+        udp: Union[BatchIO, Sequence[BatchIO]],
+        tun_fd: Union[int, Sequence[int]],
+        *,
+        loop: asyncio.AbstractEventLoop,
+        mtu: int,
+        on_fatal: Optional[Callable[[BaseException], object]],
+    ) -> None:
         """`udp`: a batch socket, or one per queue (a list); `tun_fd`: the
         TUN's descriptor, or one per queue (a list as long)."""
         from ..dataplane.io import OFFLOAD_ALL, TunBatch, offload_names
 
         udps = list(udp) if isinstance(udp, (list, tuple)) else [udp]
-        fds = list(tun_fd) if isinstance(tun_fd, (list, tuple)) else [tun_fd]
+        fds = [tun_fd] if isinstance(tun_fd, int) else list(tun_fd)
         if len(udps) != len(fds):
             raise ValueError(f"{len(udps)} UDP sockets for {len(fds)} TUN queues")
         # On a TUN opened with IFF_VNET_HDR, TunBatch switches the offloads on
@@ -181,7 +203,15 @@ class DataPlane:
             log.info("%d queues: a TUN queue and a UDP socket each", len(fds))
         self.start_inner(udps, inners, loop=loop, mtu=mtu, on_fatal=on_fatal)
 
-    def start_inner(self, udps: list, inners: list, *, loop, mtu: int, on_fatal) -> None:
+    def start_inner(
+        self,
+        udps: Sequence[BatchIO],
+        inners: Sequence[BatchIO],
+        *,
+        loop: asyncio.AbstractEventLoop,
+        mtu: int,
+        on_fatal: Optional[Callable[[BaseException], object]],
+    ) -> None:
         """Start on these inner links, one per UDP socket: the TUN's queues
         (start), or any object with TunBatch's interface (`vpncrypt proxy`'s
         packet socket on a namespace's veth: vpncrypt.proxy.packet_link)."""
@@ -191,7 +221,13 @@ class DataPlane:
         self.start_engine(udps, self._inners, loop=loop, on_fatal=on_fatal)
 
     def start_engine(
-        self, udps: list, inners: list, *, loop, on_fatal=None, max_packet: int = MAX_PACKET
+        self,
+        udps: Sequence[BatchIO],
+        inners: Sequence[BatchIO],
+        *,
+        loop: asyncio.AbstractEventLoop,
+        on_fatal: Optional[Callable[[BaseException], object]] = None,
+        max_packet: int = MAX_PACKET,
     ) -> None:
         """Start the Engine over these batch sockets and inner sides, a pair
         per queue: the daemon's TUN queues (start), or `vpncrypt
@@ -201,7 +237,7 @@ class DataPlane:
         max_packet: the largest packet the inner side carries."""
         from ..dataplane.engine import Engine
 
-        self.engine = Engine(
+        self.engine = engine = Engine(
             self.device,
             udps[0],
             inners[0],
@@ -216,20 +252,21 @@ class DataPlane:
         )
         if self.fair_queue:
             log.info("fair queue: on (fq_codel on each send round, CoDel on each receiving socket)")
-        self.engine.start()
+        engine.start()
 
-    def replace_udp(self, udp) -> None:
+    def replace_udp(self, udp: Union[BatchIO, Sequence[BatchIO]]) -> None:
         """Switch to other sockets (a batch socket, or one per queue: as
         many as there are queues, in queue order), after a listen-port
         change; the caller closes the old ones.  The engine keeps its
         workers, their counters and the sessions."""
         udps = list(udp) if isinstance(udp, (list, tuple)) else [udp]
-        if self.engine is None:
+        engine = self.engine
+        if engine is None:
             return
         if len(udps) != len(self._inners):
             raise ValueError(f"{len(udps)} UDP sockets for {len(self._inners)} TUN queues")
-        closing = _socket_drops([rx.udp for rx, _tx in queue_workers(self.engine)] or [self.engine.udp])
-        self.engine.replace_udp(udps[0], udps[1:])
+        closing = _socket_drops([rx.udp for rx, _tx in queue_workers(engine)] or [engine.udp])
+        engine.replace_udp(udps[0], udps[1:])
         self._closed_drops = (self._closed_drops[0] + closing[0], self._closed_drops[1] + closing[1])
 
     def set_mtu(self, mtu: int) -> None:
@@ -257,72 +294,87 @@ class DataPlane:
     def last_handshake(self) -> float:
         return max((p.counters.last_handshake for p in self.device.peers.values()), default=0.0)
 
-    def allowed_ips(self) -> list:
+    def allowed_ips(self) -> list[Network]:
         table = self.device.table
         return [net for peer in self.device.peers.values() for net in table.routes(peer.pid)]
 
-    def counters(self, udp, *, loop=None, pending_timers: int = 0, peer_drops: bool = True) -> dict:
+    def counters(
+        self,
+        udp: Optional[BatchIO],
+        *,
+        loop: Optional[asyncio.AbstractEventLoop] = None,
+        pending_timers: int = 0,
+        peer_drops: bool = True,
+    ) -> CounterSnapshot:
         """Without peer_drops, the drop counters leave out the session
         table's per-peer ones (metric_rows() and a get's snapshot_parts()
         add them up in the pass over the peers they make)."""
-        dev = self.device
-        out = {"drop_" + k: v for k, v in dev.drops(peers=peer_drops).items()}
-        eng = self.engine
+        dev, eng = self.device, self.engine
+        out = CounterSnapshot(drops=self.drops(udp, peer_drops=peer_drops))
         if eng is not None:
-            for k, v in self.engine_counters().as_dict().items():
-                out["engine_" + k] = v
+            out.engine = self.engine_counters().as_dict()
         workers = queue_workers(eng)
         if eng is not None and self.inner is not None and self.inner.vnet_hdr:
             # reads happen on the sending direction's TunBatch, writes on the
             # receiving one's: every queue's, added up
-            for prefix, stats in (
-                ("tun_rx_", [tx.inner.rx_stats for _rx, tx in workers]),
-                ("tun_tx_", [rx.inner.tx_stats for rx, _tx in workers]),
-            ):
-                for name in ffi_fields(stats[0]):
-                    out[prefix + name] = sum(int(getattr(s, name)) for s in stats)
+            out.tun_rx = _summed([tx.inner.rx_stats for _rx, tx in workers])
+            out.tun_tx = _summed([rx.inner.tx_stats for rx, _tx in workers])
         if len(workers) > 1:
-            out["queues"] = len(workers)
-            for k, (rx, tx) in enumerate(workers):
-                out[f"queue_{k}_rx_packets"] = rx.counters.rx_batch_packets
-                out[f"queue_{k}_tx_packets"] = tx.counters.tx_batch_packets
-        udps = [rx.udp for rx, _tx in workers] or ([udp] if udp is not None else [])
-        if udps:
-            # the kernel's count for our sockets (receive buffer full), and
-            # datagrams too large for a receive slot; with those of the
-            # sockets a ListenPort change closed (counters never go back)
-            overflow, truncated = _socket_drops(udps)
-            out["drop_socket_overflow"] = overflow + self._closed_drops[0]
-            truncated += self._closed_drops[1]
-            if truncated:
-                out["drop_truncated"] = truncated
-        if eng is not None:
-            out.update(eng.fair_queue_counters())  # present (0 or more) when the option is on
-        out["handshakes_sent"] = dev.counters.handshakes_sent
-        out["handshakes_completed"] = dev.counters.handshakes_completed
-        out["handshakes_failed"] = self.stats.failed
-        out["keepalives_sent"] = self.stats.keepalives_total
-        out["under_load"] = int(self.stats.under_load)
+            out.queues = [(rx.counters.rx_batch_packets, tx.counters.tx_batch_packets) for rx, tx in workers]
+        fq = eng.fair_queue_counters() if eng is not None else None
+        if fq is not None:
+            out.fair_queue_packets = fq[1]
+        d = out.device
+        d["handshakes_sent"] = dev.counters.handshakes_sent
+        d["handshakes_completed"] = dev.counters.handshakes_completed
+        d["handshakes_failed"] = self.stats.failed
+        d["keepalives_sent"] = self.stats.keepalives_total
+        d["under_load"] = int(self.stats.under_load)
         # peers' source addresses the kernel refused (the address left the
         # host): replies left from the one routing picks (the native table
         # only; the pure-Python one keeps no source address)
-        out["source_addresses_forgotten"] = int(getattr(dev.table, "sources_forgotten", 0))
+        d["source_addresses_forgotten"] = int(getattr(dev.table, "sources_forgotten", 0))
         # resource gauges, for the long-run tests: nothing here may grow
         if loop is not None:
-            out["asyncio_tasks"] = len(asyncio.all_tasks(loop))
-        out["pending_timers"] = pending_timers
-        out["open_fds"] = open_fds()
+            d["asyncio_tasks"] = len(asyncio.all_tasks(loop))
+        d["pending_timers"] = pending_timers
+        d["open_fds"] = open_fds()
+        return out
+
+    def drops(self, udp: Optional[BatchIO], *, peer_drops: bool = True) -> dict[DropReason, int]:
+        """Every reason the interface counts, 0 or more (the fair queue's
+        only while it is on), each the sum of every layer that counts it:
+        the protocol core and the session table (Device.drops), the UDP
+        sockets (with those a ListenPort change closed: counters never go
+        back) and the fair queue."""
+        eng = self.engine
+        fq = eng.fair_queue_counters() if eng is not None else None
+        out = dict.fromkeys((r for r in DropReason if fq is not None or r not in FAIR_QUEUE_REASONS), 0)
+        for reason, n in self.device.drops(peers=peer_drops).items():
+            out[reason] += n
+        workers = queue_workers(eng)
+        udps = [rx.udp for rx, _tx in workers] or ([udp] if udp is not None else [])
+        # the kernel's count for our sockets (receive buffer full), and
+        # datagrams too large for a receive slot
+        overflow, truncated = _socket_drops(udps)
+        out[DropReason.SOCKET_OVERFLOW] += overflow + self._closed_drops[0]
+        out[DropReason.TRUNCATED] += truncated + self._closed_drops[1]
+        if fq is not None:
+            for reason, n in fq[0].items():
+                out[reason] += n
         return out
 
     def engine_counters(self) -> EngineCounters:
         """The engine's counters (empty before start)."""
         return self.engine.counters if self.engine is not None else EngineCounters()
 
-    def metric_rows(self, part: int = 1024, drops: Optional[dict] = None) -> Iterator[list]:
+    def metric_rows(
+        self, part: int = 1024, drops: Optional[dict[DropReason, int]] = None
+    ) -> Iterator[list[MetricRow]]:
         """Every peer as a MetricRow, read from the session table and the
         Device, ``part`` peers per list yielded (the caller lets the loop run
         between them).  A peer removed meanwhile is left out.  The session
-        table's per-peer drops are added into ``drops`` ("drop_REASON": n)."""
+        table's per-peer drops are added into ``drops``."""
         dev, stats = self.device, self.stats
         reader = GetReader(dev.table, drops=drops is not None)
         peers = list(dev.peers.values())

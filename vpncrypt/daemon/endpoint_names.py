@@ -38,7 +38,7 @@ import dataclasses
 import errno
 import logging
 import socket
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ..config.keytypes import fingerprint
 from ..endpoints import Endpoint, format_endpoint
@@ -62,7 +62,7 @@ LOOKUP_LIMIT = 30.0
 _MISSING = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 _MISSING.add(getattr(socket, "EAI_ADDRFAMILY", socket.EAI_NONAME))
 
-Found = Union[tuple, OSError]  # an address (host, port[, flowinfo, scope]), or why there is none
+Found = Union[tuple[Any, ...], OSError]  # an address (host, port[, flowinfo, scope]), or why there is none
 
 
 class NoAnswer(OSError):
@@ -90,7 +90,7 @@ class Name:
     where: str  # FILE:LINE of the Endpoint line
     since: float  # answers to lookups asked before this are old: dropped
     state: str = PENDING
-    address: Optional[tuple] = None  # the last address found
+    address: Optional[tuple[Any, ...]] = None  # the last address found
     resolved_at: Optional[float] = None
     next_try: Optional[float] = None  # None: no lookup wanted
     asking: bool = False  # a lookup is under way
@@ -115,13 +115,13 @@ class Outcome:
     """What an answer means: an address to give the peer now (None: leave
     it), and a line to log (None: nothing to say)."""
 
-    address: Optional[tuple] = None
+    address: Optional[tuple[Any, ...]] = None
     message: Optional[str] = None
     level: int = logging.DEBUG
 
 
 def _backoff(failures: int) -> float:
-    return min(RETRY_CAP, RETRY_FIRST * 2 ** max(0, min(failures - 1, 16)))
+    return min(RETRY_CAP, RETRY_FIRST * 2.0 ** max(0, min(failures - 1, 16)))
 
 
 class EndpointNames:
@@ -143,7 +143,7 @@ class EndpointNames:
         where: str,
         asked_at: float,
         now: float,
-        handshakes: tuple = (0, 0),
+        handshakes: tuple[int, int] = (0, 0),
         found: Optional[Found] = None,
     ) -> Optional[Outcome]:
         """Follow `endpoint` (a name) for the peer `key`, as the file has just
@@ -171,7 +171,7 @@ class EndpointNames:
         its name is no longer followed."""
         self.names.pop(key, None)
 
-    def due(self, now: float) -> list:
+    def due(self, now: float) -> list[bytes]:
         """The peers whose lookup is due and not under way."""
         return [
             k for k, n in self.names.items() if not n.asking and n.next_try is not None and n.next_try <= now
@@ -183,7 +183,7 @@ class EndpointNames:
         if name is not None:
             name.asking, name.asked_at = True, now
 
-    def overdue(self, now: float) -> list:
+    def overdue(self, now: float) -> list[bytes]:
         """The peers whose lookup under way has not answered within
         LOOKUP_LIMIT: to abandon."""
         return [
@@ -251,7 +251,7 @@ class EndpointNames:
             return self._not_found(key, name, now, found)
         return self._found(name, now, _with_port(found, name.endpoint.port))
 
-    def _found(self, name: Name, now: float, address: tuple) -> Outcome:
+    def _found(self, name: Name, now: float, address: tuple[Any, ...]) -> Outcome:
         first, previous = name.address is None, name.address
         before, name.address, name.resolved_at = name.state, address, now
         name.state, name.failures, name.missing = RESOLVED, 0, 0
@@ -320,7 +320,7 @@ class EndpointNames:
 
     # ------------------------------------------------------------ reports
 
-    def rows(self) -> list:
+    def rows(self) -> list[tuple[bytes, str, str, Optional[float], Optional[float]]]:
         """(public key, name as written, state, resolved at, next lookup)
         of every followed name, times on the caller's clock (None: never /
         none wanted)."""
@@ -330,7 +330,7 @@ class EndpointNames:
         ]
 
 
-def _with_port(address: tuple, port: int) -> tuple:
+def _with_port(address: tuple[Any, ...], port: int) -> tuple[Any, ...]:
     """An address found for the name, with this peer's port (peers that
     share a name are looked up once)."""
     return (address[0], port, *address[2:])

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
-from typing import Iterator
+from typing import Any, Iterator
 
+from ..drop_reasons import DropReason
 from ..endpoints import format_endpoint, format_packed_endpoint
+from ..transport import SessionTable
 
 ROUTE_STEP = 1024  # allowed IPs added (or listed) per step of one peer
 _ROUTE_ENTRY = 18  # vc_wg_route_list (native/vc_wg.h): family, prefix length, 16 address bytes
@@ -35,10 +37,12 @@ class GetReader:
     them from the pass over the peers they make anyway, where a second pass
     (Device.drops()) cost 1.2 s of the daemon's CPU at 100,000 peers."""
 
-    def __init__(self, table, drops: bool = False):
+    def __init__(self, table: SessionTable, drops: bool = False) -> None:
         from ..transport import status as S
 
         self.table = table
+        # the native table's, for its one-call reads (duck-typed: tests wrap tables)
+        self._ptr: Any = getattr(table, "ptr", None)
         self.drops = drops
         self._codes = tuple(S.DROP_NAMES)
         self.drop_names = tuple(S.DROP_NAMES.values())
@@ -57,12 +61,12 @@ class GetReader:
             self._buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * ROUTE_STEP)
             self._raw = ffi.buffer(self._buf)
 
-    def wire(self, pid: int, now: float) -> tuple:
+    def wire(self, pid: int, now: float) -> tuple[int, int, str | None]:
         """(rx wire bytes, tx wire bytes, endpoint text or None)."""
         rx, tx, _, _, endpoint = self.counts(pid, now)
         return rx, tx, endpoint
 
-    def counts(self, pid: int, now: float) -> tuple:
+    def counts(self, pid: int, now: float) -> tuple[int, int, int, int, str | None]:
         """(rx wire bytes, tx wire bytes, rx messages, tx messages, endpoint
         text or None), one call into the table."""
         if not self.native:
@@ -77,7 +81,7 @@ class GetReader:
                 format_endpoint(st.endpoint),
             )
         st = self._st
-        if self._lib.vc_wg_peer_get(self.table.ptr, pid, st, now):
+        if self._lib.vc_wg_peer_get(self._ptr, pid, st, now):
             raise KeyError(f"no peer {pid}")
         if self.drops and self._drop_bytes[:] != self._no_drops:
             self._add_native_drops()
@@ -93,22 +97,22 @@ class GetReader:
         arr = self._st.drops
         self._totals = [n + arr[code] for n, code in zip(self._totals, self._codes)]
 
-    def _add_peer_drops(self, drops: dict) -> None:
+    def _add_peer_drops(self, drops: dict[DropReason, int]) -> None:
         self._totals = [n + drops.get(name, 0) for n, name in zip(self._totals, self.drop_names)]
 
-    def add_drops(self, out: dict) -> None:
-        """The drops of the peers read so far added into ``out``
-        ("drop_REASON": n; a reason none of them had is left as it is)."""
-        for name, n in zip(self.drop_names, self._totals):
+    def add_drops(self, out: dict[DropReason, int]) -> None:
+        """The drops of the peers read so far added into ``out`` (a reason
+        none of them had is left as it is)."""
+        for reason, n in zip(self.drop_names, self._totals):
             if n:
-                out["drop_" + name] = out.get("drop_" + name, 0) + n
+                out[reason] = out.get(reason, 0) + n
 
-    def routes(self, pid: int):
+    def routes(self, pid: int) -> list[str] | None:
         """The allowed IPs as text, or None if there are more than
         ROUTE_STEP (then big_routes())."""
         if not self.native:
             return self.table.routes(pid, text=True)
-        n = self._lib.vc_wg_route_list(self.table.ptr, pid, self._buf, ROUTE_STEP)
+        n = self._lib.vc_wg_route_list(self._ptr, pid, self._buf, ROUTE_STEP)
         if n <= 1:  # the usual peer: one network (or none)
             return [_route_text(self._raw[:_ROUTE_ENTRY])] if n else []
         if n > ROUTE_STEP:
@@ -116,18 +120,18 @@ class GetReader:
         raw = self._raw[: _ROUTE_ENTRY * n]
         return [_route_text(raw[k : k + _ROUTE_ENTRY]) for k in range(0, _ROUTE_ENTRY * n, _ROUTE_ENTRY)]
 
-    def big_routes(self, pid: int, out: list) -> Iterator[list]:
+    def big_routes(self, pid: int, out: list[str]) -> Iterator[list[Any]]:
         """All of them listed at once, written into ``out`` as text
         ROUTE_STEP at a time, an empty snapshot part yielded before each
         (room for the loop).  The listing itself (one call into the table,
         which sorts them: 80 ms for 600,000) runs on a thread of its own,
         outside the interpreter lock; empty parts are yielded meanwhile."""
         ffi, lib = self._ffi, self._lib
-        n = lib.vc_wg_route_list(self.table.ptr, pid, ffi.NULL, 0)
+        n = lib.vc_wg_route_list(self._ptr, pid, ffi.NULL, 0)
         buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * n)
         listed = []
         lister = threading.Thread(
-            target=lambda b=buf: listed.append(lib.vc_wg_route_list(self.table.ptr, pid, b, n)),
+            target=lambda b=buf: listed.append(lib.vc_wg_route_list(self._ptr, pid, b, n)),
             name="uapi-routes",
             daemon=True,
         )

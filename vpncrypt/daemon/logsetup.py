@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import sys
-from typing import Mapping, Optional, TextIO
+from typing import Callable, Mapping, Optional, TextIO, Union
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -82,7 +82,7 @@ def stderr_is_journal(stream: Optional[TextIO] = None, env: Optional[Mapping[str
     return (st.st_dev, st.st_ino) == (dev, ino)
 
 
-def parse_level(level) -> int:
+def parse_level(level: Union[int, str]) -> int:
     if isinstance(level, int):
         return level
     try:
@@ -92,7 +92,11 @@ def parse_level(level) -> int:
 
 
 def setup_logging(
-    level="info", *, stream: Optional[TextIO] = None, journal: Optional[bool] = None, env=None
+    level: Union[int, str] = "info",
+    *,
+    stream: Optional[TextIO] = None,
+    journal: Optional[bool] = None,
+    env: Optional[Mapping[str, str]] = None,
 ) -> logging.Handler:
     """Configure the ``vpncrypt`` logger (and the root logger) to write to
     ``stream`` (stderr). ``journal=None`` detects journald via JOURNAL_STREAM.
@@ -124,7 +128,9 @@ def setup_logging(
     return handler
 
 
-def report_failure(message: str, stream: Optional[TextIO] = None, env=None) -> None:
+def report_failure(
+    message: str, stream: Optional[TextIO] = None, env: Optional[Mapping[str, str]] = None
+) -> None:
     """A failure that ends the program, as one bare line on stderr: no
     timestamp or logger name (under journald, only the error priority)."""
     stream = sys.stderr if stream is None else stream
@@ -141,7 +147,9 @@ class RateLimitedLog:
     outsider can repeat at will (refused connections), so they cannot fill
     the disk."""
 
-    def __init__(self, logger: logging.Logger, interval: float = 10.0, clock=None):
+    def __init__(
+        self, logger: logging.Logger, interval: float = 10.0, clock: Optional[Callable[[], float]] = None
+    ) -> None:
         import time
 
         self.logger = logger
@@ -150,7 +158,7 @@ class RateLimitedLog:
         self._next = float("-inf")
         self.suppressed = 0
 
-    def log(self, level: int, msg: str, *args) -> bool:
+    def log(self, level: int, msg: str, *args: object) -> bool:
         now = self.clock()
         if now < self._next:
             self.suppressed += 1
@@ -163,7 +171,7 @@ class RateLimitedLog:
         self.logger.log(level, msg, *args)
         return True
 
-    def warning(self, msg: str, *args) -> bool:
+    def warning(self, msg: str, *args: object) -> bool:
         return self.log(logging.WARNING, msg, *args)
 
 
@@ -173,7 +181,9 @@ class TokenBucketFilter(logging.Filter):
     debug trace of protocol events goes through it: a flood of handshakes
     must not become a flood of log lines."""
 
-    def __init__(self, rate: float = 20.0, burst: int = 100, clock=None):
+    def __init__(
+        self, rate: float = 20.0, burst: int = 100, clock: Optional[Callable[[], float]] = None
+    ) -> None:
         super().__init__()
         import time
 

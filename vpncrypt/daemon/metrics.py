@@ -37,6 +37,7 @@ import os
 from typing import Any, Callable, Optional
 
 from ..dataplane.engine import BATCH_SIZE_BOUNDS
+from ..drop_reasons import DropReason
 from .webconfig import WebConfig
 
 log = logging.getLogger("vpncrypt.daemon")
@@ -142,14 +143,15 @@ async def read_state(daemon, part: int = PART, endpoints: bool = False) -> dict:
         "endpoint_names": daemon.endpoint_name_rows(),  # the followed Endpoint names (_name_families)
     }
     peers = state["peers"]
-    for rows in dp.metric_rows(part, drops=state["counters"]):
+    for rows in dp.metric_rows(part, drops=state["counters"].drops):
         peers.extend(rows)
         await asyncio.sleep(0)
     return state
 
 
 # The interface's families read from the device's counters: (family, name,
-# help, counter, value when the counter is missing).
+# help, counter (CounterSnapshot.device's, or a drop reason), value when the
+# counter is missing).
 _INTERFACE_COUNTERS = (
     (
         "counter",
@@ -176,7 +178,7 @@ _INTERFACE_COUNTERS = (
         "counter",
         "vpncrypt_cookie_replies_sent",
         "Cookie replies sent to handshake messages that came without a valid mac2 under load.",
-        "drop_cookie_sent",
+        DropReason.COOKIE_SENT,
         0,
     ),
     (
@@ -232,21 +234,22 @@ def _families(state: dict):
     yield gauge("vpncrypt_listen_port", "UDP port the interface listens on.", state["listen_port"])
     yield gauge("vpncrypt_peers", "Peers configured on the interface.", len(state["peers"]))
     for family, name, doc, key, missing in _INTERFACE_COUNTERS:
-        yield (counter if family == "counter" else gauge)(name, doc, c.get(key, missing))
+        value = (c.drops if isinstance(key, DropReason) else c.device).get(key, missing)
+        yield (counter if family == "counter" else gauge)(name, doc, value)
     drops = CounterMetricFamily(
         "vpncrypt_drops", "Messages and packets dropped, by reason.", labels=["interface", "reason"]
     )
-    for k, v in sorted(c.items()):
-        if k.startswith("drop_") and k != "drop_cookie_sent":
-            drops.add_metric([iface, k[5:]], v)
+    for reason, n in sorted(c.drops.items()):
+        if reason is not DropReason.COOKIE_SENT:  # served as vpncrypt_cookie_replies_sent_total
+            drops.add_metric([iface, reason.value], n)
     yield drops
     batches = CounterMetricFamily(
         "vpncrypt_dataplane_batches",
         "Batches the data plane moved, by direction.",
         labels=["interface", "direction"],
     )
-    batches.add_metric([iface, "rx"], c.get("engine_rx_batches", 0))
-    batches.add_metric([iface, "tx"], c.get("engine_tx_batches", 0))
+    batches.add_metric([iface, "rx"], c.engine.get("rx_batches", 0))
+    batches.add_metric([iface, "tx"], c.engine.get("tx_batches", 0))
     yield batches
     sizes = HistogramMetricFamily(
         "vpncrypt_dataplane_batch_size",
@@ -266,7 +269,7 @@ def _families(state: dict):
         labels=["interface", "kind"],
     )
     for k in ("tx_send_errors", "tx_dropped", "inner_write_errors", "inner_dropped"):
-        errors.add_metric([iface, k], c.get("engine_" + k, 0))
+        errors.add_metric([iface, k], c.engine.get(k, 0))
     yield errors
     icmp = CounterMetricFamily(
         "vpncrypt_icmp_errors",
@@ -274,17 +277,17 @@ def _families(state: dict):
         "sent back into the TUN, or not sent for the rate limits.",
         labels=["interface", "result"],
     )
-    icmp.add_metric([iface, "sent"], c.get("engine_icmp_errors_sent", 0))
-    icmp.add_metric([iface, "rate_limited"], c.get("engine_icmp_errors_limited", 0))
+    icmp.add_metric([iface, "sent"], c.engine.get("icmp_errors_sent", 0))
+    icmp.add_metric([iface, "rate_limited"], c.engine.get("icmp_errors_limited", 0))
     yield icmp
     tun = CounterMetricFamily(
         "vpncrypt_tun_offload",
         "TUN offload counters (TSO/USO splits on reads, GRO coalescing on writes), by direction and counter.",
         labels=["interface", "direction", "counter"],
     )
-    for k, v in sorted(c.items()):
-        if k.startswith("tun_rx_") or k.startswith("tun_tx_"):
-            tun.add_metric([iface, k[4:6], k[7:]], v)
+    for direction, stats in (("rx", c.tun_rx), ("tx", c.tun_tx)):
+        for k, v in sorted(stats.items()):
+            tun.add_metric([iface, direction, k], v)
     yield tun
     info = InfoMetricFamily(
         "vpncrypt_crypto_kernels",

@@ -44,29 +44,29 @@ def _clean(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def ready(status: Optional[str] = None, env=None) -> bool:
+def ready(status: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> bool:
     msg = "READY=1"
     if status:
         msg += f"\nSTATUS={_clean(status)}"
     return notify(msg, env)
 
 
-def status(text: str, env=None) -> bool:
+def status(text: str, env: Optional[Mapping[str, str]] = None) -> bool:
     return notify(f"STATUS={_clean(text)}", env)
 
 
-def watchdog(env=None) -> bool:
+def watchdog(env: Optional[Mapping[str, str]] = None) -> bool:
     return notify("WATCHDOG=1", env)
 
 
-def stopping(status: Optional[str] = None, env=None) -> bool:
+def stopping(status: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> bool:
     msg = "STOPPING=1"
     if status:
         msg += f"\nSTATUS={_clean(status)}"
     return notify(msg, env)
 
 
-def reloading(env=None) -> bool:
+def reloading(env: Optional[Mapping[str, str]] = None) -> bool:
     """Tell systemd a reload started (send ready() when done). Includes
     MONOTONIC_USEC as Type=notify-reload (systemd >= 253) requires."""
     usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000

@@ -6,9 +6,14 @@ shows it (DataPlane.metric_rows reads them from the session table)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Optional
 
 from .histogram import RTT_BUCKETS, Histogram
+
+if TYPE_CHECKING:
+    from ..protocol.device import Device
+    from ..protocol.events import Event
 
 
 @dataclasses.dataclass(slots=True)
@@ -17,7 +22,7 @@ class MetricRow:
 
     public_key: bytes
     endpoint: Optional[str]
-    allowed_ips: list  # text
+    allowed_ips: list[str]  # text
     latest_handshake: float  # Unix time; 0 = never
     rx_bytes: int  # as `wg show`: whole datagrams, handshakes included
     tx_bytes: int
@@ -35,37 +40,36 @@ class HandshakeStats:
     keepalives sent, and whether the device is under load.  Kept only for
     the device's peers: a removed peer is forgotten."""
 
-    def __init__(self, device=None):
+    def __init__(self, device: Optional[Device] = None) -> None:
         self.device = device
-        self.started = {}  # public key -> when its last initiation went out (monotonic)
-        self.rtt = {}  # public key -> Histogram of round trips
-        self.keepalives = {}  # public key -> keepalives sent
+        self.started: dict[bytes, float] = {}  # public key -> when its last initiation went out (monotonic)
+        self.rtt: dict[bytes, Histogram] = {}  # public key -> Histogram of round trips
+        self.keepalives: dict[bytes, int] = {}  # public key -> keepalives sent
         self.failed = 0
         self.keepalives_total = 0
         self.under_load = False
 
-    def events(self, events, now: float) -> None:
+    def events(self, events: Iterable[Event], now: float) -> None:
         from ..protocol import events as E
 
         for ev in events:
-            kind = type(ev)
-            if kind is E.KeepaliveSent:
+            if type(ev) is E.KeepaliveSent:
                 pk = ev.peer.public_key
                 self.keepalives[pk] = self.keepalives.get(pk, 0) + 1
                 self.keepalives_total += 1
-            elif kind is E.HandshakeInitiated:
+            elif type(ev) is E.HandshakeInitiated:
                 self.started[ev.peer.public_key] = now
-            elif kind is E.HandshakeCompleted:
+            elif type(ev) is E.HandshakeCompleted:
                 t0 = self.started.pop(ev.peer.public_key, None)
                 if ev.initiator and t0 is not None:
                     h = self.rtt.get(ev.peer.public_key)
                     if h is None:
                         h = self.rtt[ev.peer.public_key] = Histogram(RTT_BUCKETS)
                     h.observe(max(0.0, now - t0))
-            elif kind is E.HandshakeGaveUp:
+            elif type(ev) is E.HandshakeGaveUp:
                 self.started.pop(ev.peer.public_key, None)
                 self.failed += 1
-            elif kind is E.LoadChanged:
+            elif type(ev) is E.LoadChanged:
                 self.under_load = bool(ev.under_load)
         self._prune()
 

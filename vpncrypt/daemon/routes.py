@@ -49,7 +49,7 @@ import ipaddress
 import json
 import logging
 import subprocess
-from typing import Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 from .tunnelfilter import TunnelFilter
 
@@ -65,14 +65,14 @@ class RouteError(OSError):
     pass
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(["ip", *args], capture_output=True, text=True)
     if check and r.returncode != 0:
         raise RouteError(f"`ip {' '.join(args)}` failed: {r.stderr.strip()}")
     return r
 
 
-def _json(*args: str) -> list:
+def _json(*args: str) -> list[Any]:
     """`ip -j ARGS` parsed ([] if it fails or says nothing)."""
     r = _ip(args[0], "-j", *args[1:], check=False)
     try:
@@ -82,7 +82,7 @@ def _json(*args: str) -> list:
     return out if isinstance(out, list) else []
 
 
-def _own_rule(rule: dict, table: str) -> bool:
+def _own_rule(rule: dict[str, Any], table: str) -> bool:
     """Whether an `ip -j rule` entry has the shape of a full tunnel's
     ``not fwmark T lookup T`` (the mark and the table the same number)."""
     try:
@@ -91,7 +91,7 @@ def _own_rule(rule: dict, table: str) -> bool:
         return False
 
 
-def _delete_rule_copies(v: str, rule) -> int:
+def _delete_rule_copies(v: str, rule: Iterable[str]) -> int:
     """Delete every copy of an `ip rule` (`ip rule del` takes one at a time),
     as wg-quick's down does; the number deleted."""
     n = 0
@@ -99,6 +99,15 @@ def _delete_rule_copies(v: str, rule) -> int:
     while n < 1000 and _ip(v, "rule", "del", *rule, check=False).returncode == 0:
         n += 1
     return n
+
+
+def _within(net: Network, outer: Network) -> bool:
+    """`net` is `outer` or inside it (false across families)."""
+    if isinstance(net, ipaddress.IPv4Network) and isinstance(outer, ipaddress.IPv4Network):
+        return net.subnet_of(outer)
+    if isinstance(net, ipaddress.IPv6Network) and isinstance(outer, ipaddress.IPv6Network):
+        return net.subnet_of(outer)
+    return False
 
 
 class Routes:
@@ -109,19 +118,19 @@ class Routes:
         *,
         get_fwmark: Callable[[], int],
         set_fwmark: Callable[[int], None],
-    ):
+    ) -> None:
         self.interface = interface
         self.table = table  # the config's Table: None (auto), "off", or a table number or name
         self.get_fwmark = get_fwmark
         self.set_fwmark = set_fwmark
-        self.routes: dict = {}  # network -> table it was added to (None: main)
-        self.rules: list = []  # [(family flag, rule args...)] in the order added
+        self.routes: dict[Network, Any] = {}  # network -> table it was added to (None: main)
+        self.rules: list[tuple[str, tuple[str, ...]]] = []  # [(family flag, rule args)] in the order added
         self.default_table: Optional[int] = None
         self.filter = TunnelFilter(interface)
 
     # ------------------------------------------------------------ applying
 
-    def sync(self, networks: Iterable) -> None:
+    def sync(self, networks: Iterable[Network]) -> None:
         """Make the routes those of `networks` (the peers' AllowedIPs).
 
         The interface's routes are read once and the new ones added with one
@@ -150,7 +159,7 @@ class Routes:
             elif net.prefixlen == 0:
                 self._add_default(net)
             else:
-                cover = next((r for r in existing if r.version == net.version and net.subnet_of(r)), None)
+                cover = next((r for r in existing if _within(net, r)), None)
                 if cover is not None:
                     log.debug("route %s: already covered by %s", net, cover)
                     continue
@@ -184,9 +193,9 @@ class Routes:
             for net in [n for n in self.routes if n.prefixlen == 0]:
                 self.filter.apply(net.version, mark)
 
-    def _interface_routes(self, table=None) -> list:
+    def _interface_routes(self, table: object = None) -> list[Network]:
         """The networks routed through the interface (main table, or `table`)."""
-        out = []
+        out: list[Network] = []
         for v in ("-4", "-6"):
             args = [v, "-j", "route", "show", "dev", self.interface]
             if table is not None:
@@ -210,7 +219,7 @@ class Routes:
                     continue
         return out
 
-    def _add_default(self, net) -> None:
+    def _add_default(self, net: Network) -> None:
         table = self.default_table
         if table is None:
             table = self.get_fwmark()
@@ -351,7 +360,7 @@ class Routes:
 
     # ------------------------------------------------------------ removing
 
-    def _remove_routes(self, nets: list) -> None:
+    def _remove_routes(self, nets: list[Network]) -> None:
         """Remove routes this object added: a full tunnel's default route
         with its rules and nft table, one by one; all the others with one
         `ip -force -batch` (a reload from ten thousand peers to one, or a
@@ -389,7 +398,7 @@ class Routes:
                     "removing %d route(s) dev %s: %s", len(plain), self.interface, "; ".join(errors[:5])[:500]
                 )
 
-    def _remove_route(self, net) -> None:
+    def _remove_route(self, net: Network) -> None:
         table = self.routes.pop(net)
         args = [f"-{net.version}", "route", "del", str(net), "dev", self.interface]
         if table is not None:

@@ -28,6 +28,10 @@ import logging
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable
+from typing import Union
+
+IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 
 log = logging.getLogger("vpncrypt.routes")
 
@@ -44,7 +48,7 @@ def table_name(interface: str) -> str:
     return "vpncrypt-" + re.sub(r"[^A-Za-z0-9_.-]", "_", interface)
 
 
-def interface_addresses(interface: str, version: int) -> list:
+def interface_addresses(interface: str, version: int) -> list[IPAddress]:
     r = subprocess.run(
         ["ip", f"-{version}", "-j", "address", "show", "dev", interface], capture_output=True, text=True
     )
@@ -52,7 +56,7 @@ def interface_addresses(interface: str, version: int) -> list:
         links = json.loads(r.stdout or "[]")
     except ValueError:
         links = []
-    out = []
+    out: list[IPAddress] = []
     for link in links:
         for a in link.get("addr_info", []):
             try:
@@ -62,7 +66,7 @@ def interface_addresses(interface: str, version: int) -> list:
     return out
 
 
-def script(interface: str, version: int, mark: int, addresses) -> str:
+def script(interface: str, version: int, mark: int, addresses: Iterable[IPAddress]) -> str:
     """The `nft -f` input that (re)creates the table for one family."""
     pf, name = FAMILIES[version], table_name(interface)
     drops = "".join(
@@ -91,7 +95,7 @@ def script(interface: str, version: int, mark: int, addresses) -> str:
 class TunnelFilter:
     def __init__(self, interface: str):
         self.interface = interface
-        self.families: set = set()  # versions whose table is in place
+        self.families: set[int] = set()  # versions whose table is in place
         self._warned = False
 
     def apply(self, version: int, mark: int) -> None:

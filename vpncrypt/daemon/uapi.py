@@ -770,11 +770,11 @@ class UAPIServer:
                 return
             if req is None:
                 return
-            op_line, body = req
-            if op_line is None:  # too large / unreadable: answered, then hang up
-                writer.write(_errno_reply(body))
+            if req[0] is None:  # too large / unreadable: answered, then hang up
+                writer.write(_errno_reply(req[1]))
                 await writer.drain()
                 return
+            op_line, body = req
             trace.debug("UAPI: %s request from uid %d", op_line[:16], uid)
             began = time.perf_counter()
             if op_line == "set=1":

@@ -110,9 +110,15 @@ async def _read_line(reader: asyncio.StreamReader) -> Optional[bytes]:
         return None
 
 
+# read_request's answer: (operation, body: str, or a CutBody), or (None, errno)
+Request = Union[tuple[str, str], tuple[None, int]]
+# read_body's: the body, an errno, or ("cut", the body up to the cut)
+Body = Union[bytes, int, tuple[str, bytes]]
+
+
 async def read_request(
     reader: asyncio.StreamReader, budget: Optional[BodyBudget] = None, check: Optional[LineCheck] = None
-) -> Optional[tuple]:
+) -> Optional[Request]:
     """(op_line, body) for one request; None at EOF; (None, errno) if the
     request cannot be read (the connection is then closed).  A body the
     budget had to hold is in it until the caller gives len(body) back.
@@ -163,7 +169,7 @@ async def read_body(
     *,
     first: bytes = b"",
     check: Optional[LineCheck] = None,
-) -> Union[bytes, int, tuple]:
+) -> Body:
     """The lines after the operation up to the blank line ("\\n" or "\\r\\n",
     not kept) or EOF (bytes, the last line given its newline if EOF cut it;
     the lines' "\\r" are kept, for parse_set); ("cut", bytes) for a body
@@ -193,7 +199,8 @@ def _buffered(reader: asyncio.StreamReader) -> bytearray:
     no peek: the body's end ("\n\r\n" among "\n\n", which one readuntil
     cannot look for before Python 3.13) is found in the buffer first, so that
     no byte past it (the next request's) is taken."""
-    return reader._buffer  # type: ignore[attr-defined]
+    buffered: bytearray = reader._buffer  # type: ignore[attr-defined]  # private: asyncio has no peek
+    return buffered
 
 
 def _terminator(s: bytes) -> int:
@@ -289,7 +296,7 @@ class _LastLines:
             if m is not None:
                 self.first_peer = at + m.start()
 
-    def bad(self, pieces: list, total: int, partial: bytes, ended: bool) -> bool:
+    def bad(self, pieces: list[bytes], total: int, partial: bytes, ended: bool) -> bool:
         """Whether the last lines fail the check.  `ended`: the partial
         line's newline was read (it is held until the next piece)."""
         upto = total if ended else total - len(partial)
@@ -319,9 +326,9 @@ async def _read_pieces(
     reader: asyncio.StreamReader,
     budget: Optional[BodyBudget],
     first: bytes,
-    held: list,
+    held: list[int],
     check: Optional[LineCheck] = None,
-) -> Union[bytes, int, tuple]:
+) -> Body:
     """read_body's reading; held[0]: what it took from the budget so far."""
     stream = _Pieces(first)
     last = _LastLines(check or (lambda text, in_peer: True))

@@ -47,7 +47,9 @@ def _check_stale(path: str) -> None:
     raise UnixListenError(errno.EADDRINUSE, f"{path}: another process listens on it")
 
 
-def bind_unix_listener(path: str, mode: int, gid: Optional[int], backlog: int = 16) -> tuple:
+def bind_unix_listener(
+    path: str, mode: int, gid: Optional[int], backlog: int = 16
+) -> tuple[socket.socket, tuple[int, int]]:
     """(the listening socket, (st_dev, st_ino) of its file at `path`)."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
@@ -95,7 +97,7 @@ def _give_group(tmp: str, path: str, gid: int) -> None:
         ) from None
 
 
-def remove_unix_listener(path: str, ident: tuple) -> None:
+def remove_unix_listener(path: str, ident: tuple[int, int]) -> None:
     """Unlink `path` if it is still the socket `ident` names (a later daemon
     may have put its own there)."""
     try:

@@ -57,9 +57,13 @@ import re
 import ssl
 import threading
 import time
-from typing import Any, Optional
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..permissions import secret_file_problem
+
+if TYPE_CHECKING:
+    import yaml
 
 
 log = logging.getLogger("vpncrypt.daemon")
@@ -123,8 +127,8 @@ _HEADERS = (
 class WebConfig:
     path: str
     tls: Optional[ssl.SSLContext] = None
-    users: Optional[dict] = None  # name -> bcrypt hash (bytes); None: no authentication
-    headers: tuple = ()  # (name, value) added to every answer
+    users: Optional[dict[str, bytes]] = None  # name -> bcrypt hash; None: no authentication
+    headers: tuple[tuple[str, str], ...] = ()  # (name, value) added to every answer
     verdicts: Optional["Verdicts"] = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -151,15 +155,15 @@ class Verdicts:
     """basic_auth_users' verdicts: one bcrypt check at a time, the verdicts
     cached by (user, hash, password) under an HMAC key made here."""
 
-    def __init__(self, users: dict):
+    def __init__(self, users: dict[str, bytes]) -> None:
         self.users = users
         self._key = os.urandom(32)
-        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._cache: collections.OrderedDict[bytes, bool] = collections.OrderedDict()
         self._bcrypt = threading.Lock()  # one check at a time (a core at most)
         self._cache_lock = threading.Lock()  # read on the loop, written on a thread
         self._warned = -WARN_EVERY
 
-    def _parse(self, authorization: Optional[str]) -> Optional[tuple]:
+    def _parse(self, authorization: Optional[str]) -> Optional[tuple[str, Optional[bytes], bytes, bytes]]:
         """(user, hash, password bytes, cache key), or None for a request
         that fails without bcrypt."""
         user, password = _basic_credentials(authorization)
@@ -218,7 +222,7 @@ class Verdicts:
         return ok and hashed is not None
 
 
-def _basic_credentials(authorization: Optional[str]) -> tuple:
+def _basic_credentials(authorization: Optional[str]) -> tuple[Optional[str], str]:
     """(user, password) of an ``Authorization: Basic ...`` value, or (None, "")."""
     scheme, _, token = (authorization or "").strip().partition(" ")
     if scheme.lower() != "basic":
@@ -264,15 +268,15 @@ def load_web_config(path: str) -> WebConfig:
     return WebConfig(path=path, tls=tls, users=users, headers=headers)
 
 
-def _unique_key_loader():
+def _unique_key_loader() -> type[yaml.SafeLoader]:
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
         """SafeLoader that refuses a key given twice in one mapping."""
 
-        def construct_mapping(self, node, deep=False):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
             if isinstance(node, yaml.MappingNode):
-                seen = set()
+                seen: set[Any] = set()
                 for key_node, _ in node.value:
                     if key_node.tag == "tag:yaml.org,2002:merge":
                         continue
@@ -296,7 +300,9 @@ def _mapping(path: str, what: str, value: Any) -> None:
         raise WebConfigError(f"{path}: {what} must be a mapping of keys to values")
 
 
-def _known(path: str, section: str, data: dict, known: set, unsupported: frozenset = frozenset()) -> None:
+def _known(
+    path: str, section: str, data: dict[str, Any], known: set[str], unsupported: frozenset[str] = frozenset()
+) -> None:
     where = f"{section}." if section else ""
     for key in data:
         if key in unsupported:
@@ -311,11 +317,11 @@ def _string(path: str, name: str, value: Any) -> str:
     return value
 
 
-def _users(path: str, data: Any) -> Optional[dict]:
+def _users(path: str, data: Any) -> Optional[dict[str, bytes]]:
     if data is None:
         return None
     _mapping(path, "basic_auth_users", data)
-    users = {}
+    users: dict[str, bytes] = {}
     for name, hashed in data.items():
         user = _string(path, "basic_auth_users", name)
         text = _string(path, f"basic_auth_users.{user}", hashed)
@@ -385,7 +391,7 @@ def _check_key_file(path: str, key_file: str) -> None:
         raise WebConfigError(f"{path}: tls_server_config.key_file: {problem}")
 
 
-def _http(path: str, data: Any) -> tuple:
+def _http(path: str, data: Any) -> tuple[tuple[str, str], ...]:
     if data is None:
         return ()
     _mapping(path, "http_server_config", data)
@@ -394,7 +400,7 @@ def _http(path: str, data: Any) -> tuple:
         raise WebConfigError(f"{path}: http_server_config.http2: expected true or false")
     headers = data.get("headers") or {}
     _mapping(path, "http_server_config.headers", headers)
-    out = []
+    out: list[tuple[str, str]] = []
     for name, value in headers.items():
         if name not in _HEADERS:
             raise WebConfigError(f"{path}: http_server_config.headers.{name}: unknown header")

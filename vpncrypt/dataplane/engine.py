@@ -95,18 +95,37 @@ Device.next_deadline() (the protocol's timers and the flush of held
 results), which runs Device.handle_timers.
 """
 
+from __future__ import annotations
+
+import asyncio
 import errno
+import functools
 import logging
 import os
 import select
 import threading
 import time
 from collections import deque
+from concurrent.futures import Executor
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from vpncrypt.dataplane.handshake_workers import HandshakeWorkers
 from vpncrypt.dataplane.unreachable import UnreachableReplies
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.protocol.events import NOTHING
 from vpncrypt.wire import TRANSPORT_OVERHEAD
+
+if TYPE_CHECKING:
+    from vpncrypt.protocol.datapath import BatchPath, RoundResults
+    from vpncrypt.protocol.device import Device
+    from vpncrypt.protocol.events import Event, Output, Sealing
+    from vpncrypt.transport.native import RoundIO
+
+# A worker's UDP and inner objects: a UdpBatchSocket and a TunBatch
+# (vpncrypt.dataplane.io), or loopback-bench's in-memory port and packet
+# source; the batch path reads their arrays (transport.native.Batch).
+BatchIO = Any
 
 log = logging.getLogger("vpncrypt.dataplane")
 
@@ -131,6 +150,16 @@ _SEAL_ROOM = TRANSPORT_OVERHEAD + 16  # the header, the tag and up to 15 bytes o
 # The loop's own path seals staged packets and keepalives, this many at a time.
 _STAGED_BATCH = 16
 _IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
+# The fair queue's drops: its C counters (vc_fq_stats, native/vc_io.h) by
+# the reason each counts; with CoDel's on the receiving sockets (aqm), what
+# the data plane lists, at 0 or more, while the fair queue is on.
+FAIR_QUEUE_DROPS: dict[str, DropReason] = {
+    "codel_drops": DropReason.FQ_CODEL,
+    "overlimit_drops": DropReason.FQ_OVERFLOW,
+    "too_big": DropReason.FQ_TOO_BIG,
+    "nomem_drops": DropReason.FQ_NOMEM,
+}
+FAIR_QUEUE_REASONS = (DropReason.AQM, *FAIR_QUEUE_DROPS.values())
 
 
 # Batch sizes are counted in buckets of at most 1, 2, 4, ... 128 packets (the
@@ -202,11 +231,11 @@ class EngineCounters:
             else:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, int]:
         """The plain counts (the size buckets are batch_sizes())."""
         return {name: getattr(self, name) for name in self.__slots__ if name not in self._LISTS}
 
-    def batch_sizes(self) -> dict:
+    def batch_sizes(self) -> dict[str, tuple[list[int], int]]:
         """{"rx"/"tx": (counts per bucket of BATCH_SIZE_BOUNDS and one more, packets)}."""
         return {
             "rx": (list(self.rx_batch_sizes), self.rx_batch_packets),
@@ -218,13 +247,13 @@ class _Watched:
     """A Worker's udp or inner object: assigning one (a twin for a thread, a
     new socket) makes the worker look again at what its rounds read from."""
 
-    def __set_name__(self, owner, name: str) -> None:
+    def __set_name__(self, owner: type, name: str) -> None:
         self.key = "_" + name
 
-    def __get__(self, obj, owner=None):
+    def __get__(self, obj: Worker | None, owner: type | None = None) -> Any:
         return self if obj is None else obj.__dict__[self.key]
 
-    def __set__(self, obj, value) -> None:
+    def __set__(self, obj: Worker, value: BatchIO) -> None:
         obj.__dict__[self.key] = value
         obj._watch()
 
@@ -235,7 +264,7 @@ class Worker:
     counters.  It runs on the loop (threads=1) or on a thread of its own; a
     worker is the unit of parallelism: its packets stay in order."""
 
-    def __init__(self, udp, inner, path, sending: bool):
+    def __init__(self, udp: BatchIO, inner: BatchIO, path: BatchPath, sending: bool) -> None:
         self.path = path
         self.sending = sending  # inner -> UDP; else UDP -> inner
         self.counters = EngineCounters()
@@ -257,9 +286,10 @@ class Worker:
         self._holds = holds if holds is not None else _always
 
     @property
-    def fd(self):
+    def fd(self) -> int:
         """What it waits on: the inner side's fd when sending, else the socket's."""
-        return self._inner.fd if self.sending else self._udp.fd
+        fd: int = self._inner.fd if self.sending else self._udp.fd
+        return fd
 
     def more(self, n: int) -> bool:
         """After a round that took n: whether to run the next one at once.
@@ -344,7 +374,7 @@ def _always() -> bool:
     return True
 
 
-def _count_sent(c, io, made: int | None = None, sent: int | None = None) -> None:
+def _count_sent(c: EngineCounters, io: RoundIO, made: int | None = None, sent: int | None = None) -> None:
     """A round's send: what did not go counted (made/sent: a receive round's
     cookie replies; by default the sealed messages), and GSO turned off by
     the send logged."""
@@ -373,20 +403,20 @@ def _gso_disabled(err: int) -> None:
 class Engine:
     def __init__(
         self,
-        device,
-        udp,
-        inner,
+        device: Device,
+        udp: BatchIO,
+        inner: BatchIO,
         *,
-        loop,
+        loop: asyncio.AbstractEventLoop,
         max_packet: int = 65535,
         threads: int = 1,
         handshake_threads: int = 0,
-        handshake_executor=None,
-        on_fatal=None,
-        on_events=None,
-        queues=(),
+        handshake_executor: Executor | None = None,
+        on_fatal: Callable[[BaseException], object] | None = None,
+        on_events: Callable[[list[Event]], object] | None = None,
+        queues: Sequence[tuple[BatchIO, BatchIO]] = (),
         fair_queue: bool = False,
-    ):
+    ) -> None:
         self.device = device
         self.udp = udp
         self.inner = inner
@@ -415,15 +445,15 @@ class Engine:
             _udp, _inner, self.rx, self.tx = self._pairs[0]
             # the loop's own, for staged packets and keepalives
             self._staged = device.batch_path(min(udp.batch, _STAGED_BATCH), max_packet + _SEAL_ROOM)
-        self._timer = None
-        self._timer_at = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
         self._running = False
         self._threads: list[threading.Thread] = []
         self._wake_r: int | None = None
         self._wake_w: int | None = None
         self._lock = threading.Lock()
-        self._pending = None  # RoundResults posted by the threads, merged
-        self._serving = None  # the handle of the next handshake slice
+        self._pending: RoundResults | None = None  # posted by the threads, merged
+        self._serving: asyncio.Handle | None = None  # the handle of the next handshake slice
         # handshake work off the loop (native backend): `handshake_executor`,
         # an Executor (tests give a synchronous one), or a pool of its own
         self._hs_threads = (
@@ -433,8 +463,10 @@ class Engine:
         )
         self._hs_executor = handshake_executor
         self._workers: HandshakeWorkers | None = None  # while started, with _hs_threads
-        self._slices: deque[list] = deque()  # [work, now, computed?] in the order taken
-        self.last_kernels: tuple | None = None  # (chacha, poly1305) that served a data thread last
+        self._slices: deque[list[Any]] = deque()  # [work, now, computed?] in the order taken
+        self.last_kernels: tuple[str | None, str | None] | None = (
+            None  # (chacha, poly1305) that served a data thread last
+        )
 
     @property
     def counters(self) -> EngineCounters:
@@ -475,7 +507,7 @@ class Engine:
                 self.loop.add_reader(self.inner.fd, self._send_python)
         self.run_timers()
 
-    def _spawn(self, name, worker):
+    def _spawn(self, name: str, worker: Worker) -> None:
         t = threading.Thread(target=self._worker_thread, args=(worker,), name=name, daemon=True)
         self._threads.append(t)
         t.start()
@@ -515,7 +547,7 @@ class Engine:
             self._workers.close()
             self._workers = None
 
-    def replace_udp(self, udp, queues=()) -> None:
+    def replace_udp(self, udp: BatchIO, queues: Sequence[BatchIO] = ()) -> None:
         """Switch to other UdpBatchSockets (same batch size), e.g. after a
         listen-port change: `udp` for the first queue and one in `queues` for
         each further one (the sockets of the new SO_REUSEPORT group, in queue
@@ -537,7 +569,7 @@ class Engine:
         if running:
             self.start()
 
-    def _queue_workers(self, udp, inner) -> tuple["Worker", "Worker"]:
+    def _queue_workers(self, udp: BatchIO, inner: BatchIO) -> tuple[Worker, Worker]:
         """A queue's receiving and sending worker, each with its batch path.
         Inner batches are at most as large as UDP ones; the sending path's
         room is the largest inner packet (the TUN's read size, not its
@@ -551,38 +583,31 @@ class Engine:
             udp, inner, dev.batch_path(udp.batch, TRANSPORT_OVERHEAD, fair_queue=fq), sending=False
         ), tx
 
-    def queue_workers(self) -> list:
+    def queue_workers(self) -> list[tuple[Worker, Worker]]:
         """(receiving worker, sending worker) of each queue, the first first;
         none for the pure-Python backend."""
         return [(rx, tx) for _udp, _inner, rx, tx in self._pairs]
 
-    def fair_queue_counters(self) -> dict[str, int]:
-        """With fair_queue, its counters summed over the queues, each present
-        (0 or more): what it dropped, "drop_aqm" (the receive rounds' CoDel,
-        every receiving socket's state), "drop_fq_codel", "drop_fq_overflow"
-        "drop_fq_too_big" and "drop_fq_nomem" (the send rounds' fair queues:
-        CoDel, the byte or packet cap, a packet longer than the TUN's slot or
-        no IP packet at all, no memory for its buffer), and
-        "fair_queue_packets" (packets the send rounds' queues took in); empty
-        without it."""
+    def fair_queue_counters(self) -> tuple[dict[DropReason, int], int] | None:
+        """With fair_queue, its counters summed over the queues: what it
+        dropped, by reason (every one of FAIR_QUEUE_REASONS, 0 or more: aqm,
+        the receive rounds' CoDel over every receiving socket's state; the
+        send rounds' fair queues' by FAIR_QUEUE_DROPS), and the packets the
+        send rounds' queues took in; None without it."""
         if not self.fair_queue:
-            return {}
-        out = dict.fromkeys(
-            ("drop_aqm", "drop_fq_codel", "drop_fq_overflow", "drop_fq_too_big", "drop_fq_nomem"), 0
-        )
-        out["fair_queue_packets"] = 0
-        out["drop_aqm"] = self._aqm_retired
+            return None
+        drops = dict.fromkeys(FAIR_QUEUE_REASONS, 0)
+        drops[DropReason.AQM] = self._aqm_retired
+        packets = 0
         for rx, tx in self.queue_workers():
-            out["drop_aqm"] += getattr(rx.udp, "aqm_dropped", 0)
+            drops[DropReason.AQM] += getattr(rx.udp, "aqm_dropped", 0)
             st = tx.path.fair_queue_stats()
-            out["drop_fq_codel"] += st["codel_drops"]
-            out["drop_fq_overflow"] += st["overlimit_drops"]
-            out["drop_fq_too_big"] += st["too_big"]
-            out["drop_fq_nomem"] += st["nomem_drops"]
-            out["fair_queue_packets"] += st["enqueued"]
-        return out
+            for field, reason in FAIR_QUEUE_DROPS.items():
+                drops[reason] += st[field]
+            packets += st["enqueued"]
+        return drops, packets
 
-    def _retire(self, udp) -> None:
+    def _retire(self, udp: BatchIO) -> None:
         """A receiving object the engine stops using: its CoDel drops stay
         counted (counters never go back)."""
         self._aqm_retired += getattr(udp, "aqm_dropped", 0)
@@ -594,7 +619,7 @@ class Engine:
 
     # ------------------------------------------------------------ output
 
-    def emit(self, out) -> None:
+    def emit(self, out: Output) -> None:
         """Apply what a Device call produced, and re-arm its timer (NOTHING:
         nothing to apply, no deadline moved)."""
         if out is NOTHING:
@@ -618,7 +643,7 @@ class Engine:
             self._serving = self.loop.call_soon(self._serve_handshakes)
         self._arm_timer()
 
-    def _seal_staged(self, item) -> None:
+    def _seal_staged(self, item: Sealing) -> None:
         """A Sealing of an Output: through the loop's own batch path, then
         its round to the Device like any other."""
         path = self._staged
@@ -677,9 +702,9 @@ class Engine:
                 return
             entry = [work, now, False]
             self._slices.append(entry)
-            workers.run(work, lambda e=entry: self._computed(e))
+            workers.run(work, functools.partial(self._computed, entry))
 
-    def _computed(self, entry) -> None:
+    def _computed(self, entry: list[Any]) -> None:
         """A slice came back from the workers (on the loop): apply every
         computed slice at the head, in the order they were taken."""
         entry[2] = True
@@ -695,7 +720,7 @@ class Engine:
 
     # ------------------------------------------------------------ results from the threads
 
-    def _post(self, results) -> None:
+    def _post(self, results: RoundResults) -> None:
         """From a data thread: hand a round's results to the loop, one
         callback at a time (results posted meanwhile are merged)."""
         with self._lock:
@@ -720,7 +745,7 @@ class Engine:
 
     # ------------------------------------------------------------ on the loop
 
-    def _on_readable(self, w) -> None:
+    def _on_readable(self, w: Worker) -> None:
         """A worker's fd is readable (threads=1): up to TURN_ROUNDS rounds,
         each handed to the Device, until one finds nothing more to do
         (Worker.more).  If the last one still found work, the rest waits for
@@ -792,7 +817,7 @@ class Engine:
         except OSError as e:
             self._fatal(e)
 
-    def send_inner(self, slab, view, off, lens, n: int, queue: int = 0) -> None:
+    def send_inner(self, slab: Any, view: memoryview, off: Any, lens: Any, n: int, queue: int = 0) -> None:
         """Route, seal and send a batch of inner IP packets (slab is the cffi
         pointer, view a memoryview of the same memory), on the loop, through
         the sending worker of `queue` (0: the engine's own pair)."""
@@ -822,7 +847,7 @@ class Engine:
 
     # ------------------------------------------------------------ the data threads
 
-    def _poller(self, fd):
+    def _poller(self, fd: int) -> tuple[select.poll, int] | None:
         """(a poll object for fd and the stop pipe, the pipe), made once per
         thread; None once stopped."""
         wake = self._wake_r
@@ -833,7 +858,7 @@ class Engine:
         p.register(wake, select.POLLIN)
         return p, wake
 
-    def _wait(self, poller) -> bool:
+    def _wait(self, poller: tuple[select.poll, int] | None) -> bool:
         """Block (without the GIL) until the poller's fd is readable; False: stop."""
         if poller is None:
             return False
@@ -852,7 +877,7 @@ class Engine:
         if any(k):
             self.last_kernels = k
 
-    def _worker_thread(self, w) -> None:
+    def _worker_thread(self, w: Worker) -> None:
         """A worker on a thread of its own (threads=2): rounds while there is
         work (until Worker.more says the fd will signal the rest: what a
         socket or TUN object holds back does not make its fd readable), the results of up to MAX_ROUNDS
@@ -896,7 +921,7 @@ class Engine:
         finally:
             self._note_kernels()
 
-    def _thread_failed(self, exc) -> None:
+    def _thread_failed(self, exc: BaseException) -> None:
         if not self._running:
             return
         try:
@@ -904,7 +929,7 @@ class Engine:
         except RuntimeError:
             pass
 
-    def _fatal(self, exc) -> None:
+    def _fatal(self, exc: BaseException) -> None:
         # With on_fatal the owner decides what it was: the daemon calls a
         # read's EBADFD on a deleted TUN an orderly stop, other errors a
         # failure, and says so in one line of its own.

@@ -12,22 +12,28 @@ of the work still take turns on it.
 The apply phase stays on the event loop, in the Device (the engine calls
 Device.finish_handshake_work from ``done``)."""
 
+import asyncio
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+
+from vpncrypt.protocol.handshake_work import HandshakeWork
 
 
 class HandshakeWorkers:
-    def __init__(self, loop, threads: int = 2, executor=None):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, threads: int = 2, executor: Executor | None = None
+    ) -> None:
         self.loop = loop
         self.threads = max(1, int(threads))
         self._own = executor is None
-        self.executor = (
+        self.executor: Executor = (
             executor
             if executor is not None
             else ThreadPoolExecutor(self.threads, thread_name_prefix="vpncrypt-hs")
         )
 
-    def run(self, work, done) -> None:
+    def run(self, work: Sequence[HandshakeWork], done: Callable[[], object]) -> None:
         """compute() of every item of `work`, spread over the threads (one
         share each); ``done()`` is then called on the loop's thread."""
         if not work:
@@ -37,7 +43,7 @@ class HandshakeWorkers:
         left = [n]
         lock = threading.Lock()
 
-        def share(items):
+        def share(items: Sequence[HandshakeWork]) -> None:
             try:
                 for w in items:
                     w.compute()  # never raises (see HandshakeWork.compute)

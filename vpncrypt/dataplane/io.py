@@ -10,9 +10,11 @@ import errno as _errno
 import fcntl
 import os
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from vpncrypt._native import ffi, lib
+from vpncrypt.transport.cnative import CData
 import socket
 
 __all__ = [
@@ -63,14 +65,14 @@ class UdpBatchSocket:
 
     def __init__(
         self,
-        sock,
+        sock: socket.socket,
         batch: int = 64,
         gro: bool = True,
         gso: bool = True,
         mtu: int = 2048,
         slots: int | None = None,
         sticky: bool = True,
-    ):
+    ) -> None:
         if batch < 1:
             raise ValueError("batch must be >= 1")
         if not 1 <= batch <= lib.VC_UDP_ROUND_BUFS:
@@ -111,7 +113,8 @@ class UdpBatchSocket:
 
     @property
     def dropped(self) -> int:
-        return self.state.dropped
+        n: int = self.state.dropped
+        return n
 
     @property
     def aqm_dropped(self) -> int:
@@ -124,9 +127,10 @@ class UdpBatchSocket:
         (the segments of a GRO buffer past the batch): the next receive
         reports them, but they do not make the fd readable."""
         st = self.state
-        return st.next < st.npend
+        held: bool = st.next < st.npend
+        return held
 
-    def recv(self):
+    def recv(self) -> tuple[int, memoryview, CData, CData, CData]:
         n = self._recv(
             self.fd,
             self.state,
@@ -146,7 +150,7 @@ class UdpBatchSocket:
         self.nbufs = self._nbufs[0]
         return n, self.view, self.off, self.len, self.ep
 
-    def send(self, buf, off, lens, ep, n: int):
+    def send(self, buf: CData | bytes, off: CData, lens: CData, ep: CData | None, n: int) -> tuple[int, int]:
         """Send n datagrams; buf is a cffi pointer or a buffer, off/lens cffi
         uint32_t arrays, ep a cffi vc_endpoint array (None: connected socket).
         Returns (sent, errno) with errno 0 if none; see vc_udp_send_batch."""
@@ -161,7 +165,9 @@ class UdpBatchSocket:
     # slow path: the handshake messages (until the one-path engine seals them
     # through the send batch), tests ------------------------------------------
 
-    def send_datagrams(self, datagrams, connected: bool = False):
+    def send_datagrams(
+        self, datagrams: Sequence[tuple[bytes, Any]], connected: bool = False
+    ) -> tuple[int, int]:
         """Send [(bytes, addr), ...] (addr ignored if connected) through the
         preallocated tx slab, batch by batch.  Returns (sent, first errno)."""
         total, first_err, i = 0, 0, 0
@@ -206,12 +212,12 @@ _OFFLOAD_NAMES = (
 )
 
 
-def offload_names(bits: int):
+def offload_names(bits: int) -> list[str]:
     """['csum', 'tso', ...] for vc_tun_set_offload bits."""
     return [name for bit, name in _OFFLOAD_NAMES if bits & bit]
 
 
-def open_tun(name: str = "", flags: int = IFF_TUN | IFF_NO_PI, vnet_hdr: bool = False):
+def open_tun(name: str = "", flags: int = IFF_TUN | IFF_NO_PI, vnet_hdr: bool = False) -> tuple[int, str]:
     """Open /dev/net/tun non-blocking and attach it to `name` (a kernel-chosen
     tunN if empty); vnet_hdr adds IFF_VNET_HDR (for TunBatch's offloads).
     Returns (fd, ifname)."""
@@ -230,7 +236,8 @@ def open_tun(name: str = "", flags: int = IFF_TUN | IFF_NO_PI, vnet_hdr: bool = 
 def _ifreq_int(ifname: str, request: int, value: int = 0) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         res = fcntl.ioctl(s.fileno(), request, struct.pack("16si20x", ifname.encode(), value))
-    return struct.unpack_from("i", res, 16)[0]
+    out: int = struct.unpack_from("i", res, 16)[0]
+    return out
 
 
 def set_txqueuelen(ifname: str, qlen: int) -> None:
@@ -252,7 +259,8 @@ def _ethtool_value(ifname: str, cmd: int, data: int = 0) -> int:
     ifr = struct.pack("16sP", ifname.encode(), ctypes.addressof(ev)).ljust(40, b"\0")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifr)
-    return struct.unpack("II", ev.raw)[1]
+    out: int = struct.unpack("II", ev.raw)[1]
+    return out
 
 
 def get_tso(ifname: str) -> bool:
@@ -330,46 +338,51 @@ class TunBatch:
         return TunBatch(self.fd, mtu=self.mtu, batch=self.batch, _granted=self.offloads)
 
     @property
-    def rx_stats(self):
+    def rx_stats(self) -> CData:
         return self._rx.st if self.vnet_hdr else None
 
     def holds(self) -> bool:
         """Whether the last read left packets in this object's own state (the
         segments of a super-packet past the batch): the next read returns
         them, but they do not make the fd readable."""
-        return self.vnet_hdr and self._rx.pend_len != 0
+        held: bool = self.vnet_hdr and self._rx.pend_len != 0
+        return held
 
-    def _read_offload(self):
-        return lib.vc_tun_read_offload(
+    def _read_offload(self) -> int:
+        n: int = lib.vc_tun_read_offload(
             self.fd, self._rx, self.slab, self.slab_size, self.mtu, self.off, self.len, self.batch
         )
+        return n
 
-    def _read_plain(self):
-        return lib.vc_tun_read_batch(
+    def _read_plain(self) -> int:
+        n: int = lib.vc_tun_read_batch(
             self.fd, self.slab, self.slab_size, self.mtu, self.off, self.len, self.batch
         )
+        return n
 
-    def _write_offload(self, buf, off, lens, n):
-        return lib.vc_tun_write_offload(
+    def _write_offload(self, buf: CData, off: CData, lens: CData, n: int) -> int:
+        w: int = lib.vc_tun_write_offload(
             self.fd, buf, off, lens, n, self.gro_out, self.gro_size, self.gro_flags, self.tx_stats, self._err
         )
+        return w
 
-    def _write_plain(self, buf, off, lens, n):
-        return lib.vc_tun_write_batch(self.fd, buf, off, lens, n, self._err)
+    def _write_plain(self, buf: CData, off: CData, lens: CData, n: int) -> int:
+        w: int = lib.vc_tun_write_batch(self.fd, buf, off, lens, n, self._err)
+        return w
 
-    def read(self):
+    def read(self) -> tuple[int, memoryview, CData, CData]:
         n = self._reader()
         if n < 0:
             raise _oserror(-n)
         return n, self.view, self.off, self.len
 
-    def write(self, buf, off, lens, n: int):
+    def write(self, buf: CData | bytes, off: CData, lens: CData, n: int) -> tuple[int, int]:
         if not isinstance(buf, ffi.CData):
             buf = ffi.from_buffer(buf)
         w = self._writer(buf, off, lens, n)
         return w, self._err[0]
 
-    def write_packets(self, packets):
+    def write_packets(self, packets: Sequence[bytes]) -> tuple[int, int]:
         total, first_err, i = 0, 0, 0
         tx = ffi.buffer(self.tx_slab)
         while i < len(packets):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.protocol import messages as M
 from vpncrypt.protocol.events import (
     NOTHING,
@@ -30,6 +31,7 @@ from vpncrypt.transport.model import Touch
 
 if TYPE_CHECKING:
     from vpncrypt.protocol.device import Device
+    from vpncrypt.transport.native import NativeTable
     from vpncrypt.protocol.peer import Peer
 
 # Routine results reach the protocol's timers at most this long (10 ms) after
@@ -100,8 +102,9 @@ class BatchPath:
     clock (monotonic seconds).  fair_queue: the batch's (opt-in) fair queue
     on the send round and CoDel on the receiving socket (Batch)."""
 
-    def __init__(self, device: Device, capacity: int, stride: int, fair_queue: bool = False) -> None:
-        table = device.table
+    def __init__(
+        self, device: Device, table: NativeTable, capacity: int, stride: int, fair_queue: bool = False
+    ) -> None:
         self._device = device
         self.batch = batch = table.batch(capacity, stride, fair_queue)
         self.capacity: int = batch.capacity
@@ -538,7 +541,7 @@ class DataPath:
         if excess > 0:
             for _ in range(excess):
                 q.popleft()
-            self.dev.drop("queue_full", peer, excess)
+            self.dev.drop(DropReason.QUEUE_FULL, peer, excess)
 
     def send_staged(self, peer: Peer, out: Output, keepalive: bool | None = None) -> None:
         """What waits for the peer goes out as an Output Sealing (what still
@@ -580,4 +583,4 @@ class DataPath:
         n = sum(1 for p in peer.staged if p)
         peer.staged.clear()
         if n:
-            self.dev.drop("staged_flushed", peer, n)
+            self.dev.drop(DropReason.STAGED_FLUSHED, peer, n)

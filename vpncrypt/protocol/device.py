@@ -69,9 +69,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from vpncrypt.crypto import get_backend
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.counters import Counters
 from vpncrypt.protocol.datapath import BatchPath, DataPath, RoundResults
@@ -90,8 +91,11 @@ from vpncrypt.protocol.timers import (
     ProtocolConfig,
     TimerQueue,
 )
-from vpncrypt.transport import new_table
+from vpncrypt.transport import SessionTable, new_table
 from vpncrypt.wire import DEFAULT_MTU
+
+if TYPE_CHECKING:
+    from vpncrypt.transport.native import NativeTable
 
 __all__ = ["Device", "Output"]
 
@@ -117,7 +121,7 @@ class Device:
         self.backend = backend
         self.crypto = get_backend(backend)
         self._ratelimit = (float(ratelimit_rate), int(ratelimit_burst))
-        self.table: Any = new_table(backend, self.config.table_config(mtu, *self._ratelimit))
+        self.table: SessionTable = new_table(backend, self.config.table_config(mtu, *self._ratelimit))
         self.peers: dict[bytes, Peer] = {}
         self.by_pid: dict[int, Peer] = {}
         self.counters = Counters()
@@ -293,13 +297,13 @@ class Device:
         """The peer has a current keypair (usable or not)."""
         return self.table.stats(peer.pid, self.table.clock_offset()).current is not None
 
-    def drops(self, peers: bool = True) -> dict[str, int]:
+    def drops(self, peers: bool = True) -> dict[DropReason, int]:
         """Every drop by reason: the handshake side's and the session table's
         (its own and, with peers, every peer's: a walk over all of them,
         which a get or a scrape that reads every peer anyway does not need;
         see GetReader)."""
         total = {k: v for k, v in self.counters.drops.items() if v}
-        parts: list[dict[str, int]] = [self.table.drops()]
+        parts: list[dict[DropReason, int]] = [self.table.drops()]
         if peers:
             parts.extend(self.table.stats(p.pid, 0.0).drops for p in self.peers.values())
         for part in parts:
@@ -316,7 +320,7 @@ class Device:
         self._last_wall = t
         return t
 
-    def drop(self, reason: str, peer: Peer | None = None, n: int = 1) -> None:
+    def drop(self, reason: DropReason, peer: Peer | None = None, n: int = 1) -> None:
         self.counters.drop(reason, n)
         if peer is not None:
             peer.counters.drop(reason, n)
@@ -427,7 +431,9 @@ class Device:
         if self.backend != "native":
             raise ValueError("batch paths are the native backend's")
         self._batch_sealing = True
-        return BatchPath(self, capacity, stride, fair_queue)
+        # new_table("native") made a NativeTable (tests may wrap it, so the
+        # backend says, not isinstance)
+        return BatchPath(self, cast("NativeTable", self.table), capacity, stride, fair_queue)
 
     def _finish(self, out: Output, now: float) -> Output:
         """Without a batch path, seal what out.sealing holds here (now: the

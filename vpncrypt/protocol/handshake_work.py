@@ -23,9 +23,10 @@ has at most one handshake in flight per peer, so a storm is initiations).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from vpncrypt.crypto import AuthenticationError
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.messages import HDR_INITIATION, Initiation, parse_initiation
 from vpncrypt.protocol.noise_ik import (
@@ -71,7 +72,7 @@ class HandshakeWork:
         self._dev = dev
         self._key = key  # (our static private, public) as they were, or None
         self.msg: Initiation | None = None
-        self.outcome: str | None = None  # "ok" or a drop reason, once computed
+        self.outcome: Literal["ok"] | DropReason | None = None  # once computed
         self.peer: Peer | None = None  # the Peer the initiation authenticated as
         self.static: bytes | None = None
         self.config: tuple[bytes, bytes | None] | None = None  # the peer's handshake_config the work used
@@ -96,10 +97,10 @@ class HandshakeWork:
         finally:
             self._key = None
 
-    def _initiation(self) -> str:
+    def _initiation(self) -> Literal["ok"] | DropReason:
         dev = self._dev
         if self._key is None:  # no static key when the work was taken
-            return "unknown_peer"
+            return DropReason.UNKNOWN_PEER
         msg = self.msg = parse_initiation(self.data)
         # the native backend's Noise steps are C calls without the GIL; the
         # pynacl backend's, noise_ik.py's (the reference)
@@ -110,13 +111,13 @@ class HandshakeWork:
             else:
                 ss, static = wg_begin_consume_initiation(dev.crypto, self._key[0], self._key[1], msg)
         except AuthenticationError:
-            return "bad_tag"
+            return DropReason.BAD_TAG
         except keys.DHError:
-            return "malformed"
+            return DropReason.MALFORMED
         try:
             peer = dev.peers.get(static)
             if peer is None or peer.handshake_config is None:
-                return "unknown_peer"
+                return DropReason.UNKNOWN_PEER
             config = peer.handshake_config
             self.peer, self.static, self.config = peer, static, config
             try:
@@ -125,11 +126,11 @@ class HandshakeWork:
                 else:
                     self.timestamp = wg_finish_consume_initiation(ss, config[0], msg)
             except AuthenticationError:
-                return "bad_tag"
+                return DropReason.BAD_TAG
             if self.timestamp <= peer.last_timestamp:
-                return "replay"
+                return DropReason.REPLAY
             if self.now - peer.last_initiation_consumed < dev.config.min_initiation_interval:
-                return "rate_limited"
+                return DropReason.RATE_LIMITED
             # the random index is drawn before the ephemeral key, as
             # WireGuard's order is (its reservation is the apply phase's)
             self.index_bytes = dev.rng(4)
@@ -140,7 +141,7 @@ class HandshakeWork:
                 else:
                     self.response = wg_respond(ss, e_priv, msg, static, config[1])
             except keys.DHError:
-                return "malformed"
+                return DropReason.MALFORMED
             return "ok"
         finally:
             if st is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vpncrypt.crypto import AuthenticationError
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.protocol import keys
 from vpncrypt.protocol.events import (
     CookieReceived,
@@ -57,7 +58,7 @@ class Handshakes:
             return
         endpoint = peer.endpoint
         if endpoint is None:
-            dev.drop("no_endpoint", peer)
+            dev.drop(DropReason.NO_ENDPOINT, peer)
             return
         peer.last_sent_handshake = now
         index = dev.sessions.new_index(peer)
@@ -118,7 +119,7 @@ class Handshakes:
             try:
                 self._apply(w, now, out)
             except Exception:  # a message must never take the device down
-                dev.drop("internal_error")
+                dev.drop(DropReason.INTERNAL_ERROR)
         self.note_load(now, out)
 
     def note_load(self, now: float, out: Output) -> None:
@@ -137,16 +138,17 @@ class Handshakes:
         elif head == HDR_COOKIE_REPLY:
             self._cookie_reply(w.data, now, out)
         else:  # the table queues nothing else
-            self.dev.drop("malformed")
+            self.dev.drop(DropReason.MALFORMED)
 
     def _initiation(self, w: HandshakeWork, now: float, out: Output) -> None:
         dev = self.dev
         if w.outcome is None:  # never computed, or it failed
-            dev.drop("internal_error")
+            dev.drop(DropReason.INTERNAL_ERROR)
             return
         peer = w.peer
         if peer is None:
-            dev.drop(w.outcome)  # bad_tag, malformed, unknown_peer
+            # bad_tag, malformed, unknown_peer ("ok" always has a peer)
+            dev.drop(w.outcome if w.outcome != "ok" else DropReason.INTERNAL_ERROR)
             return
         if (
             dev.key_generation != w.key_generation
@@ -156,28 +158,28 @@ class Handshakes:
         ):
             # our key, the peer or its keys changed since the work began: what
             # it computed is for a configuration that is gone
-            dev.drop("unknown_peer")
+            dev.drop(DropReason.UNKNOWN_PEER)
             return
-        if w.outcome not in ("ok", "replay", "rate_limited"):  # bad_tag on the timestamp, or a DH failed
-            dev.drop(w.outcome, peer)
+        if w.outcome != "ok" and w.outcome not in (DropReason.REPLAY, DropReason.RATE_LIMITED):
+            dev.drop(w.outcome, peer)  # bad_tag on the timestamp, or a DH failed
             return
         # replay and rate are checked again on the peer's state now (earlier
         # messages of this slice may have moved it); both only grow, so a
         # message the work already refused stays refused
         if w.timestamp is None:  # replay, rate_limited and ok are decided after it
-            dev.drop("internal_error", peer)
+            dev.drop(DropReason.INTERNAL_ERROR, peer)
             return
-        if w.outcome == "replay" or w.timestamp <= peer.last_timestamp:
-            dev.drop("replay", peer)
+        if w.outcome == DropReason.REPLAY or w.timestamp <= peer.last_timestamp:
+            dev.drop(DropReason.REPLAY, peer)
             return
         if (
-            w.outcome == "rate_limited"
+            w.outcome == DropReason.RATE_LIMITED
             or now - peer.last_initiation_consumed < dev.config.min_initiation_interval
         ):
-            dev.drop("rate_limited", peer)
+            dev.drop(DropReason.RATE_LIMITED, peer)
             return
         if w.response is None or w.msg is None or w.index_bytes is None:
-            dev.drop("internal_error", peer)  # an "ok" work always has them
+            dev.drop(DropReason.INTERNAL_ERROR, peer)  # an "ok" work always has them
             return
         peer.last_timestamp = w.timestamp
         peer.last_initiation_consumed = now
@@ -206,23 +208,23 @@ class Handshakes:
         dev = self.dev
         msg = parse_response(data)
         if dev.static_private is None:
-            dev.drop("unknown_peer")
+            dev.drop(DropReason.UNKNOWN_PEER)
             return
         pid = dev.table.index_peer(msg.receiver)
         peer = dev.by_pid.get(pid) if pid is not None else None
         pending = peer.pending if peer is not None else None
         if peer is None or pending is None or pending.local_index != msg.receiver:
-            dev.drop("unknown_index")
+            dev.drop(DropReason.UNKNOWN_INDEX)
             return
         try:
             send_key, recv_key = wg_consume_response(
                 pending, bytes(dev.static_private), peer.psk_bytes(), msg
             )
         except AuthenticationError:
-            dev.drop("bad_tag", peer)
+            dev.drop(DropReason.BAD_TAG, peer)
             return
         except keys.DHError:
-            dev.drop("malformed", peer)
+            dev.drop(DropReason.MALFORMED, peer)
             return
         _roam(dev, peer, addr, out)
         dev.count_rx(peer, len(data))
@@ -241,10 +243,10 @@ class Handshakes:
         pid = dev.table.index_peer(int.from_bytes(data[4:8], "little"))
         peer = dev.by_pid.get(pid) if pid is not None else None
         if peer is None:
-            dev.drop("unknown_index")
+            dev.drop(DropReason.UNKNOWN_INDEX)
             return
         if not peer.cookie.consume_reply(data, now, dev.crypto):
-            dev.drop("bad_tag", peer)
+            dev.drop(DropReason.BAD_TAG, peer)
             return
         out.events.append(CookieReceived(peer))
 

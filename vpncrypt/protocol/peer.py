@@ -74,13 +74,11 @@ class Peer:
 
     @property
     def allowed_ips(self) -> list[str]:
-        routes: list[str] = self.device.table.routes(self.pid, text=True)
-        return routes
+        return self.device.table.routes(self.pid, text=True)
 
     def stats(self, now: float) -> PeerStats:
         """The table's transport counters and sessions for this peer."""
-        stats: PeerStats = self.device.table.stats(self.pid, now)
-        return stats
+        return self.device.table.stats(self.pid, now)
 
     @property
     def last_handshake(self) -> float:

@@ -162,7 +162,7 @@ class ProxyDaemon(Daemon):
         self.connections: set[asyncio.Task[None]] = set()
         self.v6 = prepared.udp[0].family == socket.AF_INET6
         self.reserved: tuple[int, socket.socket] | None = None  # ProxyControl's, for rebind()
-        self.control = ProxyControl(self)  # type: ignore[no-untyped-call]  # (DeviceControl is not annotated)
+        self.control = ProxyControl(self)
 
     def resolve_endpoints(self) -> None:
         """The peers' Endpoint names, looked up in the host's namespace (so

@@ -6,7 +6,8 @@ counter, replay window and birth time, the padding rule and message limits,
 each peer's endpoint and the AllowedIPs routing table, and for handshake
 messages the cookie secret, the under-load state, the per-source rate
 limiter and the bounded handshake queue.  The protocol core
-(vpncrypt.protocol) drives it through this interface and keeps no copy:
+(vpncrypt.protocol) drives it through this interface (typed as the Protocol
+table_contract.SessionTable, which both backends satisfy) and keeps no copy:
 
     table = new_table("native" | "pynacl", TableConfig(...))
     table.configure(config); table.config
@@ -41,19 +42,15 @@ zero-copy Batch form for the data plane) and "pynacl" (pure Python over
 libsodium, the reference).
 """
 
-from typing import TYPE_CHECKING
-
 from vpncrypt.transport import status
 from vpncrypt.transport.model import KeypairInfo, OpenResult, PeerStats, SealResult, Session, TableConfig
 from vpncrypt.transport.model import Touch
-
-if TYPE_CHECKING:
-    from vpncrypt.transport.native import NativeTable
-    from vpncrypt.transport.reference import ReferenceTable
+from vpncrypt.transport.table_contract import SessionTable
 
 __all__ = [
     "new_table",
     "backends",
+    "SessionTable",
     "TableConfig",
     "Touch",
     "Session",
@@ -69,8 +66,9 @@ def backends() -> list[str]:
     return ["native", "pynacl"]
 
 
-def new_table(backend: str = "native", config: TableConfig | None = None) -> "NativeTable | ReferenceTable":
-    """A session table on `backend`: "native" or "pynacl"."""
+def new_table(backend: str = "native", config: TableConfig | None = None) -> SessionTable:
+    """A session table on `backend`: "native" or "pynacl" (mypy checks each
+    against SessionTable here)."""
     if backend == "native":
         from vpncrypt.transport.native import NativeTable
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
 
 from vpncrypt import wire
+from vpncrypt.drop_reasons import DropReason
 
 
 Addr: TypeAlias = tuple[Any, ...]  # (host, port[, flowinfo, scope_id]), as the socket layer has it
@@ -73,6 +74,12 @@ class Touch(NamedTuple):
     packets: int
     bytes: int
 
+    def __repr__(self) -> str:
+        from vpncrypt.transport.status import TouchFlag
+
+        flags = TouchFlag(self.flags)
+        return f"Touch(peer={self.peer}, flags={flags!r}, packets={self.packets}, bytes={self.bytes})"
+
 
 @dataclass
 class OpenResult:
@@ -110,7 +117,7 @@ class PeerStats:
     tx_packets: int = 0
     rx_wire_bytes: int = 0  # whole transport datagrams (what `wg show` counts)
     tx_wire_bytes: int = 0
-    drops: dict[str, int] = field(default_factory=dict)
+    drops: dict[DropReason, int] = field(default_factory=dict)
     last_rx: float = 0.0  # table time
     last_tx: float = 0.0
     endpoint: Addr | None = None

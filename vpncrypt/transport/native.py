@@ -14,8 +14,9 @@ import ipaddress
 import os
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, Literal, NoReturn, Protocol, TypeVar, overload
 
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.transport.cnative import CData, ffi, lib
 from vpncrypt.transport import status as S
 from vpncrypt.transport.endpoint_cache import endpoint_from_addr, endpoint_to_addr
@@ -642,6 +643,12 @@ class NativeTable:
     def routes_clear(self, pid: int) -> None:
         lib.vc_wg_route_clear_peer(self.ptr, pid)
 
+    @overload
+    def routes(self, pid: int, *, text: Literal[False] = False) -> list[Network]: ...
+
+    @overload
+    def routes(self, pid: int, *, text: Literal[True]) -> list[str]: ...
+
     def routes(self, pid: int, *, text: bool = False) -> list[Network] | list[str]:
         cap = len(self._route_buf) // _ROUTE_ENTRY
         n = lib.vc_wg_route_list(self.ptr, pid, self._route_buf, cap)
@@ -713,7 +720,7 @@ class NativeTable:
             self._info(st.next) if _keypairs else None,
         )
 
-    def drops(self) -> dict[str, int]:
+    def drops(self) -> dict[DropReason, int]:
         arr = ffi.new("uint64_t[]", S.STATUS_COUNT)
         lib.vc_wg_table_drops(self.ptr, arr)
         return {name: arr[code] for code, name in S.DROP_NAMES.items() if arr[code]}

@@ -6,9 +6,10 @@ tests hold the two against each other."""
 import ipaddress
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 from vpncrypt.crypto import get_backend
+from vpncrypt.drop_reasons import DropReason
 from vpncrypt.transport import status as S
 from vpncrypt.transport.admission import Admission
 from vpncrypt.transport.model import Addr, Datagram, KeypairInfo, OpenResult, PeerStats, SealResult, Session
@@ -267,6 +268,12 @@ class ReferenceTable:
     def routes_clear(self, pid: int) -> None:
         self._routes.remove_peer(pid)
 
+    @overload
+    def routes(self, pid: int, *, text: Literal[False] = False) -> list[Network]: ...
+
+    @overload
+    def routes(self, pid: int, *, text: Literal[True]) -> list[str]: ...
+
     def routes(self, pid: int, *, text: bool = False) -> list[Network] | list[str]:
         nets = self._routes.entries(pid)
         return [str(n) for n in nets] if text else nets
@@ -317,7 +324,7 @@ class ReferenceTable:
             self._info(p.next, tnow, False),
         )
 
-    def drops(self) -> dict[str, int]:
+    def drops(self) -> dict[DropReason, int]:
         return {k: v for k, v in self._drops.items() if v}
 
     def _drop(self, p: _Peer | None, code: int) -> None:
