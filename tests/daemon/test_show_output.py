@@ -15,6 +15,8 @@ import json
 import os
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -134,3 +136,23 @@ def test_an_error_answer_is_the_daemons_errno():
     with _served_in_pieces(b"errno=-22\n\n", random.Random(1)) as s, pytest.raises(OSError) as e:
         read_device(s, "wg0.sock")
     assert e.value.errno == 22
+
+
+def test_show_imports_neither_the_server_nor_the_protocol():
+    """`vpncrypt show` (plain, and the public key from a private key)
+    imports the UAPI client alone: the server (daemon.uapi) pulls in the
+    config parser and the protocol's Device, 0.5 s of every show."""
+    code = (
+        "import sys\n"
+        "from vpncrypt.cli import build_parser\n"
+        "from vpncrypt.cli.show import format_show, show_json\n"
+        "from vpncrypt.daemon.uapiclient import parse_get\n"
+        "build_parser(['show', 'wg0']).parse_args(['show', 'wg0'])\n"
+        f"dev = parse_get({_golden('answer_vpncrypt.txt')!r})\n"
+        "format_show('wg0', dev), show_json('wg0', dev, True)\n"
+        "heavy = ('vpncrypt.daemon.uapi', 'vpncrypt.config', 'vpncrypt.protocol.device', 'asyncio')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "[]\n"
