@@ -52,12 +52,11 @@ _ZERO = (0, "0", None)  # a counter's value in parse_get's text, or a test's int
 def _by_latest_handshake(peers: list) -> list:
     """As wg sorts them: the latest handshake first; those with none after
     them, in the order listed (most of 100,000 peers: not converted)."""
-    zero = _ZERO
-    done = [p for p in peers if p.get("last_handshake_time_sec") not in zero]
+    done = [p for p in peers if p.get("last_handshake_time_sec") not in _ZERO]
     if not done:
         return peers
     done.sort(key=lambda p: -int(p["last_handshake_time_sec"]))
-    return done + [p for p in peers if p.get("last_handshake_time_sec") in zero]
+    return done + [p for p in peers if p.get("last_handshake_time_sec") in _ZERO]
 
 
 def _name_line(entry: dict, now: int) -> str:
@@ -74,27 +73,26 @@ def _name_line(entry: dict, now: int) -> str:
 
 def _format_peer(p: dict, now: int, name: dict | None = None) -> str:
     """One peer's block of `wg show`, with the blank line before it (and
-    the Endpoint name the daemon follows for it, if any).  Built by +=,
-    which CPython does in place: 100,000 of them are on the clock."""
-    text = f"\npeer: {b2a_base64(bytes.fromhex(p['public_key']), newline=False).decode()}"
+    the Endpoint name the daemon follows for it, if any)."""
+    get = p.get
+    out = [f"\npeer: {_b64(p['public_key'])}"]
     if "preshared_key" in p:
-        text += "\n  preshared key: (hidden)"
+        out.append("  preshared key: (hidden)")
     if "endpoint" in p:
-        text += f"\n  endpoint: {p['endpoint']}"
+        out.append(f"  endpoint: {p['endpoint']}")
     if name:
-        text += "\n" + _name_line(name, now)
-    text += f"\n  allowed ips: {', '.join(p['allowed_ips']) or '(none)'}"
-    get, zero = p.get, _ZERO
+        out.append(_name_line(name, now))
+    out.append(f"  allowed ips: {', '.join(p['allowed_ips']) or '(none)'}")
     lh = get("last_handshake_time_sec")
-    if lh not in zero:
-        text += f"\n  latest handshake: {_ago(now - int(lh))}"
+    if lh not in _ZERO:
+        out.append(f"  latest handshake: {_ago(now - int(lh))}")
     rx, tx = get("rx_bytes"), get("tx_bytes")
-    if rx not in zero or tx not in zero:
-        text += f"\n  transfer: {_bytes(int(rx or 0))} received, {_bytes(int(tx or 0))} sent"
+    if rx not in _ZERO or tx not in _ZERO:
+        out.append(f"  transfer: {_bytes(int(rx or 0))} received, {_bytes(int(tx or 0))} sent")
     ka = get("persistent_keepalive_interval")
-    if ka not in zero:
-        text += f"\n  persistent keepalive: every {_ago(int(ka))[:-4]}"
-    return text
+    if ka not in _ZERO:
+        out.append(f"  persistent keepalive: every {_ago(int(ka))[:-4]}")
+    return "\n".join(out)
 
 
 def _format_early(blocks: dict[int, str], peers: list) -> None:
