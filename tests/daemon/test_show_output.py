@@ -56,12 +56,32 @@ def test_output_made_as_the_answer_arrives_is_the_same(kind, ours):
             dev = read_device(s, "wg0.sock", functools.partial(show._format_early, early))
         assert early  # (peers with no handshake were made early)
         assert format_show("wg0", dev, now=NOW, early=early) + "\n" == _golden(f"show_{kind}.txt")
-        made: list = []
+        made = show._JsonPeers()
         with _served_in_pieces(data, random.Random(seed)) as s:
-            dev = read_device(s, "wg0.sock", functools.partial(show._json_early, made))
-        assert len(made) == 160
-        got = json.dumps({"time": NOW, "interfaces": [show_json("wg0", dev, ours, made)]}) + "\n"
+            dev = read_device(s, "wg0.sock", made.add)
+        assert sum(len(peers) for peers, _ in made.parts) == 160
+        got = show._json_document(NOW, [show._interface_json("wg0", dev, ours, made)]) + "\n"
         assert got == _golden(f"show_{kind}.json")
+
+
+def test_json_of_several_interfaces_put_together_as_json_dumps_does():
+    """Interfaces' JSON made apart and put together: json.dumps()'s bytes,
+    for a time with a fraction, and a daemon's value (a kernel's name)
+    that is the text the peers are put in place of."""
+    from vpncrypt.cli import show
+
+    texts = [_golden("answer_vpncrypt.txt"), _golden("answer_other.txt")]
+    texts[0] = texts[0].replace("vpncrypt_info_chacha=avx2", "vpncrypt_info_chacha=\0peers\0")
+    made, whole = [], []
+    for name, text, ours in zip(["wg0", "wg1"], texts, [True, False]):
+        dev, peers = parse_get(text), show._JsonPeers()
+        peers.add(dev["peers"][:70])
+        peers.add(dev["peers"][70:])
+        made.append(show._interface_json(name, dev, ours, peers))
+        whole.append(show_json(name, dev, ours))
+    now = 1_800_000_000.123456
+    assert show._json_document(now, made) == json.dumps({"time": now, "interfaces": whole})
+    assert show._json_document(now, []) == json.dumps({"time": now, "interfaces": []})
 
 
 def _served_in_pieces(data: bytes, rng: random.Random) -> socket.socket:

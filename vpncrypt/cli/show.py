@@ -182,31 +182,65 @@ def _json_peer(p: dict, names: dict) -> dict:
     }
 
 
-def _json_early(made: list, peers: list) -> None:
-    """Peers as --json gives them, made while the answer is still arriving
-    (read_device's on_peers), their Endpoint names left for the end."""
-    made.extend([_json_peer(p, _NO_NAMES) for p in peers])
-
-
 _NO_NAMES: dict = {}
 
 
-def _json_peers(dev: dict, names: dict, early: list | None) -> list:
-    """Every peer as --json gives it: the ones _json_early made, with the
-    names the daemon follows (listed at the answer's end)."""
-    if early is None:
-        return [_json_peer(p, names) for p in dev["peers"]]
-    if names:
-        for p, made in zip(dev["peers"], early):
-            made["endpoint_name"] = names.get(p["public_key"])
-    return early
+class _JsonPeers:
+    """--json's peers made into JSON a part at a time while the answer is
+    still arriving (read_device's on_peers): json.dumps() of each part's
+    list, less its brackets.  A part is made again at the end when the
+    daemon follows the Endpoint name of one of its peers (the names are
+    listed at the answer's end)."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[list, str]] = []
+
+    def add(self, peers: list) -> None:
+        import json
+
+        self.parts.append((peers, json.dumps([_json_peer(p, _NO_NAMES) for p in peers])[1:-1]))
+
+    def text(self, names: dict) -> str:
+        """The list of every peer, as json.dumps() makes it."""
+        import json
+
+        out = []
+        for peers, text in self.parts:
+            if names and any(p["public_key"] in names for p in peers):
+                text = json.dumps([_json_peer(p, names) for p in peers])[1:-1]
+            out.append(text)
+        return "[" + ", ".join(out) + "]"
 
 
-def show_json(interface: str, dev: dict, ours: bool, early: list | None = None) -> dict:
+# Where the peers go in an interface's JSON until their text is put there:
+# the first string with a NUL in it (what comes before it, an interface's
+# name, public key and implementation, cannot have one).
+_PEERS_HERE = "\0peers\0"
+
+
+def _interface_json(interface: str, dev: dict, ours: bool, peers: _JsonPeers) -> str:
+    """json.dumps() of show_json(), its peers made as they were read."""
+    import json
+
+    text = json.dumps(show_json(interface, dev, ours, _PEERS_HERE))
+    return text.replace(json.dumps(_PEERS_HERE), peers.text(dev.get("endpoint_names", {})), 1)
+
+
+def _json_document(now: float, interfaces: list[str]) -> str:
+    """json.dumps({"time": now, "interfaces": [...]}), the interfaces' JSON
+    made already (on one line: json's C encoder takes no indent; with
+    indent=2, the Python one took 2 s for 100,000 peers; `jq .` lays it
+    out)."""
+    import json
+
+    return f'{{"time": {json.dumps(now)}, "interfaces": [{", ".join(interfaces)}]}}'
+
+
+def show_json(interface: str, dev: dict, ours: bool, peers: Any = None) -> dict:
     """One interface as `vpncrypt show --json` gives it: what the metrics
     serve, structured (a daemon other than vpncrypt: what its get=1 says).
-    No key material but public keys.  `early`: its peers as _json_early
-    made them."""
+    No key material but public keys.  `peers`: what to give as its peers,
+    if not the list of them (_interface_json)."""
     out: dict[str, Any] = {"name": interface, "implementation": "vpncrypt" if ours else "other"}
     if "private_key" in dev:
         from ..protocol import keys
@@ -216,7 +250,10 @@ def show_json(interface: str, dev: dict, ours: bool, early: list | None = None) 
         out["public_key"] = None
     out["listen_port"] = int(dev.get("listen_port", 0))
     out["fwmark"] = int(dev.get("fwmark", 0))
-    out["peers"] = _json_peers(dev, dev.get("endpoint_names", {}), early)
+    if peers is None:
+        names = dev.get("endpoint_names", {})
+        peers = [_json_peer(p, names) for p in dev["peers"]]
+    out["peers"] = peers
     if dev["counters"]:
         c = dev["counters"]
         out["drops"] = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("drop_")}
@@ -266,10 +303,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     status = 0
     blocks, found = [], []
     for name in names:
-        early: Any = [] if args.json else {}
+        # each peer made into its text or JSON as soon as it is read
+        early: dict[int, str] = {}
+        made = _JsonPeers()
+        hook = made.add if args.json else functools.partial(_format_early, early)
         try:
-            # each peer made into its text or JSON as soon as it is read
-            hook = functools.partial(_json_early if args.json else _format_early, early)
             dev, ours = get_device(name, args.socket_dir, on_peers=hook)
         except OSError as e:
             # wg's text: `wg show IFACE` names no interface, `wg show` does
@@ -278,15 +316,11 @@ def cmd_show(args: argparse.Namespace) -> int:
             status = 1
             continue
         if args.json:
-            found.append(show_json(name, dev, ours, early))
+            found.append(_interface_json(name, dev, ours, made))
         else:
             blocks.append(format_show(name, dev, early=early))
     if args.json:
-        import json
-
-        # on one line: json's C encoder takes no indent (with indent=2, the
-        # Python one took 2 s for 100,000 peers); `jq .` lays it out
-        return _write_out(json.dumps({"time": time.time(), "interfaces": found}) + "\n") or status
+        return _write_out(_json_document(time.time(), found) + "\n") or status
     if blocks:
         return _write_out("\n\n".join(blocks) + "\n") or status
     return status
