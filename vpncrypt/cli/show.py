@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
+import gc
 import glob
 import os
 import signal
@@ -15,7 +17,7 @@ from binascii import b2a_base64
 from typing import Any
 
 from ..daemon.counter_snapshot import served_drops
-from ..daemon.uapi import DEFAULT_SOCKET_DIR
+from ..daemon.uapi_paths import DEFAULT_SOCKET_DIR
 from ..daemon.uapiclient import get_device
 
 
@@ -52,6 +54,8 @@ def _by_latest_handshake(peers: list) -> list:
     """As wg sorts them: the latest handshake first; those with none after
     them, in the order listed (most of 100,000 peers: not converted)."""
     done = [p for p in peers if p.get("last_handshake_time_sec") not in _ZERO]
+    if not done:
+        return peers
     done.sort(key=lambda p: -int(p["last_handshake_time_sec"]))
     return done + [p for p in peers if p.get("last_handshake_time_sec") in _ZERO]
 
@@ -92,7 +96,36 @@ def _format_peer(p: dict, now: int, name: dict | None = None) -> str:
     return "\n".join(out)
 
 
-def format_show(interface: str, dev: dict, now: float | None = None) -> str:
+def _format_early(blocks: dict[int, str], peers: list) -> None:
+    """The blocks of the peers with no handshake, made while the answer
+    is still arriving (read_device's on_peers), by id(peer): a block of
+    theirs does not depend on the time."""
+    zero = _ZERO
+    for p in peers:
+        if p.get("last_handshake_time_sec") in zero:
+            blocks[id(p)] = _format_peer(p, 0)
+
+
+def _peer_blocks(dev: dict, now: int, early: dict[int, str]) -> list[str]:
+    """Every peer's block, in wg's order: those made early (_format_early)
+    as they are, but for a peer whose Endpoint name the daemon follows
+    (listed at the answer's end)."""
+    names = dev.get("endpoint_names", {})
+    if names and early:
+        for p in dev["peers"]:
+            if p["public_key"] in names:
+                early.pop(id(p), None)
+    return [
+        early.get(id(p)) or _format_peer(p, now, names.get(p["public_key"]))
+        for p in _by_latest_handshake(dev["peers"])
+    ]
+
+
+def format_show(
+    interface: str, dev: dict, now: float | None = None, early: dict[int, str] | None = None
+) -> str:
+    """`wg show`'s text for one interface, and vpncrypt's counters; `early`:
+    the blocks _format_early made of its peers."""
     now = time.time() if now is None else now
     out = [f"interface: {interface}"]
     if "private_key" in dev:
@@ -104,10 +137,7 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
         out.append(f"  listening port: {dev['listen_port']}")
     if dev.get("fwmark"):
         out.append(f"  fwmark: 0x{int(dev['fwmark']):x}")
-    names = dev.get("endpoint_names", {})
-    out.extend(
-        [_format_peer(p, int(now), names.get(p["public_key"])) for p in _by_latest_handshake(dev["peers"])]
-    )
+    out.extend(_peer_blocks(dev, int(now), {} if early is None else early))
     if not dev["counters"]:
         return "\n".join(out)  # another implementation (wireguard-go): no drop counters
     info = dev.get("info", {})
@@ -152,10 +182,65 @@ def _json_peer(p: dict, names: dict) -> dict:
     }
 
 
-def show_json(interface: str, dev: dict, ours: bool) -> dict:
+_NO_NAMES: dict = {}
+
+
+class _JsonPeers:
+    """--json's peers made into JSON a part at a time while the answer is
+    still arriving (read_device's on_peers): json.dumps() of each part's
+    list, less its brackets.  A part is made again at the end when the
+    daemon follows the Endpoint name of one of its peers (the names are
+    listed at the answer's end)."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[list, str]] = []
+
+    def add(self, peers: list) -> None:
+        import json
+
+        self.parts.append((peers, json.dumps([_json_peer(p, _NO_NAMES) for p in peers])[1:-1]))
+
+    def text(self, names: dict) -> str:
+        """The list of every peer, as json.dumps() makes it."""
+        import json
+
+        out = []
+        for peers, text in self.parts:
+            if names and any(p["public_key"] in names for p in peers):
+                text = json.dumps([_json_peer(p, names) for p in peers])[1:-1]
+            out.append(text)
+        return "[" + ", ".join(out) + "]"
+
+
+# Where the peers go in an interface's JSON until their text is put there:
+# the first string with a NUL in it (what comes before it, an interface's
+# name, public key and implementation, cannot have one).
+_PEERS_HERE = "\0peers\0"
+
+
+def _interface_json(interface: str, dev: dict, ours: bool, peers: _JsonPeers) -> str:
+    """json.dumps() of show_json(), its peers made as they were read."""
+    import json
+
+    text = json.dumps(show_json(interface, dev, ours, _PEERS_HERE))
+    return text.replace(json.dumps(_PEERS_HERE), peers.text(dev.get("endpoint_names", {})), 1)
+
+
+def _json_document(now: float, interfaces: list[str]) -> str:
+    """json.dumps({"time": now, "interfaces": [...]}), the interfaces' JSON
+    made already (on one line: json's C encoder takes no indent; with
+    indent=2, the Python one took 2 s for 100,000 peers; `jq .` lays it
+    out)."""
+    import json
+
+    return f'{{"time": {json.dumps(now)}, "interfaces": [{", ".join(interfaces)}]}}'
+
+
+def show_json(interface: str, dev: dict, ours: bool, peers: Any = None) -> dict:
     """One interface as `vpncrypt show --json` gives it: what the metrics
     serve, structured (a daemon other than vpncrypt: what its get=1 says).
-    No key material but public keys."""
+    No key material but public keys.  `peers`: what to give as its peers,
+    if not the list of them (_interface_json)."""
     out: dict[str, Any] = {"name": interface, "implementation": "vpncrypt" if ours else "other"}
     if "private_key" in dev:
         from ..protocol import keys
@@ -165,8 +250,9 @@ def show_json(interface: str, dev: dict, ours: bool) -> dict:
         out["public_key"] = None
     out["listen_port"] = int(dev.get("listen_port", 0))
     out["fwmark"] = int(dev.get("fwmark", 0))
-    names = dev.get("endpoint_names", {})
-    peers = [_json_peer(p, names) for p in dev["peers"]]
+    if peers is None:
+        names = dev.get("endpoint_names", {})
+        peers = [_json_peer(p, names) for p in dev["peers"]]
     out["peers"] = peers
     if dev["counters"]:
         drops, other = served_drops(dev["counters"])
@@ -205,6 +291,11 @@ def _write_out(text: str) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    # A command that lives for one answer: its objects (a few per peer, a
+    # million at 100,000 peers) are freed by reference counting or at exit,
+    # and none is in a cycle.  The cyclic collector only walked them again
+    # and again: 0.4 s of --json's 0.75 s at 100,000 peers.
+    gc.disable()
     if args.interface:
         names = [args.interface]
     else:
@@ -212,8 +303,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     status = 0
     blocks, found = [], []
     for name in names:
+        # each peer made into its text or JSON as soon as it is read
+        early: dict[int, str] = {}
+        made = _JsonPeers()
+        hook = made.add if args.json else functools.partial(_format_early, early)
         try:
-            dev, ours = get_device(name, args.socket_dir)
+            dev, ours = get_device(name, args.socket_dir, on_peers=hook)
         except OSError as e:
             # wg's text: `wg show IFACE` names no interface, `wg show` does
             where = "" if args.interface else f" {name}"
@@ -221,15 +316,11 @@ def cmd_show(args: argparse.Namespace) -> int:
             status = 1
             continue
         if args.json:
-            found.append(show_json(name, dev, ours))
+            found.append(_interface_json(name, dev, ours, made))
         else:
-            blocks.append(format_show(name, dev))
+            blocks.append(format_show(name, dev, early=early))
     if args.json:
-        import json
-
-        # on one line: json's C encoder takes no indent (with indent=2, the
-        # Python one took 2 s for 100,000 peers); `jq .` lays it out
-        return _write_out(json.dumps({"time": time.time(), "interfaces": found}) + "\n") or status
+        return _write_out(_json_document(time.time(), found) + "\n") or status
     if blocks:
         return _write_out("\n\n".join(blocks) + "\n") or status
     return status

@@ -64,6 +64,7 @@ from ..permissions import ensure_private_dir
 from .histogram import Histogram
 from .logsetup import RateLimitedLog
 from .uapi_framing import BodyBudget, CutBody, read_request
+from .uapi_paths import DEFAULT_SOCKET_DIR, socket_path
 
 __all__ = [
     "UAPIError",
@@ -86,16 +87,11 @@ __all__ = [
 log = logging.getLogger("vpncrypt.uapi")
 trace = logging.getLogger("vpncrypt.trace")  # rate-limited (logsetup)
 
-DEFAULT_SOCKET_DIR = "/var/run/wireguard"
 _COUNTER_NAME_RE = re.compile(r"^[a-z0-9_]+$")
 _INFO_VALUE_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 # How long a request works on the event loop before it lets everything else
 # that is ready run (the data plane); a slice ends at the first step past it.
 SLICE_SECONDS = 0.02
-
-
-def socket_path(interface: str, directory: str = DEFAULT_SOCKET_DIR) -> str:
-    return os.path.join(directory, f"{interface}.sock")
 
 
 class UAPIError(Exception):

@@ -11,13 +11,15 @@ extension only a daemon it knows is vpncrypt (serves_vpncrypt)."""
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import re
+import select
 import socket
 import struct
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from .uapi import DEFAULT_SOCKET_DIR, socket_path
+from .uapi_paths import DEFAULT_SOCKET_DIR, socket_path
 
 
 class UAPIProtocolError(OSError):
@@ -43,11 +45,23 @@ def request(path: str, text: str, *, timeout: float = 5.0, terminate: bool = Tru
     return _checked(path, answer)
 
 
-def _checked(path: str, answer: bytes) -> str:
-    """A whole answer as text; UAPIProtocolError for one cut short."""
+def _check_whole(path: str, answer: bytes | bytearray) -> None:
+    """UAPIProtocolError for an answer (or its end) cut short: no errno
+    line and blank line at its end."""
     if not answer.endswith(b"\n\n") or not answer.rstrip(b"\n").rsplit(b"\n", 1)[-1].startswith(b"errno="):
         raise UAPIProtocolError(f"{path}: the daemon closed the connection without an answer")
+
+
+def _checked(path: str, answer: bytes) -> str:
+    """A whole answer as text; UAPIProtocolError for one cut short."""
+    _check_whole(path, answer)
     return answer.decode("utf-8", "replace")
+
+
+def _answer_complete(buf: bytearray) -> bool:
+    """Whether `buf` (the answer's end: at least its last line) ends with
+    an errno line and the blank line after it."""
+    return buf.endswith(b"\n\n") and buf.startswith(b"errno=", buf.rfind(b"\n", 0, len(buf) - 2) + 1)
 
 
 def read_answer(sock: socket.socket) -> bytes:
@@ -58,14 +72,17 @@ def read_answer(sock: socket.socket) -> bytes:
     the whole of a 24 MB answer (100,000 peers) after each of its 370 reads,
     and copying it into a new bytes each time, took 4 s of CPU."""
     buf = bytearray()
-    while True:
-        chunk = sock.recv(1 << 18)
-        if not chunk:
-            break
-        buf += chunk
-        if buf.endswith(b"\n\n") and buf.startswith(b"errno=", buf.rfind(b"\n", 0, len(buf) - 2) + 1):
-            break
+    while _read_more(sock, buf):
+        pass
     return bytes(buf)
+
+
+def _read_more(sock: socket.socket, buf: bytearray) -> bool:
+    """One read into `buf`; False once the answer is over (its errno line
+    and blank line are in, or the server hung up)."""
+    chunk = sock.recv(1 << 18)
+    buf += chunk
+    return bool(chunk) and not _answer_complete(buf)
 
 
 def interface_request(
@@ -166,22 +183,121 @@ def _fast_peers(text: str, dev: dict[str, Any]) -> bool:
     return True
 
 
+def _new_device() -> dict[str, Any]:
+    return {"peers": [], "counters": {}, "info": {}}
+
+
+def _parse_part(text: str, dev: dict[str, Any], cur: dict[str, Any]) -> dict[str, Any]:
+    """Whole lines of a get answer into dev, `cur` the device or the peer
+    that lines before the first public_key line belong to (_parse_lines);
+    its peers by _fast_peers where they are listed in the usual order, a
+    line at a time otherwise.  Returns the peer (or device) after them."""
+    first = 0 if text.startswith("public_key=") else text.find("\npublic_key=") + 1
+    if first <= 0 and not text.startswith("public_key="):
+        return _parse_lines(text.split("\n"), dev, cur)
+    cur = _parse_lines(text[:first].split("\n"), dev, cur)
+    if _fast_peers(text[first:], dev):
+        return dev["peers"][-1]
+    return _parse_lines(text[first:].split("\n"), dev, dev)
+
+
 def parse_get(text: str) -> dict[str, Any]:
     """A get=1 / get=vpncrypt answer as {interface fields..., "peers": [...],
     "counters": {...}}.  A peer's all-zero preshared_key is left out: it
     means none.  Raises OSError for errno != 0."""
-    dev: dict[str, Any] = {"peers": [], "counters": {}, "info": {}}
-    first = 0 if text.startswith("public_key=") else text.find("\npublic_key=") + 1
-    if first <= 0 and not text.startswith("public_key="):
-        _parse_lines(text.split("\n"), dev, dev)
-        return dev
-    _parse_lines(text[:first].split("\n"), dev, dev)
-    if not _fast_peers(text[first:], dev):
-        dev["peers"].clear()
-        dev["counters"].clear()
-        dev["info"].clear()
-        _parse_lines(text[first:].split("\n"), dev, dev)
+    dev = _new_device()
+    _parse_part(text, dev, dev)
     return dev
+
+
+# Whole peers are parsed while the socket has nothing to read, once this
+# much of the answer is waiting (a few hundred peers), at most about
+# _PARSE_MAX at a time (a few milliseconds) before it is looked at again.
+_PARSE_STEP = 1 << 16
+_PARSE_MAX = 1 << 18
+_PEER_START = b"\npublic_key="
+PeersHook = Callable[[list], None]
+
+
+class _PartParser:
+    """A get answer's whole lines parsed a part at a time, as parse_get()
+    parses them at once.  An error in a part is kept until the answer is
+    known to be whole (UAPIProtocolError if it is not, whatever else is
+    wrong with it)."""
+
+    def __init__(self, on_peers: PeersHook | None) -> None:
+        self.dev = _new_device()
+        self.cur: dict[str, Any] = self.dev
+        self.failed: Exception | None = None
+        self.on_peers = on_peers
+        self.scanned = 0  # where to look on for a peer's start, past one that runs on
+
+    def part_end(self, buf: bytearray) -> int:
+        """Where the whole peers at the start of `buf` end (0: none yet):
+        the last peer start within _PARSE_MAX, or else the first after it
+        (a peer with many allowed IPs), looked for once in each byte."""
+        cut = buf.rfind(_PEER_START, 0, _PARSE_MAX) + 1
+        if cut > 0:
+            return cut
+        at = buf.find(_PEER_START, max(self.scanned, 0))
+        self.scanned = len(buf) - len(_PEER_START) if at < 0 else 0
+        return at + 1
+
+    def feed(self, text: str) -> None:
+        if self.failed is None:
+            try:
+                self._parse(text)
+            except Exception as e:
+                self.failed = e
+
+    def _parse(self, text: str) -> None:
+        peers = self.dev["peers"]
+        known = len(peers)
+        self.cur = _parse_part(text, self.dev, self.cur)
+        if self.on_peers is not None and len(peers) > known:
+            self.on_peers(peers[known:])
+
+    def result(self, path: str, rest: bytearray) -> dict[str, Any]:
+        _check_whole(path, rest)
+        if self.failed is not None:
+            raise self.failed
+        self._parse(rest.decode("utf-8", "replace"))
+        return self.dev
+
+
+def read_device(sock: socket.socket, path: str, on_peers: PeersHook | None = None) -> dict[str, Any]:
+    """A get answer read from a connected UAPI socket and parsed as
+    parse_get() does, its whole peers parsed as they arrive whenever there
+    is nothing to read: a big answer (24 MB at 100,000 peers) is written
+    over a second or more by the daemon, and parsing it meanwhile takes
+    that much off the wait after it, while the daemon is never kept waiting
+    for its reader.  Python's cyclic garbage collector is paused meanwhile:
+    the peers are a few hundred thousand objects and no cycle, and it
+    walked them all again and again (a third of the parse's time).
+    UAPIProtocolError for an answer cut short; OSError for errno != 0.
+    `on_peers` is given every peer once, in order, as soon as it is read
+    whole (a list of them at a time): the caller's work on them is done
+    meanwhile too.  A peer's dict is final then, but the answer's end (the
+    vpncrypt_endpoint_name lines of get=vpncrypt) is read last."""
+    parts = _PartParser(on_peers)
+    buf = bytearray()
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        while True:
+            if len(buf) >= _PARSE_STEP and not poll.poll(0):
+                cut = parts.part_end(buf)
+                if cut > 0:
+                    parts.feed(buf[:cut].decode("utf-8", "replace"))
+                    del buf[:cut]
+                    continue
+            if not _read_more(sock, buf):
+                return parts.result(path, buf)
+    finally:
+        if paused:
+            gc.enable()
 
 
 _UCRED = struct.Struct("3i")
@@ -211,16 +327,20 @@ def serves_vpncrypt(sock: socket.socket) -> bool:
 
 
 def get_device(
-    interface: str, socket_dir: str = DEFAULT_SOCKET_DIR, *, extensions: bool = True
+    interface: str,
+    socket_dir: str = DEFAULT_SOCKET_DIR,
+    *,
+    extensions: bool = True,
+    on_peers: PeersHook | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """The device behind `interface` as parse_get() gives it, and whether it
     answered vpncrypt's extension: ``get=vpncrypt`` to a vpncrypt daemon
-    (serves_vpncrypt), ``get=1`` to any other (or when it cannot tell)."""
+    (serves_vpncrypt), ``get=1`` to any other (or when it cannot tell).
+    `on_peers`: as read_device's."""
     path = socket_path(interface, socket_dir)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(5.0)
         s.connect(path)
         ours = extensions and serves_vpncrypt(s)
         s.sendall(b"get=vpncrypt\n\n" if ours else b"get=1\n\n")
-        answer = read_answer(s)
-    return parse_get(_checked(path, answer)), ours
+        return read_device(s, path, on_peers), ours

@@ -17,8 +17,35 @@ by design: the data plane hands it the UDP and TUN descriptors, and each of
 its rounds does their I/O and the table's work in one call into C.
 """
 
-from vpncrypt.protocol.device import Device, Output
-from vpncrypt.protocol.keys import genkey, genpsk, pubkey
-from vpncrypt.protocol.timers import ProtocolConfig
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vpncrypt.protocol.device import Device, Output
+    from vpncrypt.protocol.keys import genkey, genpsk, pubkey
+    from vpncrypt.protocol.timers import ProtocolConfig
 
 __all__ = ["Device", "Output", "ProtocolConfig", "genkey", "genpsk", "pubkey"]
+
+# The names above, imported when first asked for: `vpncrypt show` needs
+# keys.pubkey alone, and importing the Device with it took 0.2 s of every
+# show (issue 31 compares its time with `wg show`'s).
+_WHERE = {
+    "Device": "device",
+    "Output": "device",
+    "ProtocolConfig": "timers",
+    "genkey": "keys",
+    "genpsk": "keys",
+    "pubkey": "keys",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
+    globals()[name] = value
+    return value
