@@ -79,6 +79,12 @@ def _server() -> h11.Connection:
     return h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD - 1)
 
 
+def _why(e: h11.RemoteProtocolError) -> str:
+    """h11's reason without the bytes it quotes (a bad line may be a
+    Proxy-Authorization one: no password in the log)."""
+    return str(e).partition(": ")[0]
+
+
 def _with_host(head: bytes) -> bytes:
     """A CONNECT head with a Host field after its request line.  h11 refuses
     an HTTP/1.1 request without Host (RFC 9112, 3.2), which clients of CONNECT
@@ -98,7 +104,7 @@ async def _next_event(
         try:
             event = conn.next_event()
         except h11.RemoteProtocolError as e:
-            raise Refused(status or e.error_status_hint, str(e)) from None
+            raise Refused(status or e.error_status_hint, _why(e)) from None
         if event is not h11.NEED_DATA:
             return event
         conn.receive_data(await r.read(READ))
@@ -153,18 +159,14 @@ class _Client:
     async def _head(self) -> h11.Request | None:
         # the head's bytes are kept (16 KiB and a read at most) for a CONNECT
         # that h11 refused for want of Host: parsed again with one
-        head = b""
+        head, retried = b"", False
         while True:
             try:
                 event = self.conn.next_event()
             except h11.RemoteProtocolError as e:
-                if (
-                    e.error_status_hint != 400
-                    or not head.startswith(b"CONNECT ")
-                    or b"\nHost: connect" in head
-                ):
-                    raise Refused(e.error_status_hint, str(e)) from None
-                head = _with_host(head)
+                if e.error_status_hint != 400 or not head.startswith(b"CONNECT ") or retried:
+                    raise Refused(e.error_status_hint, _why(e)) from None
+                head, retried = _with_host(head), True
                 self.conn = _server()
                 self.conn.receive_data(head)
                 continue
