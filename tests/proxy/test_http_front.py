@@ -4,6 +4,7 @@ to a local server answering raw bytes, a client writing raw bytes.  No lab,
 no tunnel: what is checked is the front's HTTP, not the path."""
 
 import asyncio
+import logging
 
 from vpncrypt.proxy.http_proxy import HttpFront
 
@@ -110,3 +111,15 @@ def test_100_continue_comes_through():
         reply
         == b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
     )
+
+
+def test_a_refused_head_is_logged_without_its_bytes(caplog):
+    """Coverage (the old front's reasons quoted nothing; h11's quote the bad
+    line): a malformed Proxy-Authorization line (a space before the colon,
+    RFC 9112, 5.1) is a 400, and its credentials stay out of the log."""
+    secret = b"YWxpY2U6czNjcmV0IHBhc3M="  # base64 of "alice:s3cret pass"
+    sent = b"CONNECT peer.test:80 HTTP/1.1\r\nHost: peer.test\r\nProxy-Authorization : Basic " + secret
+    with caplog.at_level(logging.DEBUG, logger="vpncrypt.proxy"):
+        reply, _ = exchange(None, sent + b"\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400 Bad Request\r\n"), reply
+    assert "400 illegal header line" in caplog.text and secret.decode() not in caplog.text, caplog.text
