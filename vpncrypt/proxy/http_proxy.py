@@ -159,16 +159,16 @@ class _Client:
     async def _head(self) -> h11.Request | None:
         # the head's bytes are kept (16 KiB and a read at most) for a CONNECT
         # that h11 refused for want of Host: parsed again with one
-        head, retried = b"", False
+        head, retried = bytearray(), False  # (a bytearray: 16 KiB in 1-byte segments stays linear)
         while True:
             try:
                 event = self.conn.next_event()
             except h11.RemoteProtocolError as e:
                 if e.error_status_hint != 400 or not head.startswith(b"CONNECT ") or retried:
                     raise Refused(e.error_status_hint, _why(e)) from None
-                head, retried = _with_host(head), True
+                head, retried = bytearray(_with_host(bytes(head))), True
                 self.conn = _server()
-                self.conn.receive_data(head)
+                self.conn.receive_data(bytes(head))
                 continue
             if event is h11.NEED_DATA:
                 # h11 checks its limit on a head still incomplete: fed no
