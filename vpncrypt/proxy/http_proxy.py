@@ -10,7 +10,10 @@ towards the client, the client role towards an absolute-URI's target).
     a method other than CONNECT with an origin-form
     target, or a scheme other than http                400
     a target outside every AllowedIPs, not resolved    502 Bad Gateway
-    no answer from the target, or a malformed one       504 Gateway Timeout, 502
+    no answer from the target (the dial timed out)     504 Gateway Timeout
+    a target that closes before its answer, or
+    answers what h11 cannot parse                      502 (a reset if the answer had begun)
+    a request body h11 cannot parse                    400 (a reset if the answer had begun)
 
 An absolute-URI request is sent on in origin form with "Connection: close"
 (one request per connection: the next one may name another host), its body
