@@ -205,8 +205,8 @@ class ProxyLab:
         return self.world.run("h", "curl", "-sS", "--max-time", "50", *args, check=False, timeout=timeout)
 
     def probe(self, cases: list) -> list:
-        """tests.proxy.probe's answers for [(port, bytes), ...]."""
-        payload = json.dumps([[port, data.hex()] for port, data in cases])
+        """tests.proxy.probe's answers for [(port, bytes), ...] or [(port, bytes, n), ...]."""
+        payload = json.dumps([[port, data.hex(), *rest] for port, data, *rest in cases])
         r = self.world.run("h", sys.executable, "-m", "tests.proxy.probe", input=payload, timeout=120)
         return [(bytes.fromhex(a["reply"]), a["closed"]) for a in json.loads(r.stdout)]
 

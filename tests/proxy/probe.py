@@ -2,8 +2,9 @@
 
     python -m tests.proxy.probe < CASES.json > ANSWERS.json
 
-CASES: [[port, hex], ...]; each case is a new connection that sends its
-bytes, half-closes, and reads until the proxy closes (at most 20 s); the
+CASES: [[port, hex], ...] or [[port, hex, n], ...]; each case is a new
+connection that sends its bytes (n at a time, each a segment of its own:
+TCP_NODELAY), half-closes, and reads until the proxy closes (at most 20 s); the
 answer is the hex of everything read and whether the proxy closed (rather
 than the read timing out or being reset).
 """
@@ -13,10 +14,13 @@ import socket
 import sys
 
 
-def exchange(port: int, data: str) -> dict:
+def exchange(port: int, data: str, n: int = 0) -> dict:
     got, closed = b"", False
+    sent = bytes.fromhex(data)
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
-        s.sendall(bytes.fromhex(data))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(0, len(sent), n or len(sent) or 1):
+            s.sendall(sent[i : i + (n or len(sent))])
         s.shutdown(socket.SHUT_WR)
         try:
             while True:
@@ -31,4 +35,4 @@ def exchange(port: int, data: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps([exchange(port, data) for port, data in json.load(sys.stdin)]))
+    print(json.dumps([exchange(*case) for case in json.load(sys.stdin)]))

@@ -3,7 +3,9 @@
     python -m tests.proxy.servers peer BLOB V4 NAME   # in the peer's namespace
         HTTP on [::]:8000 (IPv4 and IPv6) serving the file BLOB as /blob,
         DNS on V4:53 answering NAME with V4 (A) and the peer's IPv6 (AAAA), and
-        UDP echo on [::]:7 (IPv4 and IPv6)
+        UDP echo on [::]:7 (IPv4 and IPv6), and on [::]:8001 (TCP) a mirror:
+        it reads a connection to its end and answers an HTTP/1.1 200 whose
+        body is every byte it read (what a proxy sent on, seen raw)
     python -m tests.proxy.servers echo PORT           # in the proxy's namespace
         TCP on 127.0.0.1:PORT echoing each connection's bytes back
 
@@ -27,12 +29,31 @@ class _Echo(socketserver.BaseRequestHandler):
             self.request.sendall(data)
 
 
-class _DualStackHTTP(http.server.ThreadingHTTPServer):
+class _Mirror(socketserver.BaseRequestHandler):
+    def handle(self):
+        got = b""
+        while data := self.request.recv(1 << 16):
+            got += data
+        self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(got) + got)
+
+
+class _DualStack:
+    """IPv4 and IPv6 on one socket (a mixin for socketserver's TCP servers)."""
+
     address_family = socket.AF_INET6
+    daemon_threads = True
 
     def server_bind(self):
         self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         super().server_bind()
+
+
+class _DualStackTCP(_DualStack, socketserver.ThreadingTCPServer):
+    pass
+
+
+class _DualStackHTTP(_DualStack, http.server.ThreadingHTTPServer):
+    pass
 
 
 def _dns(v4: str, v6: str, name: str):
@@ -75,6 +96,7 @@ def main() -> None:
         httpd = _DualStackHTTP(("::", 8000), handler)
         _dns(v4, v6, name)
         threading.Thread(target=_udp_echo, daemon=True).start()
+        threading.Thread(target=_DualStackTCP(("::", 8001), _Mirror).serve_forever, daemon=True).start()
         print("ready", flush=True)
         httpd.serve_forever()
     else:
