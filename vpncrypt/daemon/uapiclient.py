@@ -197,7 +197,8 @@ def _parse_part(text: str, dev: dict[str, Any], cur: dict[str, Any]) -> dict[str
         return _parse_lines(text.split("\n"), dev, cur)
     cur = _parse_lines(text[:first].split("\n"), dev, cur)
     if _fast_peers(text[first:], dev):
-        return dev["peers"][-1]
+        last: dict[str, Any] = dev["peers"][-1]
+        return last
     return _parse_lines(text[first:].split("\n"), dev, dev)
 
 
@@ -216,7 +217,7 @@ def parse_get(text: str) -> dict[str, Any]:
 _PARSE_STEP = 1 << 16
 _PARSE_MAX = 1 << 18
 _PEER_START = b"\npublic_key="
-PeersHook = Callable[[list], None]
+PeersHook = Callable[[list[dict[str, Any]]], None]
 
 
 class _PartParser:
