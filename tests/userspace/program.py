@@ -8,6 +8,7 @@ capability (its lines on stdout are JSON):
                                      "close" on stdin closes it and prints "closed";
                                      on "exit" leaves without closing it
     program.py object CONF           the tunnel from a Config object (a getaddrinfo)
+    program.py refused CONF          open_tunnel's error for a config it refuses
 """
 
 import asyncio
@@ -90,6 +91,9 @@ async def traffic(conf, outdir):
         result["gai_unknown"] = await error_of(tun.getaddrinfo("nowhere.test", 80))
         result["refused"] = await error_of(tun.open_connection(PEER_V4, 1))
         result["outside"] = await error_of(tun.open_connection("10.99.0.1", 80))
+        result["bad_host"] = await error_of(tun.channel.ask({"op": "connect", "host": PEER_NAME, "port": 80}))
+        result["bad_op"] = await error_of(tun.channel.ask({"op": "mount", "host": "/"}))
+        result["after_bad"] = await fetch(tun, PEER_V4, os.path.join(outdir, "after"))
         result["outside_udp"] = await error_of(
             tun.create_datagram_endpoint(Echoes, remote_addr=("10.99.0.1", 7))
         )
@@ -135,9 +139,18 @@ async def from_object(conf):
     say(gai=[list(i[4]) for i in infos])
 
 
+async def refused(conf):
+    """open_tunnel's error, and the program's children after it."""
+    error = await error_of(vpncrypt.userspace.open_tunnel(conf))
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+        say(error=error, children=f.read().split())
+
+
 def main():
     kind, conf, *rest = sys.argv[1:]
-    run = {"traffic": traffic, "server": server, "hold": hold, "object": from_object}[kind]
+    run = {"traffic": traffic, "server": server, "hold": hold, "object": from_object, "refused": refused}[
+        kind
+    ]
     asyncio.run(run(conf, *rest))
 
 

@@ -98,3 +98,33 @@ def test_tunnel_from_a_config_object(lab, conf):
     program = Program(lab, "object", conf)
     assert program.line() == {"gai": [["10.77.0.1", 80]]}
     program.finish()
+
+
+def test_malformed_requests_are_einval(lab, traffic):
+    """A request the tunnel's process cannot take (a name where an address
+    belongs, an unknown operation) is answered EINVAL, and the tunnel serves on."""
+    for key in ("bad_host", "bad_op"):
+        assert traffic[key]["errno"] == errno.EINVAL, traffic[key]
+    assert "an IP address expected" in traffic["bad_host"]["text"]
+    assert traffic["after_bad"] == "HTTP/1.0 200 OK"
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("Address = 10.77.0.9/33\n", ":2: [Interface] Address: "),
+        ("ListenPort = 70000\n", ":2: [Interface] ListenPort: "),
+    ],
+)
+def test_config_error_is_one_line_and_nothing_runs(lab, text, why):
+    """open_tunnel raises OSError with the config error's text (FILE:LINE:
+    [Section] Key: reason); the tunnel's process is gone when it returns."""
+    good = lab.config(lab.add_peer("10.77.0.9"), "10.77.0.9", "")
+    conf = lab.write_config("bad", good.replace("[Interface]\n", "[Interface]\n" + text, 1))
+    program = Program(lab, "refused", conf)
+    result = program.line()
+    program.finish()
+    assert result["children"] == []
+    error = result["error"]
+    assert error["type"] == "OSError" and error["errno"] == errno.EINVAL, error
+    assert error["text"].startswith(f"[Errno 22] {conf}{why}"), error

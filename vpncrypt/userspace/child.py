@@ -76,7 +76,10 @@ class TunnelDaemon(ProxyDaemon):
         try:
             await super().start()
         except BaseException as e:
-            await self.sender.send({"id": 0, "errno": errno.EIO, "error": describe(e)})
+            try:
+                await self.sender.send({"id": 0, "errno": errno.EIO, "error": describe(e)[:1000]})
+            except OSError:
+                pass  # the program is gone: the reason goes to stderr only (Daemon.run)
             raise
         await self.sender.send({"id": 0, "name": self.interface})
         self.ready = True
