@@ -26,6 +26,7 @@ import pickle
 import signal
 import socket
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
 from vpncrypt.config import ConfigError
@@ -108,35 +109,41 @@ class TunnelDaemon(ProxyDaemon):
             request = parse_request(message)
         except ProtocolError as e:
             if message["id"] > 0:
-                self._spawn(self.sender.send(errno_answer(message["id"], OSError(errno.EINVAL, str(e)))))
+                self._spawn(self._reply(errno_answer(message["id"], OSError(errno.EINVAL, str(e)))))
             return
         if len(self.requests) >= MAX_IN_FLIGHT:
             busy = OSError(errno.EAGAIN, f"{MAX_IN_FLIGHT} requests are waiting already")
-            self._spawn(self.sender.send(errno_answer(request.id, busy)))
+            self._spawn(self._reply(errno_answer(request.id, busy)))
             return
         self._spawn(self._answer(request))
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
         self.requests.add(task)
         task.add_done_callback(self.requests.discard)
 
+    async def _reply(self, message: dict[str, Any], sock: socket.socket | None = None) -> None:
+        """One answer (and the socket's copy here closed); none if the
+        program is gone (its end of the channel closed: this process stops)."""
+        try:
+            await self.sender.send(message, None if sock is None else sock.fileno())
+        except OSError as e:
+            log.debug("no answer to request %s: %s", message["id"], describe(e))
+        finally:
+            if sock is not None:
+                sock.close()
+
     async def _answer(self, req: Request) -> None:
         try:
             if req.op == "resolve":
-                found = await self._resolve(req.host)
-                await self.sender.send({"id": req.id, "addresses": found})
-                return
-            sock = await self._make(req)
+                await self._reply({"id": req.id, "addresses": await self._resolve(req.host)})
+            else:
+                await self._reply({"id": req.id}, await self._make(req))
         except DialError as e:
             gai = socket.EAI_AGAIN if e.timed_out else socket.EAI_NONAME
-            await self.sender.send({"id": req.id, "gai": gai, "error": str(e)})
-            return
+            await self._reply({"id": req.id, "gai": gai, "error": str(e)})
         except OSError as e:
-            await self.sender.send(errno_answer(req.id, e))
-            return
-        with sock:
-            await self.sender.send({"id": req.id}, sock.fileno())
+            await self._reply(errno_answer(req.id, e))
 
     async def _resolve(self, host: str) -> list[str]:
         assert self.dialer is not None
