@@ -310,6 +310,15 @@ class Tunnel:
         await self.aclose()
 
 
+def _child_environment() -> dict[str, str]:
+    """The program's environment, where the tunnel's process imports the
+    vpncrypt the program imported (from a checkout too) and nothing from its
+    current directory (PYTHONSAFEPATH, Python 3.11)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else ""), "PYTHONSAFEPATH": "1"}
+
+
 async def open_tunnel(
     config: str | os.PathLike[str] | Config,
     *,
@@ -335,7 +344,7 @@ async def open_tunnel(
             pass_fds=[theirs.fileno()],
             stdin=subprocess.PIPE if isinstance(config, Config) else subprocess.DEVNULL,
             start_new_session=True,  # a terminal's Ctrl-C is the program's to handle, not the tunnel's
-            env={**os.environ, "PYTHONSAFEPATH": "1"},  # (no current directory on sys.path)
+            env=_child_environment(),
         )
     finally:
         theirs.close()
