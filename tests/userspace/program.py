@@ -6,6 +6,7 @@ capability (its lines on stdout are JSON):
                                      one connection's bytes reversed, ends at a line on stdin
     program.py hold CONF             prints the tunnel's process id, then on a line
                                      "close" on stdin closes it and prints "closed";
+                                     on "use" tries a connection, prints its error, closes;
                                      on "exit" leaves without closing it
     program.py object CONF           the tunnel from a Config object (a getaddrinfo)
     program.py refused CONF          open_tunnel's error for a config it refuses
@@ -127,6 +128,9 @@ async def hold(conf):
     say(pid=tun.pid, name=tun.name)
     loop = asyncio.get_running_loop()
     line = await loop.run_in_executor(None, sys.stdin.readline)
+    if line.strip() == "use":  # (the test killed the tunnel's process)
+        say(error=await error_of(tun.open_connection(PEER_V4, 8000)))
+        line = "close"
     if line.strip() == "close":
         await tun.aclose()
         say(closed=True)

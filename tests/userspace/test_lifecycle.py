@@ -38,3 +38,21 @@ def test_the_end_leaves_nothing(lab, conf, how):
     assert holders(netns) == []  # nothing holds the namespace (its veth pair went with it)
     wait_for("the UAPI socket's removal", lambda: not os.path.exists(sock))
     assert os.listdir(os.path.dirname(sock)) == []
+
+
+def test_the_tunnels_process_killed(lab, conf):
+    """SIGKILL to the tunnel's process: its helper goes with it, and the
+    program's next call raises TunnelClosed (a ConnectionError) at once, its
+    close returns; only the UAPI socket file is left (as `vpncrypt proxy`
+    leaves it on SIGKILL, cleared by the next start of that name)."""
+    program = Program(lab, "hold", conf)
+    pid = program.line()["pid"]
+    helpers = children(pid)
+    os.kill(pid, signal.SIGKILL)
+    wait_for("the helper's end", lambda: ended(helpers[0]))
+    program.tell("use")
+    error = program.line()["error"]
+    assert error["type"] == "TunnelClosed", error
+    assert program.line() == {"closed": True}
+    program.finish()
+    assert ended(pid)

@@ -74,7 +74,11 @@ class _Channel:
         rid = self.next_id
         fut = self.waiting[rid] = self.loop.create_future()
         try:
-            await self.loop.sock_sendall(self.sock, encode({"id": rid, **request}))
+            try:
+                await self.loop.sock_sendall(self.sock, encode({"id": rid, **request}))
+            except (BrokenPipeError, ConnectionResetError):  # (its end of file not read yet)
+                self.end("the tunnel's process ended")
+                raise TunnelClosed("the tunnel's process ended") from None
             return answered(await fut)
         finally:
             self.waiting.pop(rid, None)
