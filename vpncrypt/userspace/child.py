@@ -271,6 +271,7 @@ def _prepare(channel: socket.socket, argv: list[str]) -> TunnelDaemon:
 
 def main(argv: list[str]) -> int:
     channel = socket.socket(fileno=int(argv[1]))
+    channel.set_inheritable(False)  # (the `ip` run in the namespace must not hold it)
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != int(argv[2]):  # the program died before the prctl
         return 1

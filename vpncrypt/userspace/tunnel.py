@@ -51,10 +51,10 @@ class _Channel:
         if got is None:
             return
         data, fds = got
-        sock = socket.socket(fileno=fds[0]) if fds else None
         if not data:
             self.end("the tunnel's process ended")
             return
+        sock = socket.socket(fileno=fds[0]) if fds else None
         try:
             message = decode(data)
         except ValueError:
