@@ -29,6 +29,7 @@ class Program:
             stderr=subprocess.PIPE,
             text=True,
         )
+        lab.programs.append(self.popen)  # (killed at the lab's end if a test failed before its end)
 
     def line(self) -> dict:
         text = self.popen.stdout.readline()
@@ -54,9 +55,14 @@ def lab():
     opened = open_ancestors(os.path.realpath(sys.executable))
     try:
         lab = ProxyLab()
+        lab.programs = []
         try:
             yield lab
         finally:
+            for p in lab.programs:  # a program a failed test left running (its tunnel ends with it)
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(30)
             lab.close()
     finally:
         for d, mode in reversed(opened):
