@@ -210,6 +210,15 @@ class ProxyLab:
         r = self.world.run("h", sys.executable, "-m", "tests.proxy.probe", input=payload, timeout=120)
         return [(bytes.fromhex(a["reply"]), a["closed"]) for a in json.loads(r.stdout)]
 
+    def at_peer(self, script: str, data: bytes) -> subprocess.CompletedProcess:
+        """python -c SCRIPT in the first peer's namespace, `data` on its stdin."""
+        return subprocess.run(
+            ["ip", "netns", "exec", self.world.n("0"), sys.executable, "-c", script],
+            input=data,
+            capture_output=True,
+            timeout=60,
+        )
+
     def close(self) -> None:
         try:
             if hasattr(self, "world"):

@@ -91,12 +91,7 @@ def test_tcp_server_tunnel(lab, proxy):
         "    got+=x\n"
         "sys.stdout.write(str(got==d)+' '+str(len(got)))\n"
     )
-    r = subprocess.run(
-        ["ip", "netns", "exec", lab.world.n("0"), sys.executable, "-c", script],
-        input=data,
-        capture_output=True,
-        timeout=60,
-    )
+    r = lab.at_peer(script, data)
     assert r.stdout.decode() == f"True {len(data)}", (
         f"{r.stdout!r} {r.stderr.decode()}\n{proxy.log()[-3000:]}"
     )

@@ -246,10 +246,14 @@ class ProxyDaemon(Daemon):
 
         return run
 
-    async def _start_fronts(self) -> None:
-        # wg-quick's DNS: addresses are servers, other entries search domains (not used here)
+    def tunnel_dialer(self) -> TunnelDialer:
+        """A dialer through the tunnel, with the config's DNS servers (wg-quick's
+        DNS: addresses are servers, other entries search domains, not used here)."""
         dns = [a for a in map(as_address, self.settings.wg.interface.dns) if a is not None]
-        dialer = TunnelDialer(dns, self.routable)
+        return TunnelDialer(dns, self.routable)
+
+    async def _start_fronts(self) -> None:
+        dialer = self.tunnel_dialer()
         for front, sock in self.prepared.listeners:
             limit = MAX_HEAD if front.kind == "http" else 1 << 16
             handler = self._front_handler(front, dialer)

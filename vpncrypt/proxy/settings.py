@@ -233,7 +233,7 @@ def _wg_part(reader: _Reader, rest: bytes, st: os.stat_result) -> Config:
         raise ConfigError(problem, path=path)
     if wg.interface.private_key is None:
         raise ConfigError(f"{path}: [Interface] PrivateKey: missing", path=path)
-    _check_interface(wg, path)
+    check_interface(wg, path)
     return _as_wireproxy(wg)
 
 
@@ -253,7 +253,7 @@ def _as_wireproxy(wg: Config) -> Config:
     return replace(wg, peers=peers, warnings=warnings)
 
 
-def _check_interface(wg: Config, path: str) -> None:
+def check_interface(wg: Config, path: str) -> None:
     """What the proxy cannot do with an [Interface] that `vpncrypt up` takes."""
     iface = wg.interface
     if iface.fwmark:
