@@ -189,3 +189,18 @@ def _b64(hexkey: str) -> str:
     import base64
 
     return base64.b64encode(bytes.fromhex(hexkey)).decode()
+
+
+def test_a_daemon_slow_to_answer_is_waited_for(tmp_path):
+    """A get whose answer starts after 6 s (a 100,000-peer daemon on a loaded
+    machine took 4.9 s): shown, as `wg show` shows it, not "timed out"."""
+    import time
+
+    def slow(c: socket.socket) -> None:
+        time.sleep(6.0)
+        _answer(c)
+
+    with UnixServer(str(tmp_path / "slow0.sock"), slow):
+        r = _show("slow0", "--socket-dir", str(tmp_path), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("peer: ") == 2000
