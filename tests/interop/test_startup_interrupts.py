@@ -9,6 +9,7 @@ changed anything on the host (the outside review of issue 17):
   after the resolver's timeouts (`systemctl stop` would hang meanwhile)."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -94,6 +95,7 @@ def test_sigterm_while_start_up_resolves_a_name_stops_at_once(lab):
                 "import socket, time\n"
                 "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
                 "s.bind(('127.0.0.1', 53))\nprint('bound', flush=True)\n"
+                "s.recvfrom(512)\nprint('asked', flush=True)\n"
                 "time.sleep(120)\n",
             ],
             stdout=subprocess.PIPE,
@@ -105,7 +107,11 @@ def test_sigterm_while_start_up_resolves_a_name_stops_at_once(lab):
             a.conf([{"public": b.public, "inner": b.inner, "endpoint": f"never.vpncrypt.test:{PORT}"}])
         )
         proc = lab.spawn_vpncrypt("A", a.iface, path, wait_ready=False, log_level="info")
-        time.sleep(2.5)  # well inside the resolver's 10 s
+        # the start-up is resolving once the name server has the daemon's query
+        # (a fixed 2.5 s here was a race: on a busy machine the SIGTERM came
+        # while Python was still importing, before any handler, and killed it)
+        ready, _, _ = select.select([silent.stdout], [], [], 60)
+        assert ready and silent.stdout.readline().strip() == "asked", proc.log()
         assert proc.popen.poll() is None, proc.log()
         proc.popen.send_signal(signal.SIGTERM)
         # waiting out the resolver (10 s) would end in "cannot resolve" and exit 1
