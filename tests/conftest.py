@@ -57,9 +57,13 @@ ALONE = (
 )
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Directories whose tests share a session fixture worth building once: they go to
-# one worker together (the fuzz harnesses' sanitizer build: ~15 s of a core).
-ONE_WORKER = ("tests/fuzz/",)
+# Directories whose tests go to one worker together, by unit name: the fuzz
+# harnesses share a sanitizer build worth making once (~15 s of a core); the
+# proxy's and the asyncio API's labs run programs as nobody and, while they
+# stand, add o+x to the directories above the checkout and the interpreter
+# (CI's clone is in a 0700 directory), putting the modes back after: two such
+# labs on two workers at once would take the access from under each other.
+ONE_WORKER = {"tests/fuzz/": "tests/fuzz/", "tests/proxy/": "as-nobody", "tests/userspace/": "as-nobody"}
 
 
 def _path(item) -> str:
@@ -86,7 +90,7 @@ def pytest_collection_modifyitems(config, items):
 def _scope(nodeid: str) -> str:
     """A test's work unit for xdist: its file, or its ONE_WORKER directory."""
     path = nodeid.split("::", 1)[0]
-    return next((d for d in ONE_WORKER if path.startswith(d)), path)
+    return next((unit for d, unit in ONE_WORKER.items() if path.startswith(d)), path)
 
 
 def _lock_dir(config):
