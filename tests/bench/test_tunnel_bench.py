@@ -411,3 +411,88 @@ def test_tcp_in_flight_is_unacked_segments_times_mss_and_0_when_ss_prints_none()
     assert tunnel._tcp_in_flight(lab(head + busy + head + idle), "10.0.0.2") == 300 * 1368
     assert tunnel._tcp_in_flight(lab(head + idle), "10.0.0.2") == 0  # ss prints no "unacked:0"
     assert tunnel._tcp_in_flight(lab(""), "10.0.0.2") is None  # no such flow
+
+
+PROXY_ROWS = {"proxy": {("tcp", "socks5"), ("tcp", "forward"), ("udp", "socks5")}}
+PROXY_ROWS["proxy-wan"] = {("tcp", "socks5"), ("tcp", "forward")}
+
+
+def test_short_proxy_pairings_with_the_tun_pairing_and_nothing_left():
+    """vc-vc, proxy and proxy-wan in one short run (1 s per test, 100
+    connections): the proxy runs as nobody (uid 65534) with an empty
+    capability bounding set, TCP through SOCKS5 and the forward and UDP
+    through ASSOCIATE carry traffic, every connection echoes, the ratios to
+    the TUN pairing and the memory per connection are there, and nothing is
+    left.  No speed is asserted."""
+    from tests.proxy.lab import open_ancestors
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    opened = open_ancestors(repo, sys.prefix)  # so that nobody can load the code (CI: mktemp -d 0700)
+    try:
+        args = "--pairings vc-vc,proxy,proxy-wan --duration 1 --check-mib 0 --proxy-connections 100"
+        proc = subprocess.run(
+            _cmd(*args.split(), "--json", "-v"), capture_output=True, text=True, timeout=300
+        )
+    finally:
+        for d, mode in reversed(opened):
+            os.chmod(d, mode)
+    assert proc.returncode == 0, proc.stderr[-5000:] + proc.stdout[-2000:]
+    res = json.loads(proc.stdout)
+    assert res["ok"] is True and TOP_FIELDS | {"proxy_ratios"} <= res.keys()
+    assert [p["pairing"] for p in res["pairings"]] == ["vc-vc", "proxy", "proxy-wan"]
+    for p in res["pairings"][1:]:
+        assert PAIRING_FIELDS <= p.keys() and p["ok"] and p["error"] is None, p
+        # the proxy and its host-side helper, all nobody (65534); no capability in our user
+        # namespace; the proxy itself in a user namespace of its own
+        ident = p["proxy_identity"]
+        assert len(ident) >= 2 and all(i["uid"] == i["euid"] == 65534 for i in ident), ident
+        assert not ident[0]["host_user_namespace"], ident
+        for i in ident:
+            if i["host_user_namespace"]:
+                assert i["cap_eff"] == i["cap_bnd"] == "0000000000000000", ident
+        rows = {(t["proto"], t["via"]): t for t in p["tests"]}
+        assert set(rows) == PROXY_ROWS[p["pairing"]], p["tests"]
+        for t in rows.values():
+            assert t["gbit_s"] > 0 and set(t["cpu_pct"]) == {"A", "B"}, t
+            assert t["retransmits"] is not None and t["retransmits"] >= 0, t  # read in the proxy's namespace
+        info = rows[("tcp", "socks5")]["tcp_info"]
+        assert info["window_scaling"] and info["sack"], info
+        udp = rows.get(("udp", "socks5"))
+        if udp:
+            assert udp["packets"] > 0 and 0 <= udp["loss_pct"] <= 100 and udp["datagram_size"] == 1200
+    assert res["pairings"][2]["wan"] == {"one_way_delay_ms": 25.0, "loss_each_way": 0.001}
+    c = res["pairings"][1]["connections"]
+    assert (c["count"], c["open"], c["errors"]) == (100, 100, []), c
+    assert c["rss_before_kib"] > 0 and c["rss_with_kib"] > 0 and c["kib_per_connection"] is not None
+    r = res["proxy_ratios"]
+    assert r["window_64k_mbit_s_at_50ms"] == pytest.approx(65536 * 8 / 0.05 / 1e6)
+    for k in ("tcp_socks5_over_tun", "tcp_forward_over_tun", "udp_socks5_over_tun"):
+        assert r[k] > 0, r
+    for k in ("wan_tcp_socks5_over_64k_window", "wan_tcp_forward_over_64k_window"):
+        assert r[k] > 0, r
+    text = _table(proc.stdout).stdout
+    assert "100 of 100 concurrent SOCKS5 connections open" in text, text
+    assert "proxy over vpncrypt<->vpncrypt (TUN), same run: TCP SOCKS5 " in text, text
+    assert "over what a 64 KiB window allows (10.5 Mbit/s)" in text, text
+    started = _started(proc.stderr)
+    assert any("vpncrypt proxy" in c or " proxy -c " in c for c in started.values()), started
+    assert any("delayrelay" in c for c in started.values()), started
+    _assert_nothing_left(res["run_id"], started)
+
+
+def test_proxy_counters_parse_snmp_and_netstat():
+    from vpncrypt.bench.proxypair import parse_snmp
+
+    text = (
+        "Tcp: RtoAlgorithm RtoMin RetransSegs\nTcp: 1 200 17\n"
+        "Udp: InDatagrams\nUdp: 5\n"
+        "TcpExt: SyncookiesSent TCPSackRecovery\nTcpExt: 0 3\n"
+    )
+    assert parse_snmp(text) == {
+        "Tcp:RtoAlgorithm": 1,
+        "Tcp:RtoMin": 200,
+        "Tcp:RetransSegs": 17,
+        "Udp:InDatagrams": 5,
+        "TcpExt:SyncookiesSent": 0,
+        "TcpExt:TCPSackRecovery": 3,
+    }
