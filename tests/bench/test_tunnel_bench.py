@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -496,3 +497,73 @@ def test_proxy_counters_parse_snmp_and_netstat():
         "TcpExt:SyncookiesSent": 0,
         "TcpExt:TCPSackRecovery": 3,
     }
+
+
+def test_bench_killed_takes_its_proxy_with_it():
+    """SIGKILL of the bench during a proxy pairing: every process it started
+    goes with it, the proxy too (setpriv's uid change clears the parent-death
+    signal the lab sets, so the proxy needs its own).  The namespaces stay
+    (nobody is left to remove them): this test removes them."""
+    from tests.proxy.lab import open_ancestors
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    opened = open_ancestors(repo, sys.prefix)
+    proc = subprocess.Popen(
+        _cmd("--pairings", "proxy", "--duration", "30", "--json", "-v"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines, run_id = [], None
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line, "the bench ended early:\n" + "".join(lines)
+            lines.append(line)
+            m = RUN_LINE.search(line)
+            run_id = m.group(1) if m else run_id
+            if "TCP through SOCKS5 for" in line:
+                break
+        else:
+            raise AssertionError("the bench did not start a proxy test:\n" + "".join(lines))
+        time.sleep(0.5)
+        started = _started("".join(lines))
+        proxies = {pid: c for pid, c in started.items() if "setpriv" in c}
+        # (setpriv execs the proxy: this interpreter then)
+        assert len(proxies) == 1 and all(_alive_as(pid, sys.executable) for pid in proxies), started
+        proc.kill()
+        proc.communicate(timeout=30)
+        deadline = time.monotonic() + 10
+
+        def left():
+            return {
+                pid: c
+                for pid, c in started.items()
+                if _alive_as(pid, sys.executable if pid in proxies else c)
+            }
+
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left(), left()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for d, mode in reversed(opened):
+            os.chmod(d, mode)
+        for pid in locals().get("proxies", {}):
+            if _alive_as(pid, sys.executable):
+                os.kill(pid, signal.SIGKILL)
+        if run_id:
+            netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+            for ns in [line.split()[0] for line in netns.splitlines() if run_id in line]:
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            for s in os.listdir("/var/run/wireguard") if os.path.isdir("/var/run/wireguard") else []:
+                if run_id in s:
+                    os.unlink(os.path.join("/var/run/wireguard", s))
+            tmp = tempfile.gettempdir()
+            for d in os.listdir(tmp):
+                if d.startswith(f"vpncrypt-bench-{run_id}-"):
+                    shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
+    _assert_nothing_left(run_id, started)

@@ -44,7 +44,17 @@ from vpncrypt.bench.nslab import (
 )
 from vpncrypt.selfcmd import vpncrypt_command
 
-DROP = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--bounding-set=-all"]
+# --pdeathsig after the uid change, which clears the one the lab set (prctl(2)): a bench
+# killed with SIGKILL takes its proxy with it, like its other processes
+DROP = [
+    "setpriv",
+    "--reuid=nobody",
+    "--regid=nogroup",
+    "--clear-groups",
+    "--bounding-set=-all",
+    "--pdeathsig",
+    "TERM",
+]
 SOCKS_PORT = 1080  # in A's namespace, on 127.0.0.1
 FORWARD_PORT = 5202  # A's 127.0.0.1:5202 -> B's iperf3 (tunnel.IPERF_PORT)
 SINK_PORT = 5401  # proxyload's TCP and UDP sinks in B
