@@ -7,6 +7,7 @@ iproute2, wireguard-tools, wireguard-go, iperf3 and ping, and Debian 13's
 wireguard-go (tests/tools/fetch-wireguard-go.sh fetches it); a missing tool is
 a failure.  No speed is asserted."""
 
+import contextlib
 import json
 import os
 import re
@@ -243,6 +244,37 @@ def test_short_run_all_pairings_carry_traffic_and_leave_nothing(tmp_path):
     _assert_nothing_left(res["run_id"], started)
 
 
+def _read_until(proc: subprocess.Popen, marker: str, timeout: float):
+    """The bench's stderr lines up to the first with `marker`, and its run line's match."""
+    lines: list[str] = []
+    run = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        assert line, "the bench ended early:\n" + "".join(lines)
+        lines.append(line)
+        run = run or RUN_LINE.search(line)
+        if marker in line:
+            assert run, lines
+            return lines, run
+    raise AssertionError(f"the bench did not reach {marker!r}:\n" + "".join(lines))
+
+
+@contextlib.contextmanager
+def _nobody_can_read_the_code():
+    """o+x on the directories above the checkout and the venv (CI clones into a
+    mktemp -d folder, 0700), as tests/proxy does, and their modes back after."""
+    from tests.proxy.lab import open_ancestors
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    opened = open_ancestors(repo, sys.prefix)
+    try:
+        yield
+    finally:
+        for d, mode in reversed(opened):
+            os.chmod(d, mode)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_still_cleans_up(sig):
     proc = subprocess.Popen(
@@ -251,23 +283,11 @@ def test_interrupted_run_still_cleans_up(sig):
         stderr=subprocess.PIPE,
         text=True,
     )
-    lines, run_id = [], None
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # up to the first iperf3 through the tunnel
-            line = proc.stderr.readline()
-            assert line, "the bench ended early:\n" + "".join(lines)
-            lines.append(line)
-            m = RUN_LINE.search(line)
-            if m:
-                run_id = m.group(1)
-                ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-                assert m.group(2) in ns and m.group(3) in ns
-            if "TCP for" in line:
-                break
-        else:
-            raise AssertionError("the bench did not start a test:\n" + "".join(lines))
-        assert run_id
+        lines, m = _read_until(proc, "TCP for", 60)  # up to the first iperf3 through the tunnel
+        run_id = m.group(1)
+        ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert m.group(2) in ns and m.group(3) in ns
         time.sleep(0.5)
         started = _started("".join(lines))
         assert any("wireguard-go" in c for c in started.values())
@@ -425,18 +445,11 @@ def test_short_proxy_pairings_with_the_tun_pairing_and_nothing_left():
     through ASSOCIATE carry traffic, every connection echoes, the ratios to
     the TUN pairing and the memory per connection are there, and nothing is
     left.  No speed is asserted."""
-    from tests.proxy.lab import open_ancestors
-
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    opened = open_ancestors(repo, sys.prefix)  # so that nobody can load the code (CI: mktemp -d 0700)
-    try:
-        args = "--pairings vc-vc,proxy,proxy-wan --duration 1 --check-mib 0 --proxy-connections 100"
+    args = "--pairings vc-vc,proxy,proxy-wan --duration 1 --check-mib 0 --proxy-connections 100"
+    with _nobody_can_read_the_code():
         proc = subprocess.run(
             _cmd(*args.split(), "--json", "-v"), capture_output=True, text=True, timeout=300
         )
-    finally:
-        for d, mode in reversed(opened):
-            os.chmod(d, mode)
     assert proc.returncode == 0, proc.stderr[-5000:] + proc.stdout[-2000:]
     res = json.loads(proc.stdout)
     assert res["ok"] is True and TOP_FIELDS | {"proxy_ratios"} <= res.keys()
@@ -504,66 +517,55 @@ def test_bench_killed_takes_its_proxy_with_it():
     goes with it, the proxy too (setpriv's uid change clears the parent-death
     signal the lab sets, so the proxy needs its own).  The namespaces stay
     (nobody is left to remove them): this test removes them."""
-    from tests.proxy.lab import open_ancestors
-
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    opened = open_ancestors(repo, sys.prefix)
-    proc = subprocess.Popen(
-        _cmd("--pairings", "proxy", "--duration", "30", "--json", "-v"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines, run_id = [], None
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            assert line, "the bench ended early:\n" + "".join(lines)
-            lines.append(line)
-            m = RUN_LINE.search(line)
-            run_id = m.group(1) if m else run_id
-            if "TCP through SOCKS5 for" in line:
-                break
-        else:
-            raise AssertionError("the bench did not start a proxy test:\n" + "".join(lines))
-        time.sleep(0.5)
-        started = _started("".join(lines))
-        proxies = {pid: c for pid, c in started.items() if "setpriv" in c}
-        # (setpriv execs the proxy: this interpreter then)
-        assert len(proxies) == 1 and all(_alive_as(pid, sys.executable) for pid in proxies), started
-        proc.kill()
-        proc.communicate(timeout=30)
-        deadline = time.monotonic() + 10
-
-        def left():
-            return {
-                pid: c
-                for pid, c in started.items()
-                if _alive_as(pid, sys.executable if pid in proxies else c)
-            }
-
-        while left() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not left(), left()
-    finally:
-        if proc.poll() is None:
+    with _nobody_can_read_the_code():
+        proc = subprocess.Popen(
+            _cmd("--pairings", "proxy", "--duration", "30", "--json", "-v"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        run_id, proxies = None, {}
+        try:
+            lines, m = _read_until(proc, "TCP through SOCKS5 for", 90)
+            run_id = m.group(1)
+            time.sleep(0.5)
+            started = _started("".join(lines))
+            proxies = {pid: c for pid, c in started.items() if "setpriv" in c}
+            # (setpriv execs the proxy: this interpreter then)
+            assert len(proxies) == 1 and all(_alive_as(pid, sys.executable) for pid in proxies), started
             proc.kill()
-            proc.communicate()
-        for d, mode in reversed(opened):
-            os.chmod(d, mode)
-        for pid in locals().get("proxies", {}):
-            if _alive_as(pid, sys.executable):
-                os.kill(pid, signal.SIGKILL)
-        if run_id:
-            netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-            for ns in [line.split()[0] for line in netns.splitlines() if run_id in line]:
-                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            for s in os.listdir("/var/run/wireguard") if os.path.isdir("/var/run/wireguard") else []:
-                if run_id in s:
-                    os.unlink(os.path.join("/var/run/wireguard", s))
-            tmp = tempfile.gettempdir()
-            for d in os.listdir(tmp):
-                if d.startswith(f"vpncrypt-bench-{run_id}-"):
-                    shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
+            proc.communicate(timeout=30)
+
+            def left():
+                return {
+                    p: c for p, c in started.items() if _alive_as(p, sys.executable if p in proxies else c)
+                }
+
+            deadline = time.monotonic() + 10
+            while left() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not left(), left()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            for pid in proxies:
+                if _alive_as(pid, sys.executable):
+                    os.kill(pid, signal.SIGKILL)
+            if run_id:
+                _remove_run(run_id)
     _assert_nothing_left(run_id, started)
+
+
+def _remove_run(run_id: str) -> None:
+    """What a bench killed with SIGKILL leaves: its namespaces, UAPI sockets and directory."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for ns in [line.split()[0] for line in netns.splitlines() if run_id in line]:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for s in os.listdir("/var/run/wireguard") if os.path.isdir("/var/run/wireguard") else []:
+        if run_id in s:
+            os.unlink(os.path.join("/var/run/wireguard", s))
+    tmp = tempfile.gettempdir()
+    for d in os.listdir(tmp):
+        if d.startswith(f"vpncrypt-bench-{run_id}-"):
+            shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
