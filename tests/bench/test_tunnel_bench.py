@@ -474,7 +474,9 @@ def test_short_proxy_pairings_with_the_tun_pairing_and_nothing_left():
         udp = rows.get(("udp", "socks5"))
         if udp:
             assert udp["packets"] > 0 and 0 <= udp["loss_pct"] <= 100 and udp["datagram_size"] == 1200
-    assert res["pairings"][2]["wan"] == {"one_way_delay_ms": 25.0, "loss_each_way": 0.001}
+    wan = res["pairings"][2]["wan"]
+    assert (wan["one_way_delay_ms"], wan["loss_each_way"]) == (25.0, 0.001)
+    assert wan["relay"]["forwarded"] > 1000 and wan["relay"]["dropped"] >= 0, wan  # the path went through it
     c = res["pairings"][1]["connections"]
     assert (c["count"], c["open"], c["errors"]) == (100, 100, []), c
     assert c["rss_before_kib"] > 0 and c["rss_with_kib"] > 0 and c["kib_per_connection"] is not None
@@ -488,6 +490,7 @@ def test_short_proxy_pairings_with_the_tun_pairing_and_nothing_left():
     assert "100 of 100 concurrent SOCKS5 connections open" in text, text
     assert "proxy over vpncrypt<->vpncrypt (TUN), same run: TCP SOCKS5 " in text, text
     assert "over what a 64 KiB window allows (10.5 Mbit/s)" in text, text
+    assert f"the relay forwarded {wan['relay']['forwarded']} datagrams and dropped " in text, text
     started = _started(proc.stderr)
     assert any("vpncrypt proxy" in c or " proxy -c " in c for c in started.values()), started
     assert any("delayrelay" in c for c in started.values()), started

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import signal
 import subprocess
 import sys
 import time
@@ -373,6 +374,18 @@ def _connections(lab, proxy: ProxyNode, count: int, log) -> dict:
         lab.stop_proc(echo)
 
 
+def _stop_relay(lab, relay: subprocess.Popen, wan: dict) -> None:
+    """SIGTERM to the delay relay; what it forwarded and dropped goes in `wan`."""
+    relay.send_signal(signal.SIGTERM)
+    try:
+        out, _err = relay.communicate(timeout=10)
+        wan["relay"] = json.loads(out.decode().strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        wan["relay"] = None
+    finally:
+        lab.stop_proc(relay)
+
+
 def _peer_for(proxy: ProxyNode):
     """What Node.configure needs of the other side: its key and side."""
     return SimpleNamespace(public=proxy.public, side="A")
@@ -406,7 +419,7 @@ def run_proxy_pairing(lab, name: str, index: int, args, log, iperf, iperf_port: 
                 stdout=subprocess.PIPE,
             )  # fmt: skip
             _first_line(lab, relay, "the delay relay")
-            nodes.append(SimpleNamespace(stop=lambda: lab.stop_proc(relay)))
+            nodes.append(SimpleNamespace(stop=lambda: _stop_relay(lab, relay, result["wan"])))
             endpoint = f"{lab.outer['B']}:{RELAY_PORT}"
         proxy.start(_config(proxy.private, b.public, endpoint, args.mtu, iperf_port))
         assert proxy.proc is not None and b.proc is not None
@@ -513,6 +526,13 @@ def table_lines(result: dict, pad: str) -> list[str]:
                     f"rcv_space {i['rcv_space'] // 1024} KiB; sender's SACK recoveries "
                     f"{t.get('sack_recoveries')}"
                 )
+        relay = (p.get("wan") or {}).get("relay")
+        if relay:
+            total = relay["forwarded"] + relay["dropped"]
+            lines.append(
+                f"{p['label']}: the relay forwarded {relay['forwarded']} datagrams and dropped "
+                f"{relay['dropped']} ({100 * relay['dropped'] / max(1, total):.2f}%)"
+            )
     r = result.get("proxy_ratios") or {}
     parts = [
         f"{k.replace('_over_tun', '').replace('_', ' ').upper()} {v:.0%}"
