@@ -11,8 +11,8 @@ client sends; Gbit/s received and loss are reported).  Pairings, in one run:
     veth     the plain veth, no tunnel: the ceiling
 
 and, asked for by name (--pairings vc-vc,proxy,proxy-wan), `vpncrypt proxy`
-run as nobody with no capability against a vpncrypt daemon
-(vpncrypt.bench.proxypair):
+run as nobody with no capability against a vpncrypt daemon (or, with
+--proxy-peer wireguard-go, the first wireguard-go build) (vpncrypt.bench.proxypair):
 
     proxy      TCP through SOCKS5 CONNECT and through a TCP forward, UDP
                through SOCKS5 UDP ASSOCIATE, and --proxy-connections
