@@ -7,6 +7,7 @@ iproute2, wireguard-tools, wireguard-go, iperf3 and ping, and Debian 13's
 wireguard-go (tests/tools/fetch-wireguard-go.sh fetches it); a missing tool is
 a failure.  No speed is asserted."""
 
+import contextlib
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -245,6 +247,37 @@ def test_short_run_all_pairings_carry_traffic_and_leave_nothing(tmp_path):
     _assert_nothing_left(res["run_id"], started)
 
 
+def _read_until(proc: subprocess.Popen, marker: str, timeout: float):
+    """The bench's stderr lines up to the first with `marker`, and its run line's match."""
+    lines: list[str] = []
+    run = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        assert line, "the bench ended early:\n" + "".join(lines)
+        lines.append(line)
+        run = run or RUN_LINE.search(line)
+        if marker in line:
+            assert run, lines
+            return lines, run
+    raise AssertionError(f"the bench did not reach {marker!r}:\n" + "".join(lines))
+
+
+@contextlib.contextmanager
+def _nobody_can_read_the_code():
+    """o+x on the directories above the checkout and the venv (CI clones into a
+    mktemp -d folder, 0700), as tests/proxy does, and their modes back after."""
+    from tests.proxy.lab import open_ancestors
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    opened = open_ancestors(repo, sys.prefix)
+    try:
+        yield
+    finally:
+        for d, mode in reversed(opened):
+            os.chmod(d, mode)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_still_cleans_up(sig):
     proc = subprocess.Popen(
@@ -253,23 +286,11 @@ def test_interrupted_run_still_cleans_up(sig):
         stderr=subprocess.PIPE,
         text=True,
     )
-    lines, run_id = [], None
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # up to the first iperf3 through the tunnel
-            line = proc.stderr.readline()
-            assert line, "the bench ended early:\n" + "".join(lines)
-            lines.append(line)
-            m = RUN_LINE.search(line)
-            if m:
-                run_id = m.group(1)
-                ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-                assert m.group(2) in ns and m.group(3) in ns
-            if "TCP for" in line:
-                break
-        else:
-            raise AssertionError("the bench did not start a test:\n" + "".join(lines))
-        assert run_id
+        lines, m = _read_until(proc, "TCP for", 60)  # up to the first iperf3 through the tunnel
+        run_id = m.group(1)
+        ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert m.group(2) in ns and m.group(3) in ns
         time.sleep(0.5)
         started = _started("".join(lines))
         assert any("wireguard-go" in c for c in started.values())
@@ -414,3 +435,143 @@ def test_tcp_in_flight_is_unacked_segments_times_mss_and_0_when_ss_prints_none()
     assert tunnel._tcp_in_flight(lab(head + busy + head + idle), "10.0.0.2") == 300 * 1368
     assert tunnel._tcp_in_flight(lab(head + idle), "10.0.0.2") == 0  # ss prints no "unacked:0"
     assert tunnel._tcp_in_flight(lab(""), "10.0.0.2") is None  # no such flow
+
+
+PROXY_ROWS = {"proxy": {("tcp", "socks5"), ("tcp", "forward"), ("udp", "socks5")}}
+PROXY_ROWS["proxy-wan"] = {("tcp", "socks5"), ("tcp", "forward")}
+
+
+def test_short_proxy_pairings_with_the_tun_pairing_and_nothing_left():
+    """vc-vc, proxy and proxy-wan in one short run (1 s per test, 100
+    connections): the proxy runs as nobody (uid 65534) with an empty
+    capability bounding set, TCP through SOCKS5 and the forward and UDP
+    through ASSOCIATE carry traffic, every connection echoes, the ratios to
+    the TUN pairing and the memory per connection are there, and nothing is
+    left.  No speed is asserted."""
+    args = "--pairings vc-vc,proxy,proxy-wan --duration 1 --check-mib 0 --proxy-connections 100"
+    with _nobody_can_read_the_code():
+        proc = subprocess.run(
+            _cmd(*args.split(), "--json", "-v"), capture_output=True, text=True, timeout=300
+        )
+    assert proc.returncode == 0, proc.stderr[-5000:] + proc.stdout[-2000:]
+    res = json.loads(proc.stdout)
+    assert res["ok"] is True and TOP_FIELDS | {"proxy_ratios"} <= res.keys()
+    assert [p["pairing"] for p in res["pairings"]] == ["vc-vc", "proxy", "proxy-wan"]
+    for p in res["pairings"][1:]:
+        assert PAIRING_FIELDS <= p.keys() and p["ok"] and p["error"] is None, p
+        # the proxy and its host-side helper, all nobody (65534); no capability in our user
+        # namespace; the proxy itself in a user namespace of its own
+        ident = p["proxy_identity"]
+        assert len(ident) >= 2 and all(i["uid"] == i["euid"] == 65534 for i in ident), ident
+        assert not ident[0]["host_user_namespace"], ident
+        for i in ident:
+            if i["host_user_namespace"]:
+                assert i["cap_eff"] == i["cap_bnd"] == "0000000000000000", ident
+        rows = {(t["proto"], t["via"]): t for t in p["tests"]}
+        assert set(rows) == PROXY_ROWS[p["pairing"]], p["tests"]
+        for t in rows.values():
+            assert t["gbit_s"] > 0 and set(t["cpu_pct"]) == {"A", "B"}, t
+            assert t["retransmits"] is not None and t["retransmits"] >= 0, t  # read in the proxy's namespace
+        info = rows[("tcp", "socks5")]["tcp_info"]
+        assert info["window_scaling"] and info["sack"], info
+        udp = rows.get(("udp", "socks5"))
+        if udp:
+            assert udp["packets"] > 0 and 0 <= udp["loss_pct"] <= 100 and udp["datagram_size"] == 1200
+    wan = res["pairings"][2]["wan"]
+    assert (wan["one_way_delay_ms"], wan["loss_each_way"]) == (25.0, 0.001)
+    assert wan["relay"]["forwarded"] > 1000 and wan["relay"]["dropped"] >= 0, wan  # the path went through it
+    c = res["pairings"][1]["connections"]
+    assert (c["count"], c["open"], c["errors"]) == (100, 100, []), c
+    assert c["rss_before_kib"] > 0 and c["rss_with_kib"] > 0 and c["kib_per_connection"] is not None
+    r = res["proxy_ratios"]
+    assert r["window_64k_mbit_s_at_50ms"] == pytest.approx(65536 * 8 / 0.05 / 1e6)
+    for k in ("tcp_socks5_over_tun", "tcp_forward_over_tun", "udp_socks5_over_tun"):
+        assert r[k] > 0, r
+    for k in ("wan_tcp_socks5_over_64k_window", "wan_tcp_forward_over_64k_window"):
+        assert r[k] > 0, r
+    text = _table(proc.stdout).stdout
+    assert "100 of 100 concurrent SOCKS5 connections open" in text, text
+    assert "proxy over vpncrypt<->vpncrypt (TUN), same run: TCP SOCKS5 " in text, text
+    assert "over what a 64 KiB window allows (10.5 Mbit/s)" in text, text
+    assert f"the relay forwarded {wan['relay']['forwarded']} datagrams and dropped " in text, text
+    started = _started(proc.stderr)
+    assert any("vpncrypt proxy" in c or " proxy -c " in c for c in started.values()), started
+    assert any("delayrelay" in c for c in started.values()), started
+    _assert_nothing_left(res["run_id"], started)
+
+
+def test_proxy_counters_parse_snmp_and_netstat():
+    from vpncrypt.bench.proxypair import parse_snmp
+
+    text = (
+        "Tcp: RtoAlgorithm RtoMin RetransSegs\nTcp: 1 200 17\n"
+        "Udp: InDatagrams\nUdp: 5\n"
+        "TcpExt: SyncookiesSent TCPSackRecovery\nTcpExt: 0 3\n"
+    )
+    assert parse_snmp(text) == {
+        "Tcp:RtoAlgorithm": 1,
+        "Tcp:RtoMin": 200,
+        "Tcp:RetransSegs": 17,
+        "Udp:InDatagrams": 5,
+        "TcpExt:SyncookiesSent": 0,
+        "TcpExt:TCPSackRecovery": 3,
+    }
+
+
+def test_bench_killed_takes_its_proxy_with_it():
+    """SIGKILL of the bench during a proxy pairing: every process it started
+    goes with it, the proxy too (setpriv's uid change clears the parent-death
+    signal the lab sets, so the proxy needs its own).  The namespaces stay
+    (nobody is left to remove them): this test removes them."""
+    with _nobody_can_read_the_code():
+        proc = subprocess.Popen(
+            _cmd("--pairings", "proxy", "--duration", "30", "--json", "-v"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        run_id, proxies = None, {}
+        try:
+            lines, m = _read_until(proc, "TCP through SOCKS5 for", 90)
+            run_id = m.group(1)
+            time.sleep(0.5)
+            started = _started("".join(lines))
+            proxies = {pid: c for pid, c in started.items() if "setpriv" in c}
+            # (setpriv execs the proxy: this interpreter then)
+            assert len(proxies) == 1 and all(_alive_as(pid, sys.executable) for pid in proxies), started
+            proc.kill()
+            proc.communicate(timeout=30)
+
+            def left():
+                return {
+                    p: c for p, c in started.items() if _alive_as(p, sys.executable if p in proxies else c)
+                }
+
+            deadline = time.monotonic() + 10
+            while left() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not left(), left()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            for pid in proxies:
+                if _alive_as(pid, sys.executable):
+                    os.kill(pid, signal.SIGKILL)
+            if run_id:
+                _remove_run(run_id)
+    _assert_nothing_left(run_id, started)
+
+
+def _remove_run(run_id: str) -> None:
+    """What a bench killed with SIGKILL leaves: its namespaces, UAPI sockets and directory."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for ns in [line.split()[0] for line in netns.splitlines() if run_id in line]:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for s in os.listdir("/var/run/wireguard") if os.path.isdir("/var/run/wireguard") else []:
+        if run_id in s:
+            os.unlink(os.path.join("/var/run/wireguard", s))
+    tmp = tempfile.gettempdir()
+    for d in os.listdir(tmp):
+        if d.startswith(f"vpncrypt-bench-{run_id}-"):
+            shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)

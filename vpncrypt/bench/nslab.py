@@ -81,6 +81,16 @@ def cpu_ticks(pid: int) -> int | None:
         return None
 
 
+def cpu_per_gbit(cpu_pct: dict, gbit_s: float | None) -> dict:
+    """CPU seconds per Gbit received, per process and "total", from each
+    process's % of one core ({} when a figure is missing)."""
+    if not cpu_pct or not gbit_s or any(v is None for v in cpu_pct.values()):
+        return {}
+    out = {k: v / 100.0 / gbit_s for k, v in cpu_pct.items()}
+    out["total"] = sum(out.values())
+    return out
+
+
 def version(cmd: Sequence[str]) -> str | None:
     """The first line `cmd` prints (e.g. `iperf3 --version`), or None."""
     try:
@@ -484,6 +494,36 @@ def run_in_lab(
 # ============================================================ daemons
 
 
+def wait_started(
+    lab: Lab, proc: subprocess.Popen, ready: Callable[[], bool], what: str, log_name: str, timeout: float
+) -> None:
+    """Until ready() (e.g. its UAPI socket is there); BenchError with its log
+    if `proc` exits first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            raise BenchError(f"{what} exited with {proc.returncode}: {lab.log_text(log_name)}")
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what} made no UAPI socket in {timeout:g} s: {lab.log_text(log_name)}")
+        time.sleep(0.05)
+
+
+def pairing_record(name: str, label: str, a: str | None, b: str | None, wg: dict | None) -> dict:
+    """A pairing's result before its tests: what ran, ok False, no error yet."""
+    return {
+        "pairing": name,
+        "label": label,
+        "a": a,
+        "b": b,
+        "ok": False,
+        "error": None,
+        "tests": [],
+        "checks": [],
+        "latency": None,
+        "wireguard_go": wg,
+    }
+
+
 class Node:
     """One bench daemon in side A or B: vpncrypt (this very Python's) or a
     wireguard-go binary, its interface named after the implementation."""
@@ -531,15 +571,9 @@ class Node:
             cmd = [self.wg_path or "wireguard-go", "-f", self.iface]
             env = {**os.environ, "WG_PROCESS_FOREGROUND": "1", "LOG_LEVEL": "error"}
         self.proc = proc = lab.spawn(f"{self.impl}-{self.side}", self.side, cmd, env=env, log_name=self.iface)
-        deadline = time.monotonic() + 20
-        while not os.path.exists(self.sock):
-            if proc.poll() is not None:
-                raise BenchError(
-                    f"{self.impl} ({self.iface}) exited with {proc.returncode}: {lab.log_text(self.iface)}"
-                )
-            if time.monotonic() > deadline:
-                raise BenchError(f"{self.impl} ({self.iface}) made no UAPI socket in 20 s")
-            time.sleep(0.05)
+        wait_started(
+            lab, proc, lambda: os.path.exists(self.sock), f"{self.impl} ({self.iface})", self.iface, 20
+        )
 
     def setconf(self, text: str, timeout: float = 60) -> None:
         """`wg setconf` of a whole configuration (the file is removed after)."""

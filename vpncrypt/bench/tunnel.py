@@ -10,6 +10,18 @@ client sends; Gbit/s received and loss are reported).  Pairings, in one run:
     wg-wg    wireguard-go <-> wireguard-go
     veth     the plain veth, no tunnel: the ceiling
 
+and, asked for by name (--pairings vc-vc,proxy,proxy-wan), `vpncrypt proxy`
+run as nobody with no capability against a vpncrypt daemon (or, with
+--proxy-peer wireguard-go, the first wireguard-go build) (vpncrypt.bench.proxypair):
+
+    proxy      TCP through SOCKS5 CONNECT and through a TCP forward, UDP
+               through SOCKS5 UDP ASSOCIATE, and --proxy-connections
+               concurrent SOCKS5 connections with the memory per idle one
+    proxy-wan  its TCP tests with 50 ms RTT and 0.1% loss on the outer path
+               (a delaying relay: this kernel has no netem)
+
+with their ratios to the vc-vc pairing's TCP and UDP of the same run.
+
 The wireguard-go binary is the one on PATH, or --wireguard-go PATH; given more
 than once (e.g. Debian 12's /usr/bin/wireguard-go and Debian 13's, fetched by
 tests/tools/fetch-wireguard-go.sh), every pairing with wireguard-go runs once
@@ -58,6 +70,7 @@ import threading
 import time
 from typing import Any
 
+from vpncrypt.bench import proxypair
 from vpncrypt.bench.nslab import (
     CLK_TCK,
     INNER,
@@ -66,9 +79,11 @@ from vpncrypt.bench.nslab import (
     WG_PORT,
     Node,
     add_run_arguments,
+    cpu_per_gbit,
     cpu_ticks,
     logger,
     measured_round,
+    pairing_record,
     preflight,
     run_in_lab,
     version,
@@ -83,7 +98,11 @@ PAIRINGS = {
     "vc-wg": ("vpncrypt<->wireguard-go", "vpncrypt", "wireguard-go"),
     "wg-wg": ("wireguard-go<->wireguard-go", "wireguard-go", "wireguard-go"),
     "veth": ("veth (no tunnel)", None, None),
+    "proxy": ("vpncrypt proxy (nobody)<->vpncrypt", "vpncrypt-proxy", "vpncrypt"),
+    "proxy-wan": ("vpncrypt proxy (nobody)<->vpncrypt 50ms 0.1%", "vpncrypt-proxy", "vpncrypt"),
 }
+DEFAULT_PAIRINGS = ("vc-vc", "vc-wg", "wg-wg", "veth")  # the proxy ones only when named
+PROXY_PAIRINGS = ("proxy", "proxy-wan")
 ALIASES = {"vpncrypt": "vc-vc", "mixed": "vc-wg", "wireguard-go": "wg-wg", "wggo": "wg-wg", "plain": "veth"}
 IPERF_PORT = 5201
 CHECK_PORT = 5301
@@ -97,8 +116,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=10.0, help="seconds of iperf3 per test (default 10)")
     p.add_argument(
         "--pairings",
-        default=",".join(PAIRINGS),
-        help="comma-separated subset of " + ", ".join(PAIRINGS) + " (default: all, in that order)",
+        default=",".join(DEFAULT_PAIRINGS),
+        help="comma-separated, from "
+        + ", ".join(PAIRINGS)
+        + " (default: "
+        + ",".join(DEFAULT_PAIRINGS)
+        + "); the proxy ones: `vpncrypt proxy` as nobody",
+    )
+    p.add_argument(
+        "--proxy-connections",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="proxy pairing: N concurrent SOCKS5 connections held idle, the proxy's RSS per "
+        "connection (default 1000; 0: none)",
+    )
+    p.add_argument(
+        "--proxy-peer",
+        choices=("vpncrypt", "wireguard-go"),
+        default="vpncrypt",
+        help="proxy pairings: the peer in B (wireguard-go: the first --wireguard-go build)",
+    )
+    p.add_argument(
+        "--proxy-udp-size",
+        type=int,
+        default=1200,
+        metavar="BYTES",
+        help="proxy pairing: UDP datagram payload through SOCKS5 ASSOCIATE (default 1200)",
     )
     p.add_argument("--mtu", type=int, default=1420, help="tunnel MTU (default 1420)")
     p.add_argument("--no-tcp", action="store_true", help="skip the TCP tests")
@@ -176,10 +220,11 @@ def _link_stats(lab, side, dev):
         return None
 
 
-def _iperf(lab, target, proto, duration, pids, links):
-    """One iperf3 client run from A; returns a result dict with the CPU of
-    `pids` and the counters of the inner `links` (A's sends, B's receives)."""
-    cmd = ["iperf3", "-c", target, "-p", str(IPERF_PORT), "-t", f"{duration:g}", "-J"]
+def _iperf(lab, target, proto, duration, pids, links, port=IPERF_PORT):
+    """One iperf3 client run from A (to target:port); returns a result dict
+    with the CPU of `pids` and the counters of the inner `links` (A's sends,
+    B's receives)."""
+    cmd = ["iperf3", "-c", target, "-p", str(port), "-t", f"{duration:g}", "-J"]
     if proto == "udp":
         cmd += ["-u", "-l", str(UDP_LEN), "-b", "0", "--get-server-output"]
     before = {k: cpu_ticks(p) for k, p in pids.items()}
@@ -242,17 +287,8 @@ def _iperf(lab, target, proto, duration, pids, links):
     for k in pids:
         b, a = before.get(k), after.get(k)
         row["cpu_pct"][k] = (100.0 * (a - b) / CLK_TCK / wall) if a is not None and b is not None else None
-    row["cpu_s_per_gbit"] = _cpu_per_gbit(row["cpu_pct"], row["gbit_s"])
+    row["cpu_s_per_gbit"] = cpu_per_gbit(row["cpu_pct"], row["gbit_s"])
     return row
-
-
-def _cpu_per_gbit(cpu_pct, gbit_s):
-    """CPU seconds the daemons spent per Gbit received (per side and both)."""
-    if not cpu_pct or not gbit_s or any(v is None for v in cpu_pct.values()):
-        return {}
-    out = {k: v / 100.0 / gbit_s for k, v in cpu_pct.items()}
-    out["total"] = sum(out.values())
-    return out
 
 
 def _stream_check(lab, proto, target, nbytes, seed, log):
@@ -581,19 +617,8 @@ def run_pairing(lab, name, index, args, log, wg=None, vc=None):
     if vc.get("fair_queue"):
         vc_args += ["--fair-queue" if vc["fair_queue"] == "on" else "--no-fair-queue"]
         label += " fq" if vc["fair_queue"] == "on" else " no-fq"
-    result = {
-        "pairing": name,
-        "label": label,
-        "a": impl_a,
-        "b": impl_b,
-        "ok": False,
-        "error": None,
-        "tests": [],
-        "checks": [],
-        "latency": None,
-        "wireguard_go": wg,
-        "vpncrypt": vc if "vpncrypt" in (impl_a, impl_b) else None,
-    }
+    result = pairing_record(name, label, impl_a, impl_b, wg)
+    result["vpncrypt"] = vc if "vpncrypt" in (impl_a, impl_b) else None
     nodes = []
     with measured_round(result, label, log, nodes):
         if impl_a is None:
@@ -722,6 +747,9 @@ def _result(args, names: list, builds: list, lab, pairings: list) -> dict:
             "latency": args.latency,
             "ping_interval": PING_INTERVAL if args.latency else None,
             "vpncrypt_tun_qdisc": args.vpncrypt_tun_qdisc,
+            "proxy_connections": args.proxy_connections,
+            "proxy_peer": args.proxy_peer,
+            "proxy_udp_size": args.proxy_udp_size,
         },
         "run_id": lab.id,
         "namespaces": list(lab.ns.values()),
@@ -730,6 +758,7 @@ def _result(args, names: list, builds: list, lab, pairings: list) -> dict:
         "ratio_vpncrypt_over_wireguard_go": _ratios(pairings),
         "latency_ratios_by_wireguard_go": {b["path"]: _latency_ratios(pairings, b["path"]) for b in builds},
         "ratios_by_wireguard_go": {b["path"]: _ratios(pairings, b["path"]) for b in builds},
+        "proxy_ratios": proxypair.ratios(pairings),
         "ok": all(p["ok"] for p in pairings),
     }
 
@@ -741,13 +770,18 @@ def run(args) -> int:
     except BenchError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
+    if args.proxy_connections < 0 or not 8 <= args.proxy_udp_size <= 65000:
+        print(f"{prog}: need --proxy-connections >= 0 and --proxy-udp-size from 8 to 65000", file=sys.stderr)
+        return 2
     if args.duration <= 0 or not 576 <= args.mtu <= 9000 or (args.no_tcp and args.no_udp):
         print(f"{prog}: need --duration > 0, --mtu from 576 to 9000, and TCP or UDP", file=sys.stderr)
         return 2
     impls = {impl for n in names for impl in PAIRINGS[n][1:] if impl}
-    status, builds = preflight(
-        prog, ["ip", "wg", "iperf3", "ping", "ss", "tc"], sorted(impls), args.wireguard_go
-    )
+    tools = ["ip", "wg", "iperf3", "ping", "ss", "tc"]
+    if any(n in PROXY_PAIRINGS for n in names):
+        tools += ["setpriv", "nsenter"]
+        impls.add(args.proxy_peer)
+    status, builds = preflight(prog, tools, sorted(impls), args.wireguard_go)
     if status is not None:
         return status
     threads = [t for t in args.vpncrypt_threads.split(",") if t] or [None]
@@ -789,10 +823,15 @@ def run(args) -> int:
             (name, wg, v)
             for name in names
             for wg in (builds if "wireguard-go" in PAIRINGS[name][1:] else [None])
-            for v in (variants if "vpncrypt" in PAIRINGS[name][1:] else [None])
+            # (the proxy pairings' peer runs with the daemon's defaults)
+            for v in (variants if "vpncrypt" in PAIRINGS[name][1:] and name not in PROXY_PAIRINGS else [None])
         ]
         for i, (name, wg, v) in enumerate(runs):
-            pairings.append(run_pairing(lab, name, i, args, log, wg, v))
+            if name in PROXY_PAIRINGS:
+                wg = builds[0] if args.proxy_peer == "wireguard-go" else None
+                pairings.append(proxypair.run_proxy_pairing(lab, name, i, args, log, _iperf, IPERF_PORT, wg))
+            else:
+                pairings.append(run_pairing(lab, name, i, args, log, wg, v))
 
     status, lab = run_in_lab(prog, log, setup, body)
     if status is not None:
@@ -813,14 +852,15 @@ def run(args) -> int:
 def plot(path, result, plt):
     """Bars: Gbit/s (TCP, UDP) and CPU seconds per Gbit of every pairing."""
     labels, series = [], {("tcp", "gbit"): [], ("udp", "gbit"): [], ("tcp", "cpu"): [], ("udp", "cpu"): []}
-    for p in result["pairings"]:
-        labels.append(p["label"])
-        tests = {t["proto"]: t for t in p["tests"]}
+    lat = []
+    for p, via in _plot_rows(result["pairings"]):
+        labels.append(p["label"] + (f" {via}" if via else ""))
+        lat.append(p.get("latency") or {})
+        tests = {t["proto"]: t for t in p["tests"] if t.get("via") == via}
         for proto in ("tcp", "udp"):
             t = tests.get(proto) or {}
             series[(proto, "gbit")].append(t.get("gbit_s") or 0)
             series[(proto, "cpu")].append((t.get("cpu_s_per_gbit") or {}).get("total") or 0)
-    lat = [p.get("latency") or {} for p in result["pairings"]]
     fig, axes = plt.subplots(
         1, 3 if any(lat) else 2, figsize=(19 if any(lat) else 13, 0.6 * len(labels) + 2.5)
     )
@@ -869,6 +909,16 @@ def plot(path, result, plt):
     plt.close(fig)
 
 
+def _plot_rows(pairings):
+    """(pairing, via) for each bar group: one per pairing, and for the proxy
+    pairings one per way in (socks5, forward)."""
+    rows = []
+    for p in pairings:
+        vias = list(dict.fromkeys(t.get("via") for t in p["tests"])) or [None]
+        rows += [(p, via) for via in vias]
+    return rows
+
+
 def _print_table(result):
     s = result["settings"]
     print(
@@ -880,7 +930,7 @@ def _print_table(result):
     print(f"  vpncrypt {v['vpncrypt']} (Python {v['python']}); {v['iperf3'] or 'iperf3 ?'}")
     for b in v["wireguard-go-builds"]:
         print(f"  wg-go {b['version'].split()[-1]}: {b['path']} ({b['version']})")
-    w = max([30] + [len(p["label"]) + 2 for p in result["pairings"]])
+    w = max([30] + [len(p["label"]) + 10 for p in result["pairings"]])
     head = (
         f"{'pairing':<{w}}{'proto':<6}{'Gbit/s':>9}{'retr/loss':>12}"
         f"{'CPU A %':>9}{'CPU B %':>9}{'CPU s/Gbit':>11}{'B link Gb/s':>13}"
@@ -903,8 +953,9 @@ def _print_table(result):
             cg = f"{per:.2f}" if per is not None else "-"
             lr = f"{t['link_rx_gbit_s']:.3f}" if t.get("link_rx_gbit_s") is not None else "-"
             ld = f"{t['link_tx_dropped']}" if t.get("link_tx_dropped") is not None else "-"
+            name = p["label"] + (f" {t['via']}" if t.get("via") else "")
             print(
-                f"{p['label']:<{w}}{t['proto'].upper():<6}{t['gbit_s']:>9.3f}{extra:>12}"
+                f"{name:<{w}}{t['proto'].upper():<6}{t['gbit_s']:>9.3f}{extra:>12}"
                 f"{ca:>9}{cb:>9}{cg:>11}{lr:>13}{ld:>14}"
             )
         for c in p.get("checks", []):
@@ -928,6 +979,8 @@ def _print_table(result):
         ]
         if parts:
             print(f"vpncrypt<->vpncrypt over wg-go {ver}<->same: " + ", ".join(parts))
+    for line in proxypair.table_lines(result, ""):
+        print(line)
     print(
         "Gbit/s: received by iperf3 in B.  CPU: daemon process, % of one core; CPU s/Gbit: both "
         "daemons' CPU seconds per Gbit received.\nB link: what B's inner interface (tunnel or "
