@@ -35,6 +35,10 @@ ALONE = (
     # delivered (half of the UDP datagrams at least, every packet intact)
     "tests/bench/test_tunnel_bench.py::test_short_run_",
     "tests/bench/test_tunnel_bench.py::test_latency_run_",
+    # the proxy pairings beside the TUN pairing; they also run the proxy as
+    # nobody with o+x on the directories above (see ONE_WORKER)
+    "tests/bench/test_tunnel_bench.py::test_short_proxy_",
+    "tests/bench/test_tunnel_bench.py::test_bench_killed_",
     "tests/bench/test_flood_bench.py::test_tiny_flood_",
     "tests/bench/test_storm_bench.py::test_tiny_storm_",
     "tests/bench/test_loopback_bench.py",
