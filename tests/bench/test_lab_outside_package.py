@@ -24,6 +24,9 @@ OPERATOR_BENCH_MODULES = {
     "nslab",
     "streamcheck",
     "qdisc",
+    "proxypair",  # vpncrypt bench tunnel's proxy pairings: the pairing, its SOCKS5 load, the delay relay
+    "proxyload",
+    "delayrelay",
     "loopback",  # vpncrypt loopback-bench, with its limit
     "limit",
     "machine",
