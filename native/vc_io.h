@@ -172,6 +172,36 @@ int vc_endpoint_equal(const vc_endpoint *a, const vc_endpoint *b);
  * fill the endpoints' source (0 or -errno). */
 int vc_udp_set_pktinfo(int fd, int on);
 
+/* ---- path MTU ----
+ * Outer datagrams are never fragmented (vc_udp_set_pmtu): DF on every IPv4
+ * datagram (IP_MTU_DISCOVER = IP_PMTUDISC_PROBE, on a dual-stack socket
+ * too) and no IPv6 fragments (IPV6_MTU_DISCOVER = IPV6_PMTUDISC_PROBE,
+ * IPV6_DONTFRAG); PROBE rather than DO, so the kernel's own route MTU
+ * (which takes any ICMP down to net.ipv4.route.min_pmtu, 552) never
+ * refuses a send: the session table keeps each peer's path MTU itself,
+ * with its own checks (vc_wg_pmtu_learn).  The errors come in on the error
+ * queue (IP_RECVERR, IPV6_RECVERR): ICMP "fragmentation needed" / "packet
+ * too big" from the path, and the local EMSGSIZE of a datagram above the
+ * interface's MTU.  Returns 0, or -errno of the first option refused (the
+ * options before it stay set). */
+int vc_udp_set_pmtu(int fd);
+#define VC_UDP_EE_LOCAL  1      /* SO_EE_ORIGIN_LOCAL: this host's stack */
+#define VC_UDP_EE_ICMP   2      /* SO_EE_ORIGIN_ICMP */
+#define VC_UDP_EE_ICMP6  3      /* SO_EE_ORIGIN_ICMP6 */
+#define VC_UDP_QUOTE     16     /* bytes of the quoted datagram kept (a WireGuard header) */
+/* One error from a socket's error queue. */
+typedef struct {
+    vc_endpoint ep;             /* where the datagram it is about went (msg_name); no source */
+    int32_t  err;               /* ee_errno (EMSGSIZE: too big for the path) */
+    uint32_t info;              /* ee_info: the MTU, for EMSGSIZE */
+    uint8_t  origin, type, code;   /* VC_UDP_EE_*, the ICMP type and code */
+    uint8_t  quoted_len;        /* bytes of quoted[] that the error carried (0 to 16) */
+    uint8_t  quoted[16];        /* the start of the datagram's UDP payload, as quoted */
+} vc_udp_error;
+/* Read up to max errors from the error queue (MSG_ERRQUEUE, non-blocking).
+ * Returns how many (0: the queue is empty) or -errno. */
+int vc_udp_read_errors(int fd, vc_udp_error *out, int max);
+
 int vc_udp_set_gro(int fd, int on);       /* 0 or -errno */
 int vc_udp_gso_supported(int fd);         /* 1 if setsockopt-level UDP_SEGMENT exists, else 0 */
 

@@ -45,6 +45,17 @@ static size_t padded_length(size_t len, uint32_t mtu)
     return len + (padded - last);
 }
 
+/* The largest WireGuard message the peer's path takes now (0: no limit
+ * known): its path MTU less the outer IP and UDP headers (its lock held). */
+static uint32_t message_room(const wg_peer *p, double tnow)
+{
+    uint32_t mtu = p->ep_set ? wg_peer_pmtu(p, tnow) : 0;
+    if (!mtu)
+        return 0;
+    uint32_t over = wg_outer_overhead(p->ep.family);
+    return mtu > over ? mtu - over : 1;
+}
+
 /* ---------------------------------------------------------------- replay window */
 
 /* The window of wireguard-go and the Linux module: a ring of 128 64-bit words;
@@ -93,6 +104,7 @@ static int replay_record(wg_keypair *k, uint64_t c, uint64_t limit)
 
 typedef struct {
     uint32_t kp;                /* seal: the sending keypair chosen for this call */
+    uint32_t room;              /* seal: the largest message the path takes (0: no limit) */
     int32_t  ep_set;
     vc_endpoint ep;             /* seal: where to send; open: last authenticated source */
     uint64_t inner_packets, inner_bytes;
@@ -146,12 +158,6 @@ static size_t touch(touch_set *s, uint32_t peer, int *fresh)
     return i;
 }
 
-static int same_remote(const vc_endpoint *a, const vc_endpoint *b)
-{
-    return a->family == b->family && a->port == b->port && a->scope_id == b->scope_id &&
-           memcmp(a->addr, b->addr, a->family == 4 ? 4 : 16) == 0;
-}
-
 /* ---------------------------------------------------------------- sealing */
 
 VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_off,
@@ -200,6 +206,7 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
             x->kp = p->cur;
             x->ep_set = p->ep_set;
             x->ep = p->ep;
+            x->room = message_room(p, tnow);
             wg_spin_unlock(&p->lock);
         }
         size_t total = VC_WG_OVERHEAD + padded_length(len, cfg.mtu);
@@ -213,12 +220,16 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
          * the endpoint is still unknown. */
         if (peer < 0 && !x->ep_set) {
             st = VC_WG_NO_ENDPOINT;
+        } else if (peer < 0 && x->room && total > x->room) {
+            st = VC_WG_PATH_MTU;    /* answered at once, key or not (the caller tells the sender) */
         } else if (!k || WG_LOAD(&k->state) != KP_LIVE || tnow - k->born >= cfg.reject_after_time) {
             st = VC_WG_NO_KEY;
         } else if (!x->ep_set) {
             st = VC_WG_NO_ENDPOINT;
         } else if (total > stride) {
             st = VC_WG_TOO_BIG;
+        } else if (x->room && total > x->room) {
+            st = VC_WG_PATH_MTU;    /* a staged packet (peer >= 0) the path no longer takes */
         } else if ((c = WG_ADD(&k->send_counter, 1)) >= cfg.reject_after_messages) {
             __atomic_store_n(&k->send_counter, cfg.reject_after_messages, __ATOMIC_RELAXED);
             st = VC_WG_NO_KEY;
@@ -406,9 +417,10 @@ VC_API size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off
         p->last_rx = tnow;
         /* the endpoint and the local address it sent to go together (the
          * source of the replies); only a new remote address is a roam */
-        if (!p->ep_set || !same_remote(&p->ep, &extra[e].ep))
+        if (!p->ep_set || !wg_same_remote(&p->ep, &extra[e].ep))
             touched[e].flags |= VC_WG_EV_ROAMED;
         if (touched[e].flags & VC_WG_EV_ROAMED || !vc_endpoint_equal(&p->ep, &extra[e].ep)) {
+            wg_peer_new_endpoint(p, &extra[e].ep);
             p->ep = extra[e].ep;
             p->ep_set = 1;
         }

@@ -103,6 +103,7 @@ import threading
 import time
 from collections import deque
 
+from vpncrypt.dataplane import pmtu
 from vpncrypt.dataplane.handshake_workers import HandshakeWorkers
 from vpncrypt.dataplane.unreachable import UnreachableReplies
 from vpncrypt.protocol.events import NOTHING
@@ -130,7 +131,9 @@ HANDSHAKE_IN_FLIGHT = 2
 _SEAL_ROOM = TRANSPORT_OVERHEAD + 16  # the header, the tag and up to 15 bytes of padding
 # The loop's own path seals staged packets and keepalives, this many at a time.
 _STAGED_BATCH = 16
-_IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
+# (a socket's error from an ICMP message, reported once by a receive; with
+# IP_RECVERR on, for "fragmentation needed" too: EMSGSIZE)
+_IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EMSGSIZE)
 
 
 # Batch sizes are counted in buckets of at most 1, 2, 4, ... 128 packets (the
@@ -162,6 +165,10 @@ class EngineCounters:
         "tx_batch_sizes",
         "icmp_errors_sent",
         "icmp_errors_limited",
+        "pmtu_errors_sent",
+        "pmtu_errors_limited",
+        "pmtu_refit_packets",
+        "pmtu_refit_pieces",
     )
     _LISTS = ("rx_batch_sizes", "tx_batch_sizes")
     tx_send_errors: int
@@ -178,6 +185,14 @@ class EngineCounters:
     # written to the inner side, and not sent for the rate limits
     icmp_errors_sent: int
     icmp_errors_limited: int
+    # packets too big for their peer's path MTU (dataplane.pmtu): the
+    # "fragmentation needed" / "packet too big" errors written to the inner
+    # side and held back by the limits, and the packets cut to fit
+    # (TCP segments, IPv4 without DF) with the pieces sealed from them
+    pmtu_errors_sent: int
+    pmtu_errors_limited: int
+    pmtu_refit_packets: int
+    pmtu_refit_pieces: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -316,6 +331,8 @@ class Worker:
                 _count_sent(c, io)
             if io.unroutable and self.replies is not None:
                 self._unreachable(io.unroutable)
+            if io.too_big and self.replies is not None:
+                self._too_big()
             return
         c.rx_batch(n)
         if io.replies:
@@ -338,6 +355,26 @@ class Worker:
         sent, limited = replies.answer(packets, inner, now, bool(getattr(inner, "vnet_hdr", False)))
         c.icmp_errors_sent += sent
         c.icmp_errors_limited += limited
+
+    def _too_big(self) -> None:
+        """The round's packets too big for their peer's path MTU (rare: only
+        such a round comes here): their senders told, within the limits,
+        and what may be cut to fit sealed again in pieces (dataplane.pmtu)."""
+        replies, c, now, inner = self.replies, self.counters, time.monotonic(), self._inner
+        assert replies is not None
+        found = self.path.too_big()
+        pairs = [(pkt, mtu) for pkt, _pid, mtu in found]
+        if replies.room(now):
+            sent, limited = pmtu.answer(replies, pairs, inner, now, bool(getattr(inner, "vnet_hdr", False)))
+        else:
+            sent, limited = 0, len(pairs)
+        c.pmtu_errors_sent += sent
+        c.pmtu_errors_limited += limited
+        for pkt, pid, mtu in found:
+            pieces = pmtu.refit(pkt, mtu)
+            if pieces:
+                c.pmtu_refit_packets += 1
+                c.pmtu_refit_pieces += self.path.seal_pieces(pieces, pid, self._udp)
 
 
 def _always() -> bool:
@@ -809,6 +846,8 @@ class Engine:
             path.seal_send(slab, view, off, lens, n, udp, time.monotonic())
             if io.sent < io.sealed or io.gso_off:
                 _count_sent(c, io)
+            if io.too_big and w.replies is not None:
+                w._too_big()
             out = self.device.fold(path, self.loop.time())
             if out is not NOTHING:
                 self.emit(out)

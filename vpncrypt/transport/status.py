@@ -35,6 +35,7 @@ class Status(IntEnum):
     RATE_LIMITED = 15  # under load, over its source address's rate
     QUEUE_FULL = 16  # counts the oldest queued handshake message, dropped for a new one
     UNKNOWN_PEER = 17  # an initiation or response while the device has no private key
+    PATH_MTU = 18  # outgoing: the sealed message exceeds the peer's path MTU
 
 
 STATUS_COUNT = len(Status)  # VC_WG_STATUS_COUNT: the per-status drop arrays' length
@@ -57,6 +58,7 @@ COOKIE_SENT = Status.COOKIE_SENT
 RATE_LIMITED = Status.RATE_LIMITED
 QUEUE_FULL = Status.QUEUE_FULL
 UNKNOWN_PEER = Status.UNKNOWN_PEER
+PATH_MTU = Status.PATH_MTU
 
 
 @unique
@@ -87,6 +89,7 @@ class DropReason(str, Enum):
     RATE_LIMITED = "rate_limited"
     HANDSHAKE_QUEUE_FULL = "handshake_queue_full"
     UNKNOWN_PEER = "unknown_peer"
+    PACKET_TOO_BIG = "packet_too_big"  # larger than the peer's path MTU: answered with "packet too big"
     # the protocol core's (vpncrypt.protocol)
     QUEUE_FULL = "queue_full"  # a staged packet over MAX_STAGED_PACKETS
     STAGED_FLUSHED = "staged_flushed"  # staged packets flushed: the handshake gave up, or keys zeroed
@@ -109,6 +112,7 @@ DROP_NAMES: dict[Status, str] = {
     Status.RATE_LIMITED: DropReason.RATE_LIMITED.value,
     Status.QUEUE_FULL: DropReason.HANDSHAKE_QUEUE_FULL.value,
     Status.UNKNOWN_PEER: DropReason.UNKNOWN_PEER.value,
+    Status.PATH_MTU: DropReason.PACKET_TOO_BIG.value,
 }
 DROP_CODES: dict[str, Status] = {name: code for code, name in DROP_NAMES.items()}
 
