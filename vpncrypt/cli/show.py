@@ -67,9 +67,10 @@ def _name_line(entry: dict, now: int) -> str:
     return f"  endpoint name: {entry['name']} ({', '.join(how)})"
 
 
-def _format_peer(p: dict, now: int, name: dict | None = None) -> str:
+def _format_peer(p: dict, now: int, name: dict | None = None, mtu: int | None = None) -> str:
     """One peer's block of `wg show`, with the blank line before it (and
-    the Endpoint name the daemon follows for it, if any)."""
+    the Endpoint name the daemon follows for it, if any, and the path MTU
+    learned for its endpoint, if any)."""
     get = p.get
     out = [f"\npeer: {_b64(p['public_key'])}"]
     if "preshared_key" in p:
@@ -78,6 +79,8 @@ def _format_peer(p: dict, now: int, name: dict | None = None) -> str:
         out.append(f"  endpoint: {p['endpoint']}")
     if name:
         out.append(_name_line(name, now))
+    if mtu:
+        out.append(f"  path mtu: {mtu}")
     out.append(f"  allowed ips: {', '.join(p['allowed_ips']) or '(none)'}")
     lh = get("last_handshake_time_sec")
     if lh not in _ZERO:
@@ -103,9 +106,12 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
         out.append(f"  listening port: {dev['listen_port']}")
     if dev.get("fwmark"):
         out.append(f"  fwmark: 0x{int(dev['fwmark']):x}")
-    names = dev.get("endpoint_names", {})
+    names, mtus = dev.get("endpoint_names", {}), dev.get("path_mtus", {})
     out.extend(
-        [_format_peer(p, int(now), names.get(p["public_key"])) for p in _by_latest_handshake(dev["peers"])]
+        [
+            _format_peer(p, int(now), names.get(p["public_key"]), mtus.get(p["public_key"]))
+            for p in _by_latest_handshake(dev["peers"])
+        ]
     )
     if not dev["counters"]:
         return "\n".join(out)  # another implementation (wireguard-go): no drop counters
@@ -135,7 +141,7 @@ def format_show(interface: str, dev: dict, now: float | None = None) -> str:
     return "\n".join(out)
 
 
-def _json_peer(p: dict, names: dict) -> dict:
+def _json_peer(p: dict, names: dict, mtus: dict) -> dict:
     get = p.get
     lh = int(get("last_handshake_time_sec") or 0)
     return {
@@ -149,6 +155,8 @@ def _json_peer(p: dict, names: dict) -> dict:
         "persistent_keepalive": int(get("persistent_keepalive_interval") or 0),
         # its Endpoint name, if the daemon follows one: name, state, resolved, next_try
         "endpoint_name": names.get(p["public_key"]),
+        # the path MTU learned for its endpoint (outer bytes), None while none is
+        "path_mtu": mtus.get(p["public_key"]),
     }
 
 
@@ -166,7 +174,8 @@ def show_json(interface: str, dev: dict, ours: bool) -> dict:
     out["listen_port"] = int(dev.get("listen_port", 0))
     out["fwmark"] = int(dev.get("fwmark", 0))
     names = dev.get("endpoint_names", {})
-    peers = [_json_peer(p, names) for p in dev["peers"]]
+    mtus = dev.get("path_mtus", {})
+    peers = [_json_peer(p, names, mtus) for p in dev["peers"]]
     out["peers"] = peers
     if dev["counters"]:
         c = dev["counters"]
