@@ -180,17 +180,16 @@ VC_API int vc_udp_set_pktinfo(int fd, int on)
 
 VC_API int vc_udp_set_pmtu(int fd)
 {
-    int probe4 = IP_PMTUDISC_PROBE, probe6 = IPV6_PMTUDISC_PROBE, one = 1, dom = socket_domain(fd);
+    int want4 = IP_PMTUDISC_WANT, want6 = IPV6_PMTUDISC_WANT, one = 1, dom = socket_domain(fd);
     if (dom < 0)
         return dom;
     /* IPv4 first: a dual-stack socket sends its IPv4 datagrams with them */
-    if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &probe4, sizeof probe4) != 0 ||
+    if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &want4, sizeof want4) != 0 ||
         setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one) != 0)
         return -errno;
     if (dom != AF_INET6)
         return 0;
-    if (setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &probe6, sizeof probe6) != 0 ||
-        setsockopt(fd, IPPROTO_IPV6, IPV6_DONTFRAG, &one, sizeof one) != 0 ||
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &want6, sizeof want6) != 0 ||
         setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one) != 0)
         return -errno;
     return 0;

@@ -173,17 +173,22 @@ int vc_endpoint_equal(const vc_endpoint *a, const vc_endpoint *b);
 int vc_udp_set_pktinfo(int fd, int on);
 
 /* ---- path MTU ----
- * Outer datagrams are never fragmented (vc_udp_set_pmtu): DF on every IPv4
- * datagram (IP_MTU_DISCOVER = IP_PMTUDISC_PROBE, on a dual-stack socket
- * too) and no IPv6 fragments (IPV6_MTU_DISCOVER = IPV6_PMTUDISC_PROBE,
- * IPV6_DONTFRAG); PROBE rather than DO, so the kernel's own route MTU
- * (which takes any ICMP down to net.ipv4.route.min_pmtu, 552) never
- * refuses a send: the session table keeps each peer's path MTU itself,
- * with its own checks (vc_wg_pmtu_learn).  The errors come in on the error
- * queue (IP_RECVERR, IPV6_RECVERR): ICMP "fragmentation needed" / "packet
- * too big" from the path, and the local EMSGSIZE of a datagram above the
- * interface's MTU.  Returns 0, or -errno of the first option refused (the
- * options before it stay set). */
+ * The socket learns each peer's path MTU (vc_udp_set_pmtu): the errors come
+ * in on its error queue (IP_RECVERR, IPV6_RECVERR): ICMP "fragmentation
+ * needed" / "packet too big" from the path, and this host's EMSGSIZE.  The
+ * session table keeps the MTU with its own checks (vc_wg_pmtu_learn) and
+ * refuses what exceeds it, so no datagram above a learned path MTU leaves.
+ * The kernel's own discovery stays on, explicitly (IP_PMTUDISC_WANT,
+ * IPV6_PMTUDISC_WANT, whatever net.ipv4.ip_no_pmtu_disc says): DF on every
+ * IPv4 datagram that fits the route's MTU the kernel knows, and a datagram
+ * above it fragmented by this host.  Not DF everywhere (IP_PMTUDISC_PROBE):
+ * on a path that filters ICMP (a black hole for DF), the UDP GSO batches,
+ * which the kernel sends without DF, are what R can still fragment (the
+ * only way data crosses such a path without probing), and an IPv6 inner
+ * packet of at most 1280 bytes (which no sender makes smaller, RFC 8201 4)
+ * must still go, in outer fragments, where the path is narrower.  Returns
+ * 0, or -errno of the first option refused (the options before it stay
+ * set). */
 int vc_udp_set_pmtu(int fd);
 #define VC_UDP_EE_LOCAL  1      /* SO_EE_ORIGIN_LOCAL: this host's stack */
 #define VC_UDP_EE_ICMP   2      /* SO_EE_ORIGIN_ICMP */

@@ -56,6 +56,15 @@ static uint32_t message_room(const wg_peer *p, double tnow)
     return mtu > over ? mtu - over : 1;
 }
 
+/* An IPv6 packet of at most 1280 bytes: every link must carry it (RFC 8200
+ * 5), and a sender told a smaller MTU still sends it (RFC 8201 4), so it is
+ * never refused for the path MTU: its datagram leaves in outer fragments
+ * (the kernel's, at the path MTU it learned), as the Linux module sends it. */
+static int ipv6_minimum(const uint8_t *pkt, size_t len)
+{
+    return len >= 40 && (pkt[0] >> 4) == 6 && len <= 1280;
+}
+
 /* ---------------------------------------------------------------- replay window */
 
 /* The window of wireguard-go and the Linux module: a ring of 128 64-bit words;
@@ -220,7 +229,7 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
          * the endpoint is still unknown. */
         if (peer < 0 && !x->ep_set) {
             st = VC_WG_NO_ENDPOINT;
-        } else if (peer < 0 && x->room && total > x->room) {
+        } else if (peer < 0 && x->room && total > x->room && !ipv6_minimum(pkt, len)) {
             st = VC_WG_PATH_MTU;    /* answered at once, key or not (the caller tells the sender) */
         } else if (!k || WG_LOAD(&k->state) != KP_LIVE || tnow - k->born >= cfg.reject_after_time) {
             st = VC_WG_NO_KEY;
@@ -228,7 +237,7 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
             st = VC_WG_NO_ENDPOINT;
         } else if (total > stride) {
             st = VC_WG_TOO_BIG;
-        } else if (x->room && total > x->room) {
+        } else if (x->room && total > x->room && !ipv6_minimum(pkt, len)) {
             st = VC_WG_PATH_MTU;    /* a staged packet (peer >= 0) the path no longer takes */
         } else if ((c = WG_ADD(&k->send_counter, 1)) >= cfg.reject_after_messages) {
             __atomic_store_n(&k->send_counter, cfg.reject_after_messages, __ATOMIC_RELAXED);

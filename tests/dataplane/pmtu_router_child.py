@@ -74,7 +74,9 @@ def main():
         st = wait_learned(t, pid, udp, inner, 1.0)
         print("RESULT", peer, st.path_mtu, st.inner_mtu, t.pmtu_counts, flush=True)
         # sealed only (nothing sent: what reached B would bring its port unreachable)
-        res = t.seal([mk(src, dst, bytes(fits - hdr)), mk(src, dst, bytes(fits + 1 - hdr))], 2.0, peer=pid)
+        # (an IPv6 inner packet of up to 1280 bytes always goes: the largest that fits is 1280)
+        top = fits if mk is ipv4 else 1280
+        res = t.seal([mk(src, dst, bytes(top - hdr)), mk(src, dst, bytes(top + 1 - hdr))], 2.0, peer=pid)
         assert res.status == [S.OK, S.PATH_MTU], res.status
         print("PORT", peer, s.getsockname()[1], flush=True)
         # B forges two errors now (it waits for this line), then says so on stdin

@@ -69,12 +69,12 @@ class UdpBatchSocket:
     endpoint's such address (the Linux module's sticky source address); off,
     every reply leaves from the address routing picks.
 
-    pmtu: outer datagrams are never fragmented and the socket's error queue
-    is on (vc_udp_set_pmtu: DF on IPv4, no IPv6 fragments, IP_RECVERR and
-    IPV6_RECVERR): a receive that finds nothing, or the socket error of an
-    ICMP message, reads the queue (read_errors) so that its POLLERR never
-    spins the loop; the native rounds give what it holds to the session
-    table (the peers' path MTU).
+    pmtu: the socket's error queue is on and the kernel's path MTU
+    discovery explicitly so (vc_udp_set_pmtu: IP_RECVERR, IPV6_RECVERR,
+    IP_PMTUDISC_WANT, IPV6_PMTUDISC_WANT): a receive that finds nothing, or
+    the socket error of an ICMP message, reads the queue (read_errors) so
+    that its POLLERR never spins the loop; the native rounds give what it
+    holds to the session table (the peers' path MTU).
     """
 
     def __init__(

@@ -19,9 +19,10 @@ not routine), so traffic that fits never does.  For each packet:
   fragments by the kernel, since its MTU would be the smaller one).  The
   pieces are sealed to the same peer (refit()).
 
-An IPv6 packet that is not TCP, and an IPv4 one with DF that is not TCP, is
-dropped once told (counted as the drop reason packet_too_big), as a router
-drops it."""
+An IPv6 packet above 1280 bytes that is not TCP, and an IPv4 one with DF
+that is not TCP, is dropped once told (counted as the drop reason
+packet_too_big), as a router drops it.  (An IPv6 packet of at most 1280
+bytes is never refused: the table lets it go, in outer fragments.)"""
 
 from __future__ import annotations
 
