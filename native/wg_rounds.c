@@ -332,8 +332,8 @@ static int routine(const vc_wg_round *r, const vc_wg_loop *loop, int rx)
     if (rx ? r->n_queued || r->n_reply || io->written != io->delivered
            : io->sent != io->sealed || io->unroutable || io->too_big)
         return 0;
-    if (io->gso_off || io->send_errno || io->write_errno)
-        return 0;
+    if (io->gso_off || io->send_errno || io->write_errno || io->pmtu_learned || io->pmtu_refused)
+        return 0;           /* (errors read: the caller may have to watch the socket again) */
     if (r->n_touched == 0)
         return 1;
     const vc_wg_touch *tc = &r->touched[0];

@@ -377,6 +377,35 @@ def test_packets_above_the_path_mtu(backend):
     asyncio.run(main())
 
 
+def test_a_socket_error_under_uvloop_does_not_stop_the_receive_side():
+    """An ICMP error on the daemon's socket (here port unreachable, for a
+    datagram to a closed port) makes the kernel report the socket POLLERR
+    (IP_RECVERR is on, for the path MTU), and libuv (uvloop) stops
+    watching an fd on POLLERR after one last call of its reader: the engine
+    watches it again (Engine._rearm).  Without that, everything the peer
+    sent afterwards stayed unread in the socket (a TCP transfer stalled
+    after its first "fragmentation needed")."""
+    import uvloop
+
+    async def main():
+        a, b = await world("native")
+        a.send([ipv4(A_IP, B_IP, b"first")])
+        await until(lambda: len(b.inner.packets) == 1)
+        closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()
+        closed.close()
+        for round_ in range(3):  # each error stops libuv's watch once
+            a.udp.sock.sendto(b"\x09" * 8, port)  # answered with ICMP port unreachable
+            await until(lambda: a.dev.table.pmtu_counts[1] > round_)  # read from the error queue
+            b.send([ipv4(B_IP, A_IP, bytes([round_]) * 100)])
+            await until(lambda: len(a.inner.packets) == round_ + 1)
+        for s in (a, b):
+            s.engine.stop()
+
+    uvloop.run(main())
+
+
 def _pseudo(p):
     return p[12:20] + bytes([0, 6]) + (len(p) - 20).to_bytes(2, "big")
 

@@ -780,6 +780,8 @@ class Engine:
             while left > 0:
                 n = rounds(now, left)  # (the routine ones in one call)
                 used = path.rounds
+                if not w.sending and (path.io.pmtu_learned or path.io.pmtu_refused):
+                    self._rearm(w.fd, self._on_readable, w)
                 if not n and used == 1:
                     return
                 left -= used
@@ -794,6 +796,27 @@ class Engine:
             # (an ICMP error for an earlier datagram, on the socket)
             if w.sending or e.errno not in _IGNORED_RECV_ERRORS:
                 self._fatal(e)
+            else:
+                self._rearm(w.fd, self._on_readable, w)
+
+    def _rearm(self, fd, callback, *args) -> None:
+        """The socket's reader again, once this callback has returned: the
+        socket had an error (an ICMP message, IP_RECVERR), so the kernel
+        reported it POLLERR, and libuv (uvloop) stops watching an fd on
+        POLLERR after one last call of its reader.  (Measured: a TCP
+        transfer stalled for good after the first "fragmentation needed",
+        its ACKs left unread in the socket.)  Only such rounds come here."""
+
+        def rearm() -> None:
+            if not self._running:
+                return
+            try:
+                self.loop.remove_reader(fd)
+            except (ValueError, OSError):
+                pass
+            self.loop.add_reader(fd, callback, *args)
+
+        self.loop.call_soon(rearm)
 
     def _receive_python(self) -> None:
         """The pynacl backend's _on_readable for the socket."""
@@ -803,6 +826,9 @@ class Engine:
         try:
             for _ in range(TURN_ROUNDS):
                 n, view, off, lens, ep = self.udp.recv()
+                if getattr(self.udp, "errors_read", 0):  # (see _rearm)
+                    self.udp.errors_read = 0
+                    self._rearm(self.udp.fd, self._receive_python)
                 if n == 0:
                     return
                 self._counters.rx_batch(n)
