@@ -22,7 +22,7 @@ static int gso_refused(int e, int sent, int n, int gso)
  * ICMP costs a round a bounded time; what is left keeps the socket's fd
  * signalled, POLLERR, and the next round reads on) taken by the table. */
 #define VC_WG_ROUND_ERRORS 8
-static void read_errors(vc_wg_table *t, vc_wg_round *r, double now)
+static int read_errors(vc_wg_table *t, vc_wg_round *r, double now)
 {
     vc_udp_error errs[VC_WG_ROUND_ERRORS];
     int n = vc_udp_read_errors(r->udp_fd, errs, VC_WG_ROUND_ERRORS);
@@ -32,6 +32,20 @@ static void read_errors(vc_wg_table *t, vc_wg_round *r, double now)
         else
             r->io.pmtu_refused++;
     }
+    return n;
+}
+
+/* After a send that said EMSGSIZE: this host's errors for it, one per
+ * datagram refused (up to a batch of them: a GSO batch sent again datagram
+ * by datagram), all read at once.  They set no socket error for a receive
+ * to report, so one left in the queue would make the socket POLLERR with
+ * nothing to say why, which stops libuv's watch of it (see the engine's
+ * _rearm). */
+static void read_local_errors(vc_wg_table *t, vc_wg_round *r, double now, int sent_max)
+{
+    for (int k = 0; k <= sent_max / VC_WG_ROUND_ERRORS; k++)
+        if (read_errors(t, r, now) < VC_WG_ROUND_ERRORS)
+            break;
 }
 
 /* The errors a receive returns for an error the socket got from ICMP (with
@@ -53,7 +67,7 @@ static void udp_send(vc_wg_table *t, vc_wg_round *r, int n, int gso, uint32_t *s
     if (gso_refused(e, s, n, gso))
         r->io.gso_off = 1;
     if (e == EMSGSIZE)      /* a datagram above the interface's MTU: its error is queued */
-        read_errors(t, r, now);
+        read_local_errors(t, r, now, n);
     vc_wg_forget_sources(t, r->touched, r->n_touched, r->tx_ep, (size_t)n);
 }
 
