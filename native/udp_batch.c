@@ -709,7 +709,7 @@ static int gso_run(const uint32_t *len, const vc_endpoint *ep, int j, int n)
         uint32_t l = len[j + g];
         if (l == 0 || l > seglen || total + l > VC_UDP_GSO_MAX_BYTES)
             break;
-        if (ep && !ep_equal(&ep[j], &ep[j + g]))
+        if (ep && (!ep_equal(&ep[j], &ep[j + g]) || (ep[j].flags | ep[j + g].flags) & VC_EP_ALONE))
             break;
         total += l;
         g++;

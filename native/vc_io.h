@@ -28,9 +28,13 @@ typedef struct {
     uint8_t  addr[16];  /* IPv4 in addr[0..3] */
     uint8_t  src[16];   /* the local address (the family's; IPv4 in src[0..3]) */
     uint32_t src_ifindex;  /* the interface it arrived on (IPv6: link-local src only, else 0) */
-    uint32_t src_pad;
+    uint32_t flags;     /* VC_EP_ALONE: (a send's) this datagram goes in no GSO batch */
 } vc_endpoint;
 
+/* A datagram sent on its own (never in a UDP_SEGMENT batch, which the kernel
+ * sends without DF): with the kernel's IP_PMTUDISC_WANT it carries DF, so a
+ * path narrower than it answers "fragmentation needed" (see vc_wg.h, path MTU). */
+#define VC_EP_ALONE        1
 #define VC_EP_SRC_NONE     0   /* no source: routing picks it (an endpoint set by the UAPI) */
 #define VC_EP_SRC_SET      1   /* send from src */
 #define VC_EP_SRC_REFUSED  2   /* the kernel refused src on a send (the address is gone, or

@@ -165,6 +165,15 @@ uint64_t vc_wg_sources_forgotten(vc_wg_table *t);
  * path still narrow says so again.  A new endpoint (a roam, or one set)
  * starts without one. */
 #define VC_WG_PMTU_EXPIRES       600   /* seconds */
+/* While a peer has no path MTU, its first message above 1280 bytes in a
+ * batch goes alone (VC_EP_ALONE), at most once every VC_WG_PMTU_CHECK
+ * seconds (RFC 8899's PROBE_TIMER, 15 s): the kernel sends it with DF, so a
+ * narrower path that sends ICMP says so (the kernel sends the UDP GSO
+ * batches, which carry the rest, without DF: a path that fragments them
+ * would otherwise never tell).  On a path that filters that ICMP, it is
+ * the one datagram lost every 15 s. */
+#define VC_WG_PMTU_CHECK          15
+#define VC_WG_PMTU_CHECK_SIZE   1280
 #define VC_WG_PMTU_FLOOR4        576
 #define VC_WG_PMTU_FLOOR6       1280
 #define VC_WG_PMTU_NOT_TOO_BIG   -1   /* not an EMSGSIZE error (port unreachable, ...) */

@@ -114,6 +114,7 @@ static int replay_record(wg_keypair *k, uint64_t c, uint64_t limit)
 typedef struct {
     uint32_t kp;                /* seal: the sending keypair chosen for this call */
     uint32_t room;              /* seal: the largest message the path takes (0: no limit) */
+    int32_t  check;             /* seal: the next big message goes alone (VC_WG_PMTU_CHECK) */
     int32_t  ep_set;
     vc_endpoint ep;             /* seal: where to send; open: last authenticated source */
     uint64_t inner_packets, inner_bytes;
@@ -216,6 +217,7 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
             x->ep_set = p->ep_set;
             x->ep = p->ep;
             x->room = message_room(p, tnow);
+            x->check = !x->room && p->ep_set && tnow - p->pmtu_checked >= VC_WG_PMTU_CHECK;
             wg_spin_unlock(&p->lock);
         }
         size_t total = VC_WG_OVERHEAD + padded_length(len, cfg.mtu);
@@ -265,6 +267,14 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
         vc_aead_seal(m + 16, m + 16 + plen, m + 16, plen, NULL, 0, k->send_key, nonce);
         out_len[sealed] = (uint32_t)total;
         out_ep[sealed] = x->ep;
+        out_ep[sealed].flags = 0;
+        if (x->check && total + wg_outer_overhead(x->ep.family) > VC_WG_PMTU_CHECK_SIZE) {
+            out_ep[sealed].flags = VC_EP_ALONE;
+            x->check = 0;
+            wg_spin_lock(&p->lock);
+            p->pmtu_checked = tnow;
+            wg_spin_unlock(&p->lock);
+        }
         sealed++;
         status[i] = VC_WG_OK;
         vc_wg_touch *tp = &touched[e];

@@ -67,6 +67,7 @@ typedef struct {
     double   last_rx, last_tx;
     uint32_t pmtu;              /* the endpoint's path MTU learned (0: none) */
     double   pmtu_at;           /* ... when (table time): it expires VC_WG_PMTU_EXPIRES later */
+    double   pmtu_checked;      /* when a datagram last went alone to find it (VC_WG_PMTU_CHECK) */
     uint32_t route_head;        /* first route node of this peer */
     uint32_t reserved[WG_MAX_RESERVED];  /* indices reserved for handshakes, WG_NIL if free */
     uint32_t next_free;

@@ -539,7 +539,7 @@ VC_API int vc_wg_peer_count(vc_wg_table *t)
 static void clear_source(vc_endpoint *ep)
 {
     ep->src_set = VC_EP_SRC_NONE;
-    ep->src_ifindex = ep->src_pad = 0;
+    ep->src_ifindex = ep->flags = 0;
     memset(ep->src, 0, sizeof ep->src);
 }
 

@@ -173,3 +173,25 @@ def test_inner_mtu_arithmetic():
     assert lib.vc_wg_inner_mtu(1492, 4) == 1424  # PPPoE: 1432 -> 1424
     assert lib.vc_wg_inner_mtu(1500, 6) == 1408  # 1500 - 80 = 1420, down to 1408
     assert lib.vc_wg_inner_mtu(60, 4) == 0
+
+
+def test_a_big_message_goes_alone_every_15_seconds_until_a_path_mtu_is_known():
+    """While the peer has no path MTU, its first message above 1280 bytes
+    (outer) in a batch is sent on its own (VC_EP_ALONE: in no GSO batch, so
+    the kernel gives it DF), at most once every 15 s (RFC 8899's
+    PROBE_TIMER); small messages never; none once a path MTU is known."""
+    from vpncrypt.transport.native import _slab_of
+
+    t, pid = _side()
+    b = t.batch(16, 2048)
+
+    def flags(sizes, now):
+        slab, off, lens = _slab_of([ipv4("10.0.0.2", "10.0.0.1", bytes(n - 20)) for n in sizes])
+        k = b.seal(slab, off, lens, len(sizes), now)
+        return [b.tx_ep[i].flags for i in range(k)]
+
+    assert flags([100, 1400, 1400, 1400], 100.0) == [0, 1, 0, 0]  # 1400 + 32 + 28 > 1280; 100 is not
+    assert flags([1400, 1400], 114.9) == [0, 0]
+    assert flags([1200, 1400], 115.0) == [0, 1]  # 1200 + 32 + 28 = 1260: not above 1280
+    assert _learn(t, _error(A4, 1400), now=116.0) == pid
+    assert flags([1300, 1300], 131.0) == [0, 0]  # (fits the learned 1400)
