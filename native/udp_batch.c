@@ -10,6 +10,7 @@
 #include <time.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <linux/errqueue.h>
 
 #include "vc_io.h"
 
@@ -173,6 +174,83 @@ VC_API int vc_udp_set_pktinfo(int fd, int on)
     int r = dom == AF_INET6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &v, sizeof v)
                             : setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &v, sizeof v);
     return r == 0 ? 0 : -errno;
+}
+
+/* ---------------------------------------------------------------- path MTU */
+
+VC_API int vc_udp_set_pmtu(int fd)
+{
+    int want4 = IP_PMTUDISC_WANT, want6 = IPV6_PMTUDISC_WANT, one = 1, dom = socket_domain(fd);
+    if (dom < 0)
+        return dom;
+    /* IPv4 first: a dual-stack socket sends its IPv4 datagrams with them */
+    if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &want4, sizeof want4) != 0 ||
+        setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one) != 0)
+        return -errno;
+    if (dom != AF_INET6)
+        return 0;
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &want6, sizeof want6) != 0 ||
+        setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one) != 0)
+        return -errno;
+    return 0;
+}
+
+/* The extended error of one error-queue message (IP_RECVERR, or
+ * IPV6_RECVERR: an IPv6 socket reports its IPv4 errors that way too). */
+static int read_extended_err(struct msghdr *h, vc_udp_error *e)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+        if (!((c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_RECVERR) ||
+              (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_RECVERR)) ||
+            c->cmsg_len < CMSG_LEN(sizeof(struct sock_extended_err)))
+            continue;
+        struct sock_extended_err ee;
+        memcpy(&ee, CMSG_DATA(c), sizeof ee);
+        e->err = (int32_t)ee.ee_errno;
+        e->info = ee.ee_info;
+        e->origin = ee.ee_origin;
+        e->type = ee.ee_type;
+        e->code = ee.ee_code;
+        return 1;
+    }
+    return 0;
+}
+
+VC_API int vc_udp_read_errors(int fd, vc_udp_error *out, int max)
+{
+    int n = 0;
+    while (n < max) {
+        any_addr name;
+        ctrl_buf cb;
+        uint8_t data[VC_UDP_QUOTE];
+        struct iovec iov = {data, sizeof data};
+        struct msghdr h;
+        memset(&h, 0, sizeof h);
+        h.msg_name = &name;
+        h.msg_namelen = sizeof name;
+        h.msg_iov = &iov;
+        h.msg_iovlen = 1;
+        h.msg_control = cb.buf;
+        h.msg_controllen = sizeof cb.buf;
+        ssize_t r = recvmsg(fd, &h, MSG_ERRQUEUE | MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK || n > 0)
+                break;
+            return -errno;
+        }
+        vc_udp_error *e = &out[n];
+        memset(e, 0, sizeof *e);
+        if (!read_extended_err(&h, e))
+            continue;       /* not an error message: nothing to say */
+        if (h.msg_namelen == 0 || sa_to_ep(&e->ep, &name.sa, h.msg_namelen) != 0)
+            memset(&e->ep, 0, sizeof e->ep);
+        e->quoted_len = (uint8_t)((size_t)r < sizeof data ? (size_t)r : sizeof data);
+        memcpy(e->quoted, data, e->quoted_len);
+        n++;
+    }
+    return n;
 }
 
 VC_API int vc_udp_gso_supported(int fd)
@@ -631,7 +709,7 @@ static int gso_run(const uint32_t *len, const vc_endpoint *ep, int j, int n)
         uint32_t l = len[j + g];
         if (l == 0 || l > seglen || total + l > VC_UDP_GSO_MAX_BYTES)
             break;
-        if (ep && !ep_equal(&ep[j], &ep[j + g]))
+        if (ep && (!ep_equal(&ep[j], &ep[j + g]) || (ep[j].flags | ep[j + g].flags) & VC_EP_ALONE))
             break;
         total += l;
         g++;

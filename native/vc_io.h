@@ -28,9 +28,13 @@ typedef struct {
     uint8_t  addr[16];  /* IPv4 in addr[0..3] */
     uint8_t  src[16];   /* the local address (the family's; IPv4 in src[0..3]) */
     uint32_t src_ifindex;  /* the interface it arrived on (IPv6: link-local src only, else 0) */
-    uint32_t src_pad;
+    uint32_t flags;     /* VC_EP_ALONE: (a send's) this datagram goes in no GSO batch */
 } vc_endpoint;
 
+/* A datagram sent on its own (never in a UDP_SEGMENT batch, which the kernel
+ * sends without DF): with the kernel's IP_PMTUDISC_WANT it carries DF, so a
+ * path narrower than it answers "fragmentation needed" (see vc_wg.h, path MTU). */
+#define VC_EP_ALONE        1
 #define VC_EP_SRC_NONE     0   /* no source: routing picks it (an endpoint set by the UAPI) */
 #define VC_EP_SRC_SET      1   /* send from src */
 #define VC_EP_SRC_REFUSED  2   /* the kernel refused src on a send (the address is gone, or
@@ -171,6 +175,41 @@ int vc_endpoint_equal(const vc_endpoint *a, const vc_endpoint *b);
  * dual-stack ones too; IP_PKTINFO on an IPv4 one): the receive calls then
  * fill the endpoints' source (0 or -errno). */
 int vc_udp_set_pktinfo(int fd, int on);
+
+/* ---- path MTU ----
+ * The socket learns each peer's path MTU (vc_udp_set_pmtu): the errors come
+ * in on its error queue (IP_RECVERR, IPV6_RECVERR): ICMP "fragmentation
+ * needed" / "packet too big" from the path, and this host's EMSGSIZE.  The
+ * session table keeps the MTU with its own checks (vc_wg_pmtu_learn) and
+ * refuses what exceeds it, so no datagram above a learned path MTU leaves.
+ * The kernel's own discovery stays on, explicitly (IP_PMTUDISC_WANT,
+ * IPV6_PMTUDISC_WANT, whatever net.ipv4.ip_no_pmtu_disc says): DF on every
+ * IPv4 datagram that fits the route's MTU the kernel knows, and a datagram
+ * above it fragmented by this host.  Not DF everywhere (IP_PMTUDISC_PROBE):
+ * on a path that filters ICMP (a black hole for DF), the UDP GSO batches,
+ * which the kernel sends without DF, are what R can still fragment (the
+ * only way data crosses such a path without probing), and an IPv6 inner
+ * packet of at most 1280 bytes (which no sender makes smaller, RFC 8201 4)
+ * must still go, in outer fragments, where the path is narrower.  Returns
+ * 0, or -errno of the first option refused (the options before it stay
+ * set). */
+int vc_udp_set_pmtu(int fd);
+#define VC_UDP_EE_LOCAL  1      /* SO_EE_ORIGIN_LOCAL: this host's stack */
+#define VC_UDP_EE_ICMP   2      /* SO_EE_ORIGIN_ICMP */
+#define VC_UDP_EE_ICMP6  3      /* SO_EE_ORIGIN_ICMP6 */
+#define VC_UDP_QUOTE     16     /* bytes of the quoted datagram kept (a WireGuard header) */
+/* One error from a socket's error queue. */
+typedef struct {
+    vc_endpoint ep;             /* where the datagram it is about went (msg_name); no source */
+    int32_t  err;               /* ee_errno (EMSGSIZE: too big for the path) */
+    uint32_t info;              /* ee_info: the MTU, for EMSGSIZE */
+    uint8_t  origin, type, code;   /* VC_UDP_EE_*, the ICMP type and code */
+    uint8_t  quoted_len;        /* bytes of quoted[] that the error carried (0 to 16) */
+    uint8_t  quoted[16];        /* the start of the datagram's UDP payload, as quoted */
+} vc_udp_error;
+/* Read up to max errors from the error queue (MSG_ERRQUEUE, non-blocking).
+ * Returns how many (0: the queue is empty) or -errno. */
+int vc_udp_read_errors(int fd, vc_udp_error *out, int max);
 
 int vc_udp_set_gro(int fd, int on);       /* 0 or -errno */
 int vc_udp_gso_supported(int fd);         /* 1 if setsockopt-level UDP_SEGMENT exists, else 0 */

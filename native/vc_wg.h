@@ -47,8 +47,9 @@
 #define VC_WG_RATE_LIMITED   15   /* under load, over its source address's rate */
 #define VC_WG_QUEUE_FULL     16   /* counts the oldest queued handshake message, dropped for a new one */
 #define VC_WG_UNKNOWN_PEER   17   /* an initiation or response while the device has no private key */
-#define VC_WG_ROUTING_LOOP   18   /* outgoing: the device's own datagram to the peer's endpoint, routed back into the tunnel */
-#define VC_WG_STATUS_COUNT   19
+#define VC_WG_PATH_MTU       18   /* outgoing: the sealed message exceeds the peer's path MTU */
+#define VC_WG_ROUTING_LOOP   19   /* outgoing: the device's own datagram to the peer's endpoint, routed back into the tunnel */
+#define VC_WG_STATUS_COUNT   20
 
 /* What a batch did to a peer (vc_wg_touch.flags), for the protocol's timers. */
 #define VC_WG_EV_AUTH        0x001  /* an authenticated message arrived (data or keepalive) */
@@ -116,6 +117,8 @@ typedef struct {
     int32_t  endpoint_set;
     int32_t  _pad;
     vc_wg_keypair_info current, previous, next;
+    uint32_t path_mtu;      /* the outer path MTU learned for the endpoint (0: none, or expired) */
+    uint32_t inner_mtu;     /* the inner packets that fit it (vc_wg_inner_mtu; 0: none) */
 } vc_wg_peer_stats;
 
 /* ---- the table ---- */
@@ -125,7 +128,7 @@ int  vc_wg_table_configure(vc_wg_table *t, const vc_wg_config *cfg);   /* 0 or -
 double vc_wg_clock(vc_wg_table *t, double now);           /* the caller's now on the table's clock */
 double vc_wg_clock_offset(vc_wg_table *t);                /* table time - caller time */
 /* Drops that belong to no peer (unknown index, malformed, no route), by status. */
-void vc_wg_table_drops(vc_wg_table *t, uint64_t out[19]);
+void vc_wg_table_drops(vc_wg_table *t, uint64_t out[20]);
 
 /* ---- peers: ids are small integers chosen by the table and reused after removal ---- */
 int64_t vc_wg_peer_add(vc_wg_table *t);                   /* id, or -1 */
@@ -140,6 +143,52 @@ int  vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, double
 size_t vc_wg_forget_sources(vc_wg_table *t, const vc_wg_touch *touched, size_t n_touched,
                             const vc_endpoint *ep, size_t n);
 uint64_t vc_wg_sources_forgotten(vc_wg_table *t);
+
+/* ---- path MTU (wg_pmtu.c) ----
+ * Each peer keeps the path MTU learned for its current endpoint: the size
+ * of the largest outer IP datagram (IP header, UDP header, WireGuard
+ * message) that reaches it.  vc_wg_seal_batch refuses a message that would
+ * exceed it (VC_WG_PATH_MTU); the caller answers the inner sender with
+ * "fragmentation needed" / "packet too big" carrying vc_wg_inner_mtu.
+ * An error from a socket's error queue is taken (vc_wg_pmtu_learn) only if
+ *   - it says EMSGSIZE: ICMP type 3 code 4 (IPv4), ICMPv6 type 2 code 0, or
+ *     this host's own (a datagram above the interface's MTU);
+ *   - it is about a datagram sent to a peer's current endpoint (address and
+ *     port), and, where the error quotes the datagram's WireGuard header, a
+ *     transport data message to a receiver index of that peer's keypairs
+ *     (an off-path forger must know both: outer ICMP is not authenticated);
+ *   - the MTU is below what the peer has now; one below the floor (576 outer
+ *     on IPv4, RFC 791 and 1122's datagram every host takes; 1280 on IPv6,
+ *     RFC 8200 5) is raised to the floor, as the kernel raises one below
+ *     net.ipv4.route.min_pmtu to it.
+ * A learned MTU expires VC_WG_PMTU_EXPIRES after it was learned (the
+ * kernel's net.ipv4.route.mtu_expires): full size is tried again, and a
+ * path still narrow says so again.  A new endpoint (a roam, or one set)
+ * starts without one. */
+#define VC_WG_PMTU_EXPIRES       600   /* seconds */
+/* While a peer has no path MTU, its first message above 1280 bytes in a
+ * batch goes alone (VC_EP_ALONE), at most once every VC_WG_PMTU_CHECK
+ * seconds (RFC 8899's PROBE_TIMER, 15 s): the kernel sends it with DF, so a
+ * narrower path that sends ICMP says so (the kernel sends the UDP GSO
+ * batches, which carry the rest, without DF: a path that fragments them
+ * would otherwise never tell).  On a path that filters that ICMP, it is
+ * the one datagram lost every 15 s. */
+#define VC_WG_PMTU_CHECK          15
+#define VC_WG_PMTU_CHECK_SIZE   1280
+#define VC_WG_PMTU_FLOOR4        576
+#define VC_WG_PMTU_FLOOR6       1280
+#define VC_WG_PMTU_NOT_TOO_BIG   -1   /* not an EMSGSIZE error (port unreachable, ...) */
+#define VC_WG_PMTU_NO_PEER       -2   /* no peer has that endpoint now */
+#define VC_WG_PMTU_NOT_OURS      -3   /* the quote is no data message of that peer's */
+#define VC_WG_PMTU_NOT_LOWER     -4   /* not below the peer's path MTU */
+/* Returns the peer that learned the error's MTU, or a VC_WG_PMTU_* code. */
+int64_t vc_wg_pmtu_learn(vc_wg_table *t, const vc_udp_error *e, double now);
+/* Errors taken and refused (by vc_wg_pmtu_learn) since the table was made. */
+void vc_wg_pmtu_counts(vc_wg_table *t, uint64_t *learned, uint64_t *refused);
+/* The largest inner packet that fits a path MTU to an endpoint of `family`
+ * (4, 6): the path MTU less the outer IP header (20, 40), UDP (8) and
+ * WireGuard's header and tag (32), rounded down to WireGuard's padding (16). */
+uint32_t vc_wg_inner_mtu(uint32_t path_mtu, int family);
 
 /* ---- routing loops (wg_loop.c) ----
  * The seal refuses (VC_WG_ROUTING_LOOP, counted on the peer) a packet that
@@ -302,6 +351,12 @@ typedef struct {
                              * VC_WG_NO_ENDPOINT: the ones the Linux module answers with an
                              * ICMP error (the caller finds them by status[]); a send round
                              * with any is not routine, so the caller sees it */
+    uint32_t too_big;       /* packets of the last seal dropped for VC_WG_PATH_MTU (answered
+                             * with "packet too big" by the caller): not routine either */
+    uint32_t pmtu_learned;  /* errors of the socket's error queue this round took
+                             * (vc_wg_pmtu_learn), read when a receive found nothing or a
+                             * socket error, or a send said EMSGSIZE */
+    uint32_t pmtu_refused;  /* ... and refused */
 } vc_wg_round_io;
 
 typedef struct {

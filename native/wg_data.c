@@ -45,6 +45,26 @@ static size_t padded_length(size_t len, uint32_t mtu)
     return len + (padded - last);
 }
 
+/* The largest WireGuard message the peer's path takes now (0: no limit
+ * known): its path MTU less the outer IP and UDP headers (its lock held). */
+static uint32_t message_room(const wg_peer *p, double tnow)
+{
+    uint32_t mtu = p->ep_set ? wg_peer_pmtu(p, tnow) : 0;
+    if (!mtu)
+        return 0;
+    uint32_t over = wg_outer_overhead(p->ep.family);
+    return mtu > over ? mtu - over : 1;
+}
+
+/* An IPv6 packet of at most 1280 bytes: every link must carry it (RFC 8200
+ * 5), and a sender told a smaller MTU still sends it (RFC 8201 4), so it is
+ * never refused for the path MTU: its datagram leaves in outer fragments
+ * (the kernel's, at the path MTU it learned), as the Linux module sends it. */
+static int ipv6_minimum(const uint8_t *pkt, size_t len)
+{
+    return len >= 40 && (pkt[0] >> 4) == 6 && len <= 1280;
+}
+
 /* ---------------------------------------------------------------- replay window */
 
 /* The window of wireguard-go and the Linux module: a ring of 128 64-bit words;
@@ -93,6 +113,8 @@ static int replay_record(wg_keypair *k, uint64_t c, uint64_t limit)
 
 typedef struct {
     uint32_t kp;                /* seal: the sending keypair chosen for this call */
+    uint32_t room;              /* seal: the largest message the path takes (0: no limit) */
+    int32_t  check;             /* seal: the next big message goes alone (VC_WG_PMTU_CHECK) */
     int32_t  ep_set;
     vc_endpoint ep;             /* seal: where to send; open: last authenticated source */
     uint64_t inner_packets, inner_bytes;
@@ -146,12 +168,6 @@ static size_t touch(touch_set *s, uint32_t peer, int *fresh)
     return i;
 }
 
-static int same_remote(const vc_endpoint *a, const vc_endpoint *b)
-{
-    return a->family == b->family && a->port == b->port && a->scope_id == b->scope_id &&
-           memcmp(a->addr, b->addr, a->family == 4 ? 4 : 16) == 0;
-}
-
 /* ---------------------------------------------------------------- sealing */
 
 VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t *in_off,
@@ -200,6 +216,8 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
             x->kp = p->cur;
             x->ep_set = p->ep_set;
             x->ep = p->ep;
+            x->room = message_room(p, tnow);
+            x->check = !x->room && p->ep_set && tnow - p->pmtu_checked >= VC_WG_PMTU_CHECK;
             wg_spin_unlock(&p->lock);
         }
         size_t total = VC_WG_OVERHEAD + padded_length(len, cfg.mtu);
@@ -213,6 +231,8 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
          * the endpoint is still unknown. */
         if (peer < 0 && !x->ep_set) {
             st = VC_WG_NO_ENDPOINT;
+        } else if (peer < 0 && x->room && total > x->room && !ipv6_minimum(pkt, len)) {
+            st = VC_WG_PATH_MTU;    /* answered at once, key or not (the caller tells the sender) */
         } else if (!k || WG_LOAD(&k->state) != KP_LIVE || tnow - k->born >= cfg.reject_after_time) {
             st = VC_WG_NO_KEY;
         } else if (!x->ep_set) {
@@ -222,6 +242,8 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
             wg_count_loop(t, (uint32_t)pid);
         } else if (total > stride) {
             st = VC_WG_TOO_BIG;
+        } else if (x->room && total > x->room && !ipv6_minimum(pkt, len)) {
+            st = VC_WG_PATH_MTU;    /* a staged packet (peer >= 0) the path no longer takes */
         } else if ((c = WG_ADD(&k->send_counter, 1)) >= cfg.reject_after_messages) {
             __atomic_store_n(&k->send_counter, cfg.reject_after_messages, __ATOMIC_RELAXED);
             st = VC_WG_NO_KEY;
@@ -248,6 +270,14 @@ VC_API size_t vc_wg_seal_batch(vc_wg_table *t, const uint8_t *in, const uint32_t
         vc_aead_seal(m + 16, m + 16 + plen, m + 16, plen, NULL, 0, k->send_key, nonce);
         out_len[sealed] = (uint32_t)total;
         out_ep[sealed] = x->ep;
+        out_ep[sealed].flags = 0;
+        if (x->check && total + wg_outer_overhead(x->ep.family) > VC_WG_PMTU_CHECK_SIZE) {
+            out_ep[sealed].flags = VC_EP_ALONE;
+            x->check = 0;
+            wg_spin_lock(&p->lock);
+            p->pmtu_checked = tnow;
+            wg_spin_unlock(&p->lock);
+        }
         sealed++;
         status[i] = VC_WG_OK;
         vc_wg_touch *tp = &touched[e];
@@ -409,9 +439,10 @@ VC_API size_t vc_wg_open_batch(vc_wg_table *t, uint8_t *buf, const uint32_t *off
         p->last_rx = tnow;
         /* the endpoint and the local address it sent to go together (the
          * source of the replies); only a new remote address is a roam */
-        if (!p->ep_set || !same_remote(&p->ep, &extra[e].ep))
+        if (!p->ep_set || !wg_same_remote(&p->ep, &extra[e].ep))
             touched[e].flags |= VC_WG_EV_ROAMED;
         if (touched[e].flags & VC_WG_EV_ROAMED || !vc_endpoint_equal(&p->ep, &extra[e].ep)) {
+            wg_peer_new_endpoint(p, &extra[e].ep);
             p->ep = extra[e].ep;
             p->ep_set = 1;
         }

@@ -65,6 +65,9 @@ typedef struct {
     uint64_t rx_bytes, rx_packets, tx_bytes, tx_packets, rx_wire, tx_wire;
     uint64_t drops[VC_WG_STATUS_COUNT];
     double   last_rx, last_tx;
+    uint32_t pmtu;              /* the endpoint's path MTU learned (0: none) */
+    double   pmtu_at;           /* ... when (table time): it expires VC_WG_PMTU_EXPIRES later */
+    double   pmtu_checked;      /* when a datagram last went alone to find it (VC_WG_PMTU_CHECK) */
     uint32_t route_head;        /* first route node of this peer */
     uint32_t reserved[WG_MAX_RESERVED];  /* indices reserved for handshakes, WG_NIL if free */
     uint32_t next_free;
@@ -159,6 +162,7 @@ struct vc_wg_table {
     uint32_t    listen_port;    /* the device's UDP port (0: unknown): wg_loop.c */
     int64_t     loop_peer;      /* the last peer a routing loop was cut for */
     uint64_t    loops;          /* packets dropped as VC_WG_ROUTING_LOOP, every peer's */
+    uint64_t    pmtu_learned, pmtu_refused;   /* vc_wg_pmtu_learn's errors taken, refused */
 };
 
 /* wg_table.c */
@@ -204,6 +208,26 @@ int  wg_admit_configure(vc_wg_table *t, const vc_wg_config *cfg);   /* write loc
 int  wg_admit(vc_wg_table *t, const uint8_t *m, size_t len, const vc_endpoint *ep, double now,
               uint8_t reply[VC_WG_COOKIE_REPLY]);
 void wg_config_defaults(vc_wg_config *c);
+
+/* The same remote address and port (the local source aside). */
+static inline int wg_same_remote(const vc_endpoint *a, const vc_endpoint *b)
+{
+    return a->family == b->family && a->port == b->port && a->scope_id == b->scope_id &&
+           memcmp(a->addr, b->addr, a->family == 4 ? 4 : 16) == 0;
+}
+
+/* Outer bytes below a WireGuard message: the IP header (RFC 791: 20 bytes
+ * without options; RFC 8200: 40) and UDP's (RFC 768: 8). */
+static inline uint32_t wg_outer_overhead(int family)
+{
+    return (family == 4 ? 20u : 40u) + 8u;
+}
+
+/* wg_pmtu.c: the peer's path MTU now (0: none; the peer's lock held) */
+uint32_t wg_peer_pmtu(const wg_peer *p, double tnow);
+/* A peer's endpoint changes to ep (its lock held): a new remote address or
+ * port starts without a path MTU. */
+void wg_peer_new_endpoint(wg_peer *p, const vc_endpoint *ep);
 
 /* wg_routes.c (the table's lock is held by the caller) */
 int  wg_routes_init(wg_routes *r);

@@ -18,7 +18,47 @@ static int gso_refused(int e, int sent, int n, int gso)
     return gso && sent == n && (e == EIO || e == EINVAL || e == EMSGSIZE);
 }
 
-static void udp_send(vc_wg_table *t, vc_wg_round *r, int n, int gso, uint32_t *sent, int32_t *err)
+/* The error queue's errors (at most VC_WG_ROUND_ERRORS a round, so a flood of
+ * ICMP costs a round a bounded time; what is left keeps the socket's fd
+ * signalled, POLLERR, and the next round reads on) taken by the table. */
+#define VC_WG_ROUND_ERRORS 8
+static int read_errors(vc_wg_table *t, vc_wg_round *r, double now)
+{
+    vc_udp_error errs[VC_WG_ROUND_ERRORS];
+    int n = vc_udp_read_errors(r->udp_fd, errs, VC_WG_ROUND_ERRORS);
+    for (int i = 0; i < n; i++) {
+        if (vc_wg_pmtu_learn(t, &errs[i], now) >= 0)
+            r->io.pmtu_learned++;
+        else
+            r->io.pmtu_refused++;
+    }
+    return n;
+}
+
+/* After a send that said EMSGSIZE: this host's errors for it, one per
+ * datagram refused (up to a batch of them: a GSO batch sent again datagram
+ * by datagram), all read at once.  They set no socket error for a receive
+ * to report, so one left in the queue would make the socket POLLERR with
+ * nothing to say why, which stops libuv's watch of it (see the engine's
+ * _rearm). */
+static void read_local_errors(vc_wg_table *t, vc_wg_round *r, double now, int sent_max)
+{
+    for (int k = 0; k <= sent_max / VC_WG_ROUND_ERRORS; k++)
+        if (read_errors(t, r, now) < VC_WG_ROUND_ERRORS)
+            break;
+}
+
+/* The errors a receive returns for an error the socket got from ICMP (with
+ * IP_RECVERR, the socket's error is set for each, and the next receive
+ * reports it once): none stops the data plane. */
+static int icmp_errno(int e)
+{
+    return e == EMSGSIZE || e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH ||
+           e == EHOSTDOWN || e == ENETDOWN || e == EPROTO || e == ENOPROTOOPT || e == EACCES ||
+           e == ETIMEDOUT;
+}
+
+static void udp_send(vc_wg_table *t, vc_wg_round *r, int n, int gso, uint32_t *sent, int32_t *err, double now)
 {
     int e = 0;
     int s = vc_udp_send_batch(r->udp_fd, r->tx_slab, r->tx_off, r->tx_len, r->tx_ep, n, gso, &e);
@@ -26,6 +66,8 @@ static void udp_send(vc_wg_table *t, vc_wg_round *r, int n, int gso, uint32_t *s
     *err = e;
     if (gso_refused(e, s, n, gso))
         r->io.gso_off = 1;
+    if (e == EMSGSIZE)      /* a datagram above the interface's MTU: its error is queued */
+        read_local_errors(t, r, now, n);
     vc_wg_forget_sources(t, r->touched, r->n_touched, r->tx_ep, (size_t)n);
 }
 
@@ -47,13 +89,17 @@ VC_API int64_t vc_wg_round_open(vc_wg_table *t, vc_wg_round *r, uint8_t *buf, co
 }
 
 /* The packets the Linux module answers with an ICMP error (wg_xmit: no peer
- * for the destination, or a peer without an endpoint). */
-static uint32_t count_unroutable(const int32_t *status, size_t n)
+ * for the destination, or a peer without an endpoint), and those too big
+ * for their peer's path (answered with "packet too big"). */
+static void count_unsealed(const int32_t *status, size_t n, vc_wg_round_io *io)
 {
-    uint32_t c = 0;
-    for (size_t i = 0; i < n; i++)
+    uint32_t c = 0, big = 0;
+    for (size_t i = 0; i < n; i++) {
         c += status[i] == VC_WG_NO_ROUTE || status[i] == VC_WG_NO_ENDPOINT;
-    return c;
+        big += status[i] == VC_WG_PATH_MTU;
+    }
+    io->unroutable = c;
+    io->too_big = big;
 }
 
 VC_API int64_t vc_wg_round_seal(vc_wg_table *t, vc_wg_round *r, const uint8_t *in, const uint32_t *off,
@@ -67,9 +113,9 @@ VC_API int64_t vc_wg_round_seal(vc_wg_table *t, vc_wg_round *r, const uint8_t *i
     if (k == (size_t)-1)
         return VC_WG_ROUND_REFUSED;
     r->n_touched = nt;
-    r->io.unroutable = 0;
+    r->io.unroutable = r->io.too_big = 0;
     if (k < n)          /* (only a packet that was not sealed can be one) */
-        r->io.unroutable = count_unroutable(r->status, n);
+        count_unsealed(r->status, n, &r->io);
     return (int64_t)k;
 }
 
@@ -102,11 +148,21 @@ VC_API int64_t vc_wg_receive_round(vc_wg_table *t, vc_wg_round *r, double now, i
 {
     vc_wg_round_io *io = &r->io;
     int aqm = aqm_on(r);
-    int n, n_open;
+    int n, n_open, errs = 0;
+    io->pmtu_learned = io->pmtu_refused = 0;
     for (int tries = 0;; tries++) {
         n = vc_udp_recv_batch_segs(r->udp_fd, r->udp_rx, r->udp_slab, r->udp_slab_size,
                                    r->udp_mtu, r->udp_off, r->udp_len, r->udp_ep, r->udp_max, gro,
                                    r->udp_segs, r->udp_nbufs);
+        if (n <= 0 && errs < 2 && (n == 0 || icmp_errno(-n))) {
+            /* nothing came (a POLLERR wake-up?), or the socket's error of an
+             * ICMP message: what the error queue holds; after an error, the
+             * receive again (the datagrams wait behind it) */
+            read_errors(t, r, now);
+            errs++;
+            if (n < 0)
+                continue;
+        }
         if (n < 0)
             return n;
         io->received = (uint32_t)n;
@@ -144,7 +200,7 @@ VC_API int64_t vc_wg_receive_round(vc_wg_table *t, vc_wg_round *r, double now, i
     size_t nr = r->n_reply;
     if (nr) {
         io->replies = (uint32_t)nr;
-        udp_send(t, r, (int)nr, gso, &io->replies_sent, &io->send_errno);
+        udp_send(t, r, (int)nr, gso, &io->replies_sent, &io->send_errno, now);
     }
     if (delivered) {
         int e = 0, w;
@@ -169,6 +225,7 @@ VC_API int64_t vc_wg_seal_send(vc_wg_table *t, vc_wg_round *r, const uint8_t *sl
     io->received = (uint32_t)n;
     io->replies = io->replies_sent = io->delivered = io->written = 0;
     io->write_errno = io->gso_off = 0;
+    io->pmtu_learned = io->pmtu_refused = 0;
     int64_t k = vc_wg_round_seal(t, r, slab, off, len, n, peer, now);
     if (k < 0)
         return k;
@@ -176,7 +233,7 @@ VC_API int64_t vc_wg_seal_send(vc_wg_table *t, vc_wg_round *r, const uint8_t *sl
     io->sent = 0;
     io->send_errno = 0;
     if (k)
-        udp_send(t, r, (int)k, gso, &io->sent, &io->send_errno);
+        udp_send(t, r, (int)k, gso, &io->sent, &io->send_errno, now);
     return k;
 }
 
@@ -214,7 +271,7 @@ static int64_t send_direct(vc_wg_table *t, vc_wg_round *r, double now, int gso)
     if (n < 0)
         return n;
     if (n == 0) {
-        r->io.received = r->io.unroutable = 0;
+        r->io.received = r->io.unroutable = r->io.too_big = 0;
         r->n_touched = 0;
         return 0;
     }
@@ -246,7 +303,7 @@ VC_API int64_t vc_wg_send_round(vc_wg_table *t, vc_wg_round *r, double now, int 
     int m = vc_fq_dequeue(q, clock_ns(CLOCK_MONOTONIC), r->tun_slab, r->tun_slab_size, slot, r->tun_off, r->tun_len,
                           NULL, r->tun_max);
     if (m == 0) {
-        r->io.received = r->io.unroutable = 0;
+        r->io.received = r->io.unroutable = r->io.too_big = 0;
         r->n_touched = 0;
         return err;
     }
@@ -286,10 +343,11 @@ static int routine(const vc_wg_round *r, const vc_wg_loop *loop, int rx)
     if (r->n_touched > 1 || io->replies)
         return 0;
     /* (each direction's round sets only its own of these) */
-    if (rx ? r->n_queued || r->n_reply || io->written != io->delivered : io->sent != io->sealed || io->unroutable)
+    if (rx ? r->n_queued || r->n_reply || io->written != io->delivered
+           : io->sent != io->sealed || io->unroutable || io->too_big)
         return 0;
-    if (io->gso_off || io->send_errno || io->write_errno)
-        return 0;
+    if (io->gso_off || io->send_errno || io->write_errno || io->pmtu_learned || io->pmtu_refused)
+        return 0;           /* (errors read: the caller may have to watch the socket again) */
     if (r->n_touched == 0)
         return 1;
     const vc_wg_touch *tc = &r->touched[0];

@@ -539,7 +539,7 @@ VC_API int vc_wg_peer_count(vc_wg_table *t)
 static void clear_source(vc_endpoint *ep)
 {
     ep->src_set = VC_EP_SRC_NONE;
-    ep->src_ifindex = ep->src_pad = 0;
+    ep->src_ifindex = ep->flags = 0;
     memset(ep->src, 0, sizeof ep->src);
 }
 
@@ -550,6 +550,7 @@ VC_API int vc_wg_peer_set_endpoint(vc_wg_table *t, uint32_t peer, const vc_endpo
     if (wg_peer_live(t, peer)) {
         wg_peer *p = &t->peers[peer];
         wg_spin_lock(&p->lock);
+        wg_peer_new_endpoint(p, ep);
         if (ep) {
             p->ep = *ep;
             p->ep_set = 1;
@@ -604,6 +605,8 @@ VC_API int vc_wg_peer_get(vc_wg_table *t, uint32_t peer, vc_wg_peer_stats *out, 
         out->last_tx = p->last_tx;
         out->endpoint = p->ep;
         out->endpoint_set = p->ep_set;
+        out->path_mtu = p->ep_set ? wg_peer_pmtu(p, tnow) : 0;
+        out->inner_mtu = out->path_mtu ? vc_wg_inner_mtu(out->path_mtu, p->ep.family) : 0;
         uint32_t cur = p->cur, prev = p->prev, next = p->next;
         wg_spin_unlock(&p->lock);
         kp_info(t, cur, tnow, 1, &out->current);

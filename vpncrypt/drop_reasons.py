@@ -42,6 +42,7 @@ class DropReason(str, Enum):
     HANDSHAKE_QUEUE_FULL = "handshake_queue_full"
     UNKNOWN_PEER = "unknown_peer"
     ROUTING_LOOP = "routing_loop"  # our own datagram to the peer, read back from the TUN
+    PACKET_TOO_BIG = "packet_too_big"  # above the peer's path MTU: the sender told, or the packet cut to fit
     # the protocol core's (vpncrypt.protocol), besides some of the above
     QUEUE_FULL = "queue_full"  # a staged packet over MAX_STAGED_PACKETS
     STAGED_FLUSHED = "staged_flushed"  # staged packets flushed: the handshake gave up, or keys zeroed

@@ -40,7 +40,7 @@ __all__ = [
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
 _V4MAPPED = b"\0" * 10 + b"\xff\xff"
 _HEAD = struct.Struct("=BBHI")
-_SOURCE = struct.Struct("=16sII")  # vc_endpoint's src, src_ifindex, src_pad
+_SOURCE = struct.Struct("=16sII")  # vc_endpoint's src, src_ifindex, flags
 _SRC_SET = 1  # VC_EP_SRC_SET
 _NO_SOURCE = b"\0" * _SOURCE.size
 

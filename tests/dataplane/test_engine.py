@@ -11,18 +11,21 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from concurrent.futures import Executor, Future
 
 import pytest
 
-from vpncrypt._native import ffi
+from vpncrypt._native import ffi, lib
 from vpncrypt.dataplane.engine import Engine
 from vpncrypt.dataplane.io import UdpBatchSocket
 from vpncrypt.dataplane.sockopts import force_buffers
 from vpncrypt.protocol import Device, ProtocolConfig, keys
 from vpncrypt.protocol.events import HandshakeCompleted, KeepaliveSent
 
+from tests.packets import checksum, ipv6, tcp
+from tests.packets import ipv4 as ipv4_header
 from tests.protocol.helpers import ipv4
 
 A_IP, B_IP = "10.0.0.1", "10.0.0.2"
@@ -45,6 +48,7 @@ class Inner:
     def write_packets(self, packets):
         self.packets.extend(packets)
         self.arrived.set()
+        return len(packets), 0  # (written, errno), as TunBatch.write_packets
 
 
 def slab(packets, stride=2048):
@@ -300,6 +304,110 @@ def test_handshake_messages_in_a_data_batch_and_roaming(backend):
         del loop
 
     run(main())
+
+
+def _teach_path_mtu(table, pid, endpoint, mtu):
+    """The table takes `mtu` as the peer's path MTU, as from this host's own
+    EMSGSIZE for a datagram to `endpoint` (SO_EE_ORIGIN_LOCAL)."""
+    import ipaddress
+
+    e = ffi.new("vc_udp_error *")
+    e.ep.family, e.ep.port = 4, endpoint[1]
+    ffi.memmove(e.ep.addr, ipaddress.IPv4Address(endpoint[0]).packed, 4)
+    e.err, e.info, e.origin = 90, mtu, 1  # EMSGSIZE
+    now = table.clock(time.monotonic())
+    assert lib.vc_wg_pmtu_learn(table.ptr, e, now) == pid
+
+
+@pytest.mark.parametrize("backend", ["native", "native-threads"])
+def test_packets_above_the_path_mtu(backend):
+    """A peer whose path MTU is 1280 (IPv4 endpoint): a 1400-byte packet
+    with DF is refused and its sender told "fragmentation needed", next-hop
+    MTU 1216 (1280 - 20 - 8 - 32 = 1220, down to a multiple of 16), quoting
+    it; one without DF goes in fragments that fit; a TCP segment goes cut
+    into segments that fit (its sender told too); an IPv6 packet of 1280
+    bytes goes whole (outer fragments are the kernel's)."""
+
+    async def main():
+        a, b = await world(backend)
+        a.send([ipv4(A_IP, B_IP, b"first")])  # the handshake, then this one
+        await until(lambda: len(b.inner.packets) == 1)
+        pid = a.dev.peers[b.dev.public_key].pid
+        _teach_path_mtu(a.dev.table, pid, b.addr, 1280)
+        big = ipv4_header(A_IP, B_IP, bytes(1380), df=True, header_checksum=True)
+        a.send([big])
+        await until(lambda: len(a.inner.packets) == 1)
+        err = a.inner.packets[0]
+        assert err[9] == 1 and err[20:22] == bytes([3, 4])  # ICMP, fragmentation needed
+        assert int.from_bytes(err[26:28], "big") == 1216  # next-hop MTU
+        assert err[12:16] == bytes([10, 0, 0, 2]) and err[16:20] == bytes([10, 0, 0, 1])
+        assert err[28:48] == big[:20]  # the packet quoted
+        payload = bytes(range(256)) * 5 + bytes(120)
+        loose = ipv4_header(A_IP, B_IP, payload, ident=77, header_checksum=True)
+        a.send([loose])  # no DF: in fragments (1216 is the most each may be)
+        await until(lambda: len(b.inner.packets) == 3)
+        frags = b.inner.packets[1:]
+        assert [len(f) for f in frags] == [1212, 228]  # 20 + 1192 (8 x 149), 20 + 208
+        assert frags[0][20:] + frags[1][20:] == loose[20:]
+        assert all(f[4:6] == (77).to_bytes(2, "big") for f in frags)
+        assert (frags[0][6:8], frags[1][6:8]) == (b"\x20\x00", (1192 // 8).to_bytes(2, "big"))
+        data = bytes(range(256)) * 6  # 1536 bytes: 1176 + 360 at an MSS of 1216 - 40
+        seg = tcp(A_IP, B_IP, 40000, 5001, data, seq=1000, flags=0x18, df=True, ident=5)
+        a.send([seg])
+        await until(lambda: len(b.inner.packets) == 5 and len(a.inner.packets) == 2)
+        cut = b.inner.packets[3:]
+        assert [len(x) for x in cut] == [1216, 400]
+        assert cut[0][40:] + cut[1][40:] == data
+        assert int.from_bytes(cut[1][24:28], "big") == 1000 + 1176  # the second one's sequence number
+        assert cut[0][33] == 0x10 and cut[1][33] == 0x18  # PSH on the last only
+        for x in cut:  # each a valid TCP segment
+            assert checksum(_pseudo(x) + x[20:]) == 0
+        a.dev.table.route_add(pid, "fd00::2/128")
+        b.dev.table.route_add(b.dev.peers[a.dev.public_key].pid, "fd00::1/128")
+        v6 = ipv6("fd00::1", "fd00::2", bytes(1240))  # 1280 bytes in all
+        a.send([v6])
+        await until(lambda: len(b.inner.packets) == 6)
+        assert b.inner.packets[5] == v6
+        c = a.engine.counters
+        assert (c.pmtu_errors_sent, c.pmtu_refit_packets, c.pmtu_refit_pieces) == (2, 2, 4)
+        assert a.dev.table.stats(pid, a.dev.table.clock(a.loop.time())).drops == {"packet_too_big": 3}
+        for s in (a, b):
+            s.engine.stop()
+
+    asyncio.run(main())
+
+
+def test_a_socket_error_under_uvloop_does_not_stop_the_receive_side():
+    """An ICMP error on the daemon's socket (here port unreachable, for a
+    datagram to a closed port) makes the kernel report the socket POLLERR
+    (IP_RECVERR is on, for the path MTU), and libuv (uvloop) stops
+    watching an fd on POLLERR after one last call of its reader: the engine
+    watches it again (Engine._rearm).  Without that, everything the peer
+    sent afterwards stayed unread in the socket (a TCP transfer stalled
+    after its first "fragmentation needed")."""
+    import uvloop
+
+    async def main():
+        a, b = await world("native")
+        a.send([ipv4(A_IP, B_IP, b"first")])
+        await until(lambda: len(b.inner.packets) == 1)
+        closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()
+        closed.close()
+        for round_ in range(3):  # each error stops libuv's watch once
+            a.udp.sock.sendto(b"\x09" * 8, port)  # answered with ICMP port unreachable
+            await until(lambda: a.dev.table.pmtu_counts[1] > round_)  # read from the error queue
+            b.send([ipv4(B_IP, A_IP, bytes([round_]) * 100)])
+            await until(lambda: len(a.inner.packets) == round_ + 1)
+        for s in (a, b):
+            s.engine.stop()
+
+    uvloop.run(main())
+
+
+def _pseudo(p):
+    return p[12:20] + bytes([0, 6]) + (len(p) - 20).to_bytes(2, "big")
 
 
 def test_gso_turned_off_by_a_round_is_logged():

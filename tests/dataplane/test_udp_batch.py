@@ -315,20 +315,33 @@ def test_truncated_datagrams_are_dropped_and_counted():
         b.close()
 
 
-def test_connection_refused_reported():
+@pytest.mark.parametrize("pmtu", [False, True])
+def test_connection_refused_reported(pmtu):
+    """A pending ICMP error (port unreachable).  Without the error queue
+    (pmtu=False) the receive raises it; with it (the data plane's sockets:
+    IP_RECVERR, for the path MTU) the receive reads it from the queue
+    (errors_read, vc_udp_error: ECONNREFUSED from ICMP type 3 code 3) and
+    finds nothing."""
     x = udp()
     port = addr_of(x)[1]
     x.close()
     a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     a.connect(("127.0.0.1", port))
     try:
-        s = UdpBatchSocket(a, gro=False, gso=True, mtu=1500)
+        s = UdpBatchSocket(a, gro=False, gso=True, mtu=1500, pmtu=pmtu)
+        assert s.pmtu == pmtu
         assert s.send_datagrams([(b"x" * 10, None)] * 5, connected=True) == (5, 0)
         # the ICMP error is pending: the next send reports it and still sends everything
         assert s.send_datagrams([(b"x" * 10, None)] * 5, connected=True) == (5, errno.ECONNREFUSED)
         wait_readable(a, 0.5)
-        with pytest.raises(ConnectionRefusedError):
-            s.recv()
+        if not pmtu:
+            with pytest.raises(ConnectionRefusedError):
+                s.recv()
+        else:
+            assert s.recv()[0] == 0 and s.errors_read >= 1
+            e = s.errors[0]
+            assert (e.err, e.origin, e.type, e.code) == (errno.ECONNREFUSED, 2, 3, 3)
+            assert (e.ep.family, e.ep.port) == (4, port)
         assert s.recv()[0] == 0
     finally:
         a.close()

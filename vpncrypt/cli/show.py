@@ -72,9 +72,10 @@ def _name_line(entry: dict, now: int) -> str:
     return f"  endpoint name: {entry['name']} ({', '.join(how)})"
 
 
-def _format_peer(p: dict, now: int, name: dict | None = None) -> str:
+def _format_peer(p: dict, now: int, name: dict | None = None, mtu: int | None = None) -> str:
     """One peer's block of `wg show`, with the blank line before it (and
-    the Endpoint name the daemon follows for it, if any)."""
+    the Endpoint name the daemon follows for it, if any, and the path MTU
+    learned for its endpoint, if any)."""
     get = p.get
     out = [f"\npeer: {_b64(p['public_key'])}"]
     if "preshared_key" in p:
@@ -83,6 +84,8 @@ def _format_peer(p: dict, now: int, name: dict | None = None) -> str:
         out.append(f"  endpoint: {p['endpoint']}")
     if name:
         out.append(_name_line(name, now))
+    if mtu:
+        out.append(f"  path mtu: {mtu}")
     out.append(f"  allowed ips: {', '.join(p['allowed_ips']) or '(none)'}")
     lh = get("last_handshake_time_sec")
     if lh not in _ZERO:
@@ -108,15 +111,15 @@ def _format_early(blocks: dict[int, str], peers: list) -> None:
 
 def _peer_blocks(dev: dict, now: int, early: dict[int, str]) -> list[str]:
     """Every peer's block, in wg's order: those made early (_format_early)
-    as they are, but for a peer whose Endpoint name the daemon follows
-    (listed at the answer's end)."""
-    names = dev.get("endpoint_names", {})
-    if names and early:
+    as they are, but for a peer whose Endpoint name the daemon follows or
+    that has a path MTU (both listed at the answer's end)."""
+    names, mtus = dev.get("endpoint_names", {}), dev.get("path_mtus", {})
+    if (names or mtus) and early:
         for p in dev["peers"]:
-            if p["public_key"] in names:
+            if p["public_key"] in names or p["public_key"] in mtus:
                 early.pop(id(p), None)
     return [
-        early.get(id(p)) or _format_peer(p, now, names.get(p["public_key"]))
+        early.get(id(p)) or _format_peer(p, now, names.get(p["public_key"]), mtus.get(p["public_key"]))
         for p in _by_latest_handshake(dev["peers"])
     ]
 
@@ -165,7 +168,7 @@ def format_show(
     return "\n".join(out)
 
 
-def _json_peer(p: dict, names: dict) -> dict:
+def _json_peer(p: dict, names: dict, mtus: dict) -> dict:
     get = p.get
     lh = int(get("last_handshake_time_sec") or 0)
     return {
@@ -179,6 +182,8 @@ def _json_peer(p: dict, names: dict) -> dict:
         "persistent_keepalive": int(get("persistent_keepalive_interval") or 0),
         # its Endpoint name, if the daemon follows one: name, state, resolved, next_try
         "endpoint_name": names.get(p["public_key"]),
+        # the path MTU learned for its endpoint (outer bytes), None while none is
+        "path_mtu": mtus.get(p["public_key"]),
     }
 
 
@@ -189,8 +194,8 @@ class _JsonPeers:
     """--json's peers made into JSON a part at a time while the answer is
     still arriving (read_device's on_peers): json.dumps() of each part's
     list, less its brackets.  A part is made again at the end when the
-    daemon follows the Endpoint name of one of its peers (the names are
-    listed at the answer's end)."""
+    daemon follows the Endpoint name of one of its peers, or one has a path
+    MTU (both are listed at the answer's end)."""
 
     def __init__(self) -> None:
         self.parts: list[tuple[list, str]] = []
@@ -198,16 +203,16 @@ class _JsonPeers:
     def add(self, peers: list) -> None:
         import json
 
-        self.parts.append((peers, json.dumps([_json_peer(p, _NO_NAMES) for p in peers])[1:-1]))
+        self.parts.append((peers, json.dumps([_json_peer(p, _NO_NAMES, _NO_NAMES) for p in peers])[1:-1]))
 
-    def text(self, names: dict) -> str:
+    def text(self, names: dict, mtus: dict) -> str:
         """The list of every peer, as json.dumps() makes it."""
         import json
 
         out = []
         for peers, text in self.parts:
-            if names and any(p["public_key"] in names for p in peers):
-                text = json.dumps([_json_peer(p, names) for p in peers])[1:-1]
+            if (names or mtus) and any(p["public_key"] in names or p["public_key"] in mtus for p in peers):
+                text = json.dumps([_json_peer(p, names, mtus) for p in peers])[1:-1]
             out.append(text)
         return "[" + ", ".join(out) + "]"
 
@@ -223,7 +228,9 @@ def _interface_json(interface: str, dev: dict, ours: bool, peers: _JsonPeers) ->
     import json
 
     text = json.dumps(show_json(interface, dev, ours, _PEERS_HERE))
-    return text.replace(json.dumps(_PEERS_HERE), peers.text(dev.get("endpoint_names", {})), 1)
+    return text.replace(
+        json.dumps(_PEERS_HERE), peers.text(dev.get("endpoint_names", {}), dev.get("path_mtus", {})), 1
+    )
 
 
 def _json_document(now: float, interfaces: list[str]) -> str:
@@ -251,8 +258,8 @@ def show_json(interface: str, dev: dict, ours: bool, peers: Any = None) -> dict:
     out["listen_port"] = int(dev.get("listen_port", 0))
     out["fwmark"] = int(dev.get("fwmark", 0))
     if peers is None:
-        names = dev.get("endpoint_names", {})
-        peers = [_json_peer(p, names) for p in dev["peers"]]
+        names, mtus = dev.get("endpoint_names", {}), dev.get("path_mtus", {})
+        peers = [_json_peer(p, names, mtus) for p in dev["peers"]]
     out["peers"] = peers
     if dev["counters"]:
         drops, other = served_drops(dev["counters"])

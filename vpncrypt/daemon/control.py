@@ -61,6 +61,9 @@ class InterfaceSnapshot:
     # the peers' Endpoint names that are followed, on the same requests:
     # vpncrypt_endpoint_name=PUBLIC_KEY_HEX STATE RESOLVED NEXT_TRY NAME
     endpoint_names: Sequence[str] = ()
+    # the path MTU learned for a peer's endpoint, for the peers that have
+    # one, on the same requests: vpncrypt_path_mtu=PUBLIC_KEY_HEX MTU
+    path_mtus: Sequence[str] = ()
 
 
 # what snapshot_parts() yields: the head, then lists of peers

@@ -334,6 +334,11 @@ class DataPlane:
         # host): replies left from the one routing picks (the native table
         # only; the pure-Python one keeps no source address)
         d["source_addresses_forgotten"] = int(getattr(dev.table, "sources_forgotten", 0))
+        # the errors of the sockets' error queues (ICMP "fragmentation needed"
+        # / "packet too big", this host's EMSGSIZE) the table took as a
+        # peer's path MTU, and refused (the native table only)
+        taken, refused = getattr(dev.table, "pmtu_counts", (0, 0))
+        d["path_mtu_learned"], d["path_mtu_refused"] = taken, refused
         # resource gauges, for the long-run tests: nothing here may grow
         if loop is not None:
             d["asyncio_tasks"] = len(asyncio.all_tasks(loop))
@@ -391,6 +396,7 @@ class DataPlane:
                 if routes is None:  # more than ROUTE_STEP: listed at once
                     routes = dev.table.routes(p.pid, text=True)
                 rx_wire, tx_wire, rx_n, tx_n, endpoint = reader.counts(p.pid, now)
+                path_mtu = reader.path_mtu()
                 c = p.counters
                 rtt = rtts.get(pk)
                 rows.append(
@@ -406,6 +412,7 @@ class DataPlane:
                         sum(1 for x in p.staged if x) if p.staged else 0,
                         kas.get(pk, 0),
                         rtt.snapshot() if rtt is not None else None,
+                        path_mtu,
                     )
                 )
             yield rows

@@ -103,6 +103,7 @@ class DeviceControl(Control):
         work = 0
         # the names of this loop bound once: it runs once per peer
         current, list_routes, wire, add = dev.peers.get, reader.routes, reader.wire, part.append
+        path_mtus: list[str] = []  # "PUBLIC_KEY_HEX MTU" of the peers with one
         # the loop's clock (asyncio and uvloop); read again for each part, as
         # the loop may have run in between
         now = dev.table.clock(time.monotonic())
@@ -118,6 +119,9 @@ class DeviceControl(Control):
                     continue
                 now = dev.table.clock(time.monotonic())
             rx_wire, tx_wire, endpoint = wire(pid, now)  # the session table's counters
+            mtu = reader.path_mtu()
+            if mtu:
+                path_mtus.append(f"{bytes(pk).hex()} {mtu}")
             c = p.counters
             lh = c.last_handshake or 0.0
             sec = int(lh)
@@ -150,6 +154,7 @@ class DeviceControl(Control):
             head.info = kernels(getattr(self.d, "engine", None))
             names = getattr(self.d, "endpoint_name_lines", None)
             head.endpoint_names = names() if names is not None else ()
+            head.path_mtus = path_mtus
 
     # ------------------------------------------------------------ checking
 

@@ -61,6 +61,11 @@ class GetReader:
             self._buf = ffi.new("uint8_t[]", _ROUTE_ENTRY * ROUTE_STEP)
             self._raw = ffi.buffer(self._buf)
 
+    def path_mtu(self) -> int:
+        """The path MTU of the peer counts() or wire() read last (0: none
+        learned, or not the native table)."""
+        return int(self._st.path_mtu) if self.native else 0
+
     def wire(self, pid: int, now: float) -> tuple[int, int, str | None]:
         """(rx wire bytes, tx wire bytes, endpoint text or None)."""
         rx, tx, _, _, endpoint = self.counts(pid, now)

@@ -271,15 +271,30 @@ def _families(state: dict):
     for k in ("tx_send_errors", "tx_dropped", "inner_write_errors", "inner_dropped"):
         errors.add_metric([iface, k], c.engine.get(k, 0))
     yield errors
-    icmp = CounterMetricFamily(
-        "vpncrypt_icmp_errors",
-        "ICMP destination-unreachable errors for packets no peer (or no endpoint) takes: "
-        "sent back into the TUN, or not sent for the rate limits.",
-        labels=["interface", "result"],
+    by_result = (
+        (
+            "vpncrypt_icmp_errors",
+            "ICMP destination-unreachable errors for packets no peer (or no endpoint) takes: "
+            "sent back into the TUN, or not sent for the rate limits.",
+            {"sent": "engine_icmp_errors_sent", "rate_limited": "engine_icmp_errors_limited"},
+        ),
+        (
+            "vpncrypt_path_mtu_errors",
+            "ICMP fragmentation-needed / ICMPv6 packet-too-big errors for inner packets larger than "
+            "their peer's path MTU: sent back into the TUN, or not sent for the rate limits.",
+            {"sent": "engine_pmtu_errors_sent", "rate_limited": "engine_pmtu_errors_limited"},
+        ),
+        (
+            "vpncrypt_path_mtu_reports",
+            "Errors of the UDP sockets' error queues (ICMP fragmentation needed, packet too big, "
+            "this host's EMSGSIZE) taken as a peer's path MTU, or refused (not for a peer's current "
+            "endpoint, not its message, not lower, not a size error).",
+            {"taken": "path_mtu_learned", "refused": "path_mtu_refused"},
+        ),
     )
-    icmp.add_metric([iface, "sent"], c.engine.get("icmp_errors_sent", 0))
-    icmp.add_metric([iface, "rate_limited"], c.engine.get("icmp_errors_limited", 0))
-    yield icmp
+    served = c.served()
+    for name, text, counters in by_result:
+        yield _by_result(name, text, iface, {result: served.get(k, 0) for result, k in counters.items()})
     tun = CounterMetricFamily(
         "vpncrypt_tun_offload",
         "TUN offload counters (TSO/USO splits on reads, GRO coalescing on writes), by direction and counter.",
@@ -360,6 +375,16 @@ def _name_families(state: dict):
     yield next_try
 
 
+def _by_result(name: str, text: str, iface: str, counts: dict) -> Any:
+    """A counter of the interface with a `result` label, one sample per result."""
+    from prometheus_client.core import CounterMetricFamily
+
+    family = CounterMetricFamily(name, text, labels=["interface", "result"])
+    for result, n in counts.items():
+        family.add_metric([iface, result], n)
+    return family
+
+
 # The per-peer metrics: (type, name, help, label names after interface and
 # public_key's order is taken into account, value).  Bytes and the latest
 # handshake are served under the common exporters' names only.
@@ -391,6 +416,13 @@ _PEER_METRICS: tuple[tuple[str, str, str, str, Callable[[Any], Any]], ...] = (
         "Keepalives sent to the peer.",
         "peer",
         lambda r: r.keepalives_sent,
+    ),
+    (
+        "gauge",
+        "vpncrypt_peer_path_mtu_bytes",
+        "The path MTU learned for the peer's endpoint (outer IP datagram bytes); 0 while none is.",
+        "peer",
+        lambda r: r.path_mtu,
     ),
     (
         "gauge",

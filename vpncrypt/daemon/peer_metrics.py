@@ -31,6 +31,7 @@ class MetricRow:
     staged: int  # packets waiting for a handshake
     keepalives_sent: int
     handshake_rtt: Optional[Histogram]  # a copy, or None before the first round trip
+    path_mtu: int = 0  # the path MTU learned for its endpoint (0: none)
 
 
 class HandshakeStats:

@@ -346,6 +346,7 @@ def format_tail(snapshot: InterfaceSnapshot, *, extensions: bool = False) -> str
             if _COUNTER_NAME_RE.match(name) and _INFO_VALUE_RE.match(str(text)):
                 out.append(f"vpncrypt_info_{name}={text}\n")
         out.extend(f"vpncrypt_endpoint_name={line}\n" for line in snapshot.endpoint_names)
+        out.extend(f"vpncrypt_path_mtu={line}\n" for line in snapshot.path_mtus)
     out.append("errno=0\n\n")
     return "".join(out)
 

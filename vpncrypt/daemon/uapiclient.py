@@ -121,6 +121,9 @@ def _parse_lines(lines: Iterable[str], dev: dict[str, Any], cur: dict[str, Any])
                 "resolved": int(resolved) or None,
                 "next_try": int(next_try) or None,
             }
+        elif k == "vpncrypt_path_mtu":  # a peer's path MTU: see control.InterfaceSnapshot
+            key, mtu = v.split(" ", 1)
+            dev.setdefault("path_mtus", {})[key] = int(mtu)
         elif k.startswith("vpncrypt_info_"):
             dev["info"][k[len("vpncrypt_info_") :]] = v
         elif k.startswith("vpncrypt_"):

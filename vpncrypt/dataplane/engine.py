@@ -110,6 +110,7 @@ from concurrent.futures import Executor
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from vpncrypt.dataplane import pmtu
 from vpncrypt.dataplane.handshake_workers import HandshakeWorkers
 from vpncrypt.dataplane.unreachable import UnreachableReplies
 from vpncrypt.drop_reasons import DropReason
@@ -149,7 +150,9 @@ HANDSHAKE_IN_FLIGHT = 2
 _SEAL_ROOM = TRANSPORT_OVERHEAD + 16  # the header, the tag and up to 15 bytes of padding
 # The loop's own path seals staged packets and keepalives, this many at a time.
 _STAGED_BATCH = 16
-_IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
+# (a socket's error from an ICMP message, reported once by a receive; with
+# IP_RECVERR on, for "fragmentation needed" too: EMSGSIZE)
+_IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EMSGSIZE)
 # The fair queue's drops: its C counters (vc_fq_stats, native/vc_io.h) by
 # the reason each counts; with CoDel's on the receiving sockets (aqm), what
 # the data plane lists, at 0 or more, while the fair queue is on.
@@ -191,6 +194,10 @@ class EngineCounters:
         "tx_batch_sizes",
         "icmp_errors_sent",
         "icmp_errors_limited",
+        "pmtu_errors_sent",
+        "pmtu_errors_limited",
+        "pmtu_refit_packets",
+        "pmtu_refit_pieces",
     )
     _LISTS = ("rx_batch_sizes", "tx_batch_sizes")
     tx_send_errors: int
@@ -207,6 +214,14 @@ class EngineCounters:
     # written to the inner side, and not sent for the rate limits
     icmp_errors_sent: int
     icmp_errors_limited: int
+    # packets too big for their peer's path MTU (dataplane.pmtu): the
+    # "fragmentation needed" / "packet too big" errors written to the inner
+    # side and held back by the limits, and the packets cut to fit
+    # (TCP segments, IPv4 without DF) with the pieces sealed from them
+    pmtu_errors_sent: int
+    pmtu_errors_limited: int
+    pmtu_refit_packets: int
+    pmtu_refit_pieces: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -346,6 +361,8 @@ class Worker:
                 _count_sent(c, io)
             if io.unroutable and self.replies is not None:
                 self._unreachable(io.unroutable)
+            if io.too_big and self.replies is not None:
+                self._too_big()
             return
         c.rx_batch(n)
         if io.replies:
@@ -368,6 +385,26 @@ class Worker:
         sent, limited = replies.answer(packets, inner, now, bool(getattr(inner, "vnet_hdr", False)))
         c.icmp_errors_sent += sent
         c.icmp_errors_limited += limited
+
+    def _too_big(self) -> None:
+        """The round's packets too big for their peer's path MTU (rare: only
+        such a round comes here): their senders told, within the limits,
+        and what may be cut to fit sealed again in pieces (dataplane.pmtu)."""
+        replies, c, now, inner = self.replies, self.counters, time.monotonic(), self._inner
+        assert replies is not None
+        found = self.path.too_big()
+        pairs = [(pkt, mtu) for pkt, _pid, mtu in found]
+        if replies.room(now):
+            sent, limited = pmtu.answer(replies, pairs, inner, now, bool(getattr(inner, "vnet_hdr", False)))
+        else:
+            sent, limited = 0, len(pairs)
+        c.pmtu_errors_sent += sent
+        c.pmtu_errors_limited += limited
+        for pkt, pid, mtu in found:
+            pieces = pmtu.refit(pkt, mtu)
+            if pieces:
+                c.pmtu_refit_packets += 1
+                c.pmtu_refit_pieces += self.path.seal_pieces(pieces, pid, self._udp)
 
 
 def _always() -> bool:
@@ -768,6 +805,8 @@ class Engine:
             while left > 0:
                 n = rounds(now, left)  # (the routine ones in one call)
                 used = path.rounds
+                if not w.sending and (path.io.pmtu_learned or path.io.pmtu_refused):
+                    self._rearm(w.fd, self._on_readable, w)
                 if not n and used == 1:
                     return
                 left -= used
@@ -782,6 +821,27 @@ class Engine:
             # (an ICMP error for an earlier datagram, on the socket)
             if w.sending or e.errno not in _IGNORED_RECV_ERRORS:
                 self._fatal(e)
+            else:
+                self._rearm(w.fd, self._on_readable, w)
+
+    def _rearm(self, fd: int, callback: Callable[..., object], *args: object) -> None:
+        """The socket's reader again, once this callback has returned: the
+        socket had an error (an ICMP message, IP_RECVERR), so the kernel
+        reported it POLLERR, and libuv (uvloop) stops watching an fd on
+        POLLERR after one last call of its reader.  (Measured: a TCP
+        transfer stalled for good after the first "fragmentation needed",
+        its ACKs left unread in the socket.)  Only such rounds come here."""
+
+        def rearm() -> None:
+            if not self._running:
+                return
+            try:
+                self.loop.remove_reader(fd)
+            except (ValueError, OSError):
+                pass
+            self.loop.add_reader(fd, callback, *args)
+
+        self.loop.call_soon(rearm)
 
     def _receive_python(self) -> None:
         """The pynacl backend's _on_readable for the socket."""
@@ -791,6 +851,9 @@ class Engine:
         try:
             for _ in range(TURN_ROUNDS):
                 n, view, off, lens, ep = self.udp.recv()
+                if getattr(self.udp, "errors_read", 0):  # (see _rearm)
+                    self.udp.errors_read = 0
+                    self._rearm(self.udp.fd, self._receive_python)
                 if n == 0:
                     return
                 self._counters.rx_batch(n)
@@ -834,6 +897,8 @@ class Engine:
             path.seal_send(slab, view, off, lens, n, udp, time.monotonic())
             if io.sent < io.sealed or io.gso_off:
                 _count_sent(c, io)
+            if io.too_big and w.replies is not None:
+                w._too_big()
             out = self.device.fold(path, self.loop.time())
             if out is not NOTHING:
                 self.emit(out)

@@ -34,6 +34,15 @@ __all__ = [
 from vpncrypt.transport.endpoint_cache import EndpointCache, _cache, endpoint_from_addr, endpoint_to_addr  # noqa: E402,F401
 
 
+# Errors read from a socket's error queue at once (as a native round's, 8).
+ERRORS_PER_READ = 8
+# A receive's socket error that an ICMP message set (IP_RECVERR): the error
+# queue holds it, no failure of the socket.
+_ICMP_ERRNOS = frozenset(
+    (_errno.EMSGSIZE, _errno.ECONNREFUSED, _errno.EHOSTUNREACH, _errno.ENETUNREACH, _errno.EHOSTDOWN)
+)
+
+
 def _oserror(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
@@ -61,6 +70,13 @@ class UdpBatchSocket:
     (IP_PKTINFO / IPV6_PKTINFO on the socket), and a send leaves from an
     endpoint's such address (the Linux module's sticky source address); off,
     every reply leaves from the address routing picks.
+
+    pmtu: the socket's error queue is on and the kernel's path MTU
+    discovery explicitly so (vc_udp_set_pmtu: IP_RECVERR, IPV6_RECVERR,
+    IP_PMTUDISC_WANT, IPV6_PMTUDISC_WANT): a receive that finds nothing, or
+    the socket error of an ICMP message, reads the queue (read_errors) so
+    that its POLLERR never spins the loop; the native rounds give what it
+    holds to the session table (the peers' path MTU).
     """
 
     def __init__(
@@ -72,6 +88,7 @@ class UdpBatchSocket:
         mtu: int = 2048,
         slots: int | None = None,
         sticky: bool = True,
+        pmtu: bool = True,
     ) -> None:
         if batch < 1:
             raise ValueError("batch must be >= 1")
@@ -85,6 +102,9 @@ class UdpBatchSocket:
         self.gro = bool(gro) and lib.vc_udp_set_gro(self.fd, 1) == 0
         self.gso = bool(gso) and bool(lib.vc_udp_gso_supported(self.fd))
         self.sticky = bool(sticky) and lib.vc_udp_set_pktinfo(self.fd, 1) == 0
+        self.pmtu = bool(pmtu) and lib.vc_udp_set_pmtu(self.fd) == 0
+        self.errors = ffi.new("vc_udp_error[]", ERRORS_PER_READ)
+        self.errors_read = 0  # how many of them the last read_errors() read
         self.slot = lib.VC_UDP_GRO_SLOT if self.gro else (mtu + 15) & ~15
         self.slab_size = self.slot * (slots or batch)
         self.slab, self.view, self.off, self.len = _slab(self.slab_size, batch)
@@ -108,7 +128,13 @@ class UdpBatchSocket:
         its own, for another thread (the kernel hands each datagram to one
         reader)."""
         return UdpBatchSocket(
-            self.sock, batch=self.batch, gro=self.gro, gso=self.gso, mtu=self.mtu, sticky=self.sticky
+            self.sock,
+            batch=self.batch,
+            gro=self.gro,
+            gso=self.gso,
+            mtu=self.mtu,
+            sticky=self.sticky,
+            pmtu=self.pmtu,
         )
 
     @property
@@ -145,10 +171,19 @@ class UdpBatchSocket:
             self.segs,
             self._nbufs,
         )
+        if n <= 0 and self.pmtu and (n == 0 or -n in _ICMP_ERRNOS):
+            self.read_errors()
+            n = max(n, 0)
         if n < 0:
             raise _oserror(-n)
         self.nbufs = self._nbufs[0]
         return n, self.view, self.off, self.len, self.ep
+
+    def read_errors(self) -> int:
+        """Up to ERRORS_PER_READ errors from the socket's error queue into
+        self.errors (vc_udp_error); returns how many (0 on any failure)."""
+        self.errors_read = max(0, lib.vc_udp_read_errors(self.fd, self.errors, ERRORS_PER_READ))
+        return self.errors_read
 
     def send(self, buf: CData | bytes, off: CData, lens: CData, ep: CData | None, n: int) -> tuple[int, int]:
         """Send n datagrams; buf is a cffi pointer or a buffer, off/lens cffi

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vpncrypt.protocol.icmp_errors import ErrorRateLimiter, choose_source6, unreachable
@@ -78,8 +78,17 @@ class UnreachableReplies:
             return self.limiter.global_room(now)
 
     def answer(
-        self, packets: Iterable[Any], inner: Any, now: float, offloaded: bool = False
+        self,
+        packets: Iterable[Any],
+        inner: Any,
+        now: float,
+        offloaded: bool = False,
+        make: Callable[[Any, bytes | None], bytes | None] | None = None,
     ) -> tuple[int, int]:
+        """make(packet, source): the error for one packet (None: unreachable;
+        or another of vpncrypt.protocol.icmp_errors with the same rules)."""
+        if make is None:
+            make = unreachable
         errors = []
         limited = 0
         last: tuple[bytes, int, int] | None = None
@@ -101,7 +110,7 @@ class UnreachableReplies:
                 source = None
                 if len(pkt) >= 40 and pkt[0] >> 4 == 6 and ifname is not None:
                     source = choose_source6(bytes(pkt[8:24]), self._ipv6_of(ifname, now))
-                error = unreachable(pkt, source)
+                error = make(pkt, source)
                 if error is None:
                     continue
                 if not self.limiter.allow(_error_destination(error), now):

@@ -55,6 +55,9 @@ UNTRACED = -3
 # more Python per datagram than at an untraced one.
 TRACE_BURST = 256
 TRACE_RATE = 64.0
+# Pieces of a packet too big for its path sealed per call (seal_pieces): a
+# 64 KiB TSO segment cut at a 1280-byte path is at most 64 of them.
+_PIECES = 64
 
 
 class RoundResults:
@@ -112,6 +115,7 @@ class BatchPath:
         self._clock = table.clock
         self._now: float | None = None  # the last round's caller time, and its table time
         self._tnow = 0.0
+        self._pieces: Any = None  # a batch of its own for seal_pieces, made at first use
         # the first touch's peer and flags (words 0 and 1) without making an object
         self.touch_words = batch.touch_words
         self.kind = 0
@@ -247,6 +251,35 @@ class BatchPath:
         (io.unroutable of them; Batch.unroutable), for their ICMP errors."""
         got: list[memoryview] = self.batch.unroutable()
         return got
+
+    def too_big(self) -> list[tuple[memoryview, int, int]]:
+        """The last send round's packets too big for their peer's path MTU
+        (io.too_big of them; Batch.too_big): (packet, peer id, the inner MTU
+        the peer's path takes), for their "packet too big" errors."""
+        table, now = self.batch.table, self._tnow
+        mtus: dict[int, int] = {}
+        out = []
+        for pkt, pid in self.batch.too_big():
+            if pid not in mtus:
+                mtus[pid] = table.inner_mtu(pid, now)
+            out.append((pkt, pid, mtus[pid]))
+        return out
+
+    def seal_pieces(self, packets: list[bytes], pid: int, udp: Any) -> int:
+        """Seal packets (the pieces of one too big for the path) to peer
+        `pid` and send them on `udp`, through a batch of this path's own (the
+        round's arrays still hold the round); returns how many were sent.
+        What the table says of these seals (touches) is not folded: the
+        peer's round, folded next, has the same flags but for a rekey due on
+        exactly these messages, which the next one meets."""
+        b = self._pieces
+        if b is None:
+            b = self._pieces = self.batch.table.batch(_PIECES, self.batch.stride)
+        sent = 0
+        for at in range(0, len(packets), _PIECES):
+            b.seal_send_packets(packets[at : at + _PIECES], udp, self._tnow, pid)
+            sent += b.io.sent
+        return sent
 
     def fair_queue_stats(self) -> dict[str, int]:
         """The send round's fair queue's counters (Batch.fair_queue_stats)."""

@@ -27,9 +27,18 @@ from collections.abc import Sequence
 # RFC 792: type 3 (destination unreachable), code 1 (host unreachable).
 ICMP_DEST_UNREACH = 3
 ICMP_HOST_UNREACH = 1
+# RFC 792 / RFC 1191: type 3 code 4 (fragmentation needed and DF set), the
+# next-hop MTU in the low 16 bits of the header's second word.
+ICMP_FRAG_NEEDED = 4
 # RFC 4443 3.1: type 1 (destination unreachable), code 3 (address unreachable).
 ICMPV6_DEST_UNREACH = 1
 ICMPV6_ADDR_UNREACH = 3
+# RFC 4443 3.2: type 2 (packet too big), code 0, the MTU in the second word;
+# RFC 8200 5: never below 1280.
+ICMPV6_PACKET_TOO_BIG = 2
+IPV6_MIN_MTU = 1280
+# The IPv4 header's "don't fragment" flag (RFC 791).
+_IP_DF = 0x4000
 # RFC 1812 4.3.2.3: the error quotes as much of the datagram as fits in 576
 # bytes (what the kernel quotes: 576 - 20 - 8 = 548 bytes).
 IPV4_ERROR_MAX = 576
@@ -77,13 +86,36 @@ def unreachable(packet: bytes | bytearray | memoryview, source: bytes | None = N
         return None
     version = p[0] >> 4
     if version == 4:
-        return _unreachable4(p, len(packet), source)
+        return _error4(p, len(packet), source, ICMP_DEST_UNREACH, ICMP_HOST_UNREACH, 0)
     if version == 6:
-        return _unreachable6(p, len(packet), source)
+        return _error6(p, len(packet), source, ICMPV6_DEST_UNREACH, ICMPV6_ADDR_UNREACH, 0)
     return None
 
 
-def _unreachable4(p: bytes, size: int, source: bytes | None) -> bytes | None:
+def packet_too_big(
+    packet: bytes | bytearray | memoryview, mtu: int, source: bytes | None = None
+) -> bytes | None:
+    """The error that tells the sender of `packet` (an inner IP packet) that
+    it exceeds the path's MTU, and the size that fits, `mtu`: "fragmentation
+    needed and DF set" (IPv4, RFC 792, the next-hop MTU of RFC 1191), only
+    for a packet with DF set (one without may be fragmented on the way:
+    the caller does that); "packet too big" (ICMPv6, RFC 4443 3.2), with an
+    MTU of at least 1280 (RFC 8200 5).  None where no error may be sent
+    (as unreachable()); source as unreachable()'s."""
+    p = bytes(packet[:IPV6_ERROR_MAX])
+    if not p:
+        return None
+    version = p[0] >> 4
+    if version == 4:
+        if len(p) < 20 or not struct.unpack_from("!H", p, 6)[0] & _IP_DF:
+            return None
+        return _error4(p, len(packet), source, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, min(max(mtu, 68), 0xFFFF))
+    if version == 6:
+        return _error6(p, len(packet), source, ICMPV6_PACKET_TOO_BIG, 0, max(mtu, IPV6_MIN_MTU))
+    return None
+
+
+def _error4(p: bytes, size: int, source: bytes | None, kind: int, code: int, word: int) -> bytes | None:
     ihl = (p[0] & 0x0F) * 4
     if ihl < 20 or size < ihl:
         return None
@@ -101,7 +133,7 @@ def _unreachable4(p: bytes, size: int, source: bytes | None) -> bytes | None:
         if p[ihl] in _ICMP_ERRORS or p[ihl] > _ICMP_LAST_TYPE:
             return None
     quoted = p[: min(total, IPV4_ERROR_MAX - 28)]
-    body = bytearray(struct.pack("!BBHI", ICMP_DEST_UNREACH, ICMP_HOST_UNREACH, 0, 0) + quoted)
+    body = bytearray(struct.pack("!BBHI", kind, code, 0, word) + quoted)
     struct.pack_into("!H", body, 2, checksum(body))
     tos = (p[1] & 0x1E) | 0xC0  # the kernel's: the original's TOS bits, precedence internetwork control
     # DF with ID 0: an atomic datagram (RFC 6864 4.1), at most 576 bytes
@@ -119,7 +151,7 @@ def _single_host4(a: bytes) -> bool:
     return a[0] not in (0, 127) and a[0] < 224
 
 
-def _unreachable6(p: bytes, size: int, source: bytes | None) -> bytes | None:
+def _error6(p: bytes, size: int, source: bytes | None, kind: int, code: int, word: int) -> bytes | None:
     if size < 40:
         return None
     (payload,) = struct.unpack_from("!H", p, 4)
@@ -130,12 +162,12 @@ def _unreachable6(p: bytes, size: int, source: bytes | None) -> bytes | None:
     # unspecified, loopback or multicast source
     if dst[0] == 0xFF or src[0] == 0xFF or src[:15] == bytes(15) and src[15] <= 1:
         return None
-    kind = _icmpv6_type(p, 40 + payload)
-    if kind is not None and (kind < 128 or kind == _ND_REDIRECT):  # (e.1), (e.2); -1: malformed
+    inner = _icmpv6_type(p, 40 + payload)
+    if inner is not None and (inner < 128 or inner == _ND_REDIRECT):  # (e.1), (e.2); -1: malformed
         return None
     frm = source or dst
     quoted = p[: min(40 + payload, IPV6_ERROR_MAX - 48)]
-    body = bytearray(struct.pack("!BBHI", ICMPV6_DEST_UNREACH, ICMPV6_ADDR_UNREACH, 0, 0) + quoted)
+    body = bytearray(struct.pack("!BBHI", kind, code, 0, word) + quoted)
     pseudo = frm + src + struct.pack("!I3xB", len(body), _PROTO_ICMPV6)  # RFC 8200 8.1
     struct.pack_into("!H", body, 2, checksum(pseudo + body))
     head = struct.pack("!IHBB", 6 << 28, len(body), _PROTO_ICMPV6, HOP_LIMIT) + frm + src

@@ -124,3 +124,5 @@ class PeerStats:
     current: KeypairInfo | None = None
     previous: KeypairInfo | None = None
     next: KeypairInfo | None = None
+    path_mtu: int = 0  # the outer path MTU learned for the endpoint (0: none known; native table)
+    inner_mtu: int = 0  # the largest inner packet that fits it (0: none known)

@@ -10,6 +10,7 @@ plane's own UdpBatchSocket and TunBatch, and the same steps in Python for
 any other object (a tracing socket, the bench's in-memory inner)."""
 
 import dataclasses
+import errno
 import ipaddress
 import os
 import socket
@@ -309,6 +310,14 @@ class Batch:
         st = self.status
         return [view[off[i] : off[i] + lens[i]] for i in range(n) if st[i] in _UNROUTABLE]
 
+    def too_big(self) -> list[tuple[memoryview, int]]:
+        """After a send round: (packet, peer id) for the packets dropped for
+        their peer's path MTU (status PATH_MTU, io.too_big of them), as views
+        of the slab they were read into (valid until the next round)."""
+        view, off, lens, n = self._src
+        st, peer_of = self.status, self.peer_of
+        return [(view[off[i] : off[i] + lens[i]], peer_of[i]) for i in range(n) if st[i] == S.PATH_MTU]
+
     # the binding of a round to its socket and TUN
 
     def _bind_receive(self, udp: Any, inner: Any) -> None:
@@ -334,6 +343,9 @@ class Batch:
         io = self.io
         n: int
         n, _view, off, lens, ep = udp.recv()
+        io.pmtu_learned = io.pmtu_refused = 0
+        if getattr(udp, "errors_read", 0):  # (a UdpBatchSocket read its error queue)
+            self._learn_errors(udp, now, read=False)
         io.received = n
         io.replies = io.replies_sent = io.delivered = io.written = 0
         io.send_errno = io.write_errno = io.gso_off = 0
@@ -379,8 +391,21 @@ class Batch:
             udp.send(self.tx_slab, self.tx_off, self.tx_len, self.tx_ep, k) if k else (0, 0)
         )
         io.gso_off = int(gso and not udp.gso)
+        io.pmtu_learned = io.pmtu_refused = 0
+        if io.send_errno == errno.EMSGSIZE and hasattr(udp, "read_errors"):
+            self._learn_errors(udp, now)  # (as the C round: the datagram's local error is queued)
         self.forget_sources(k)
         return k
+
+    def _learn_errors(self, udp: Any, now: float, read: bool = True) -> None:
+        """What the socket's error queue holds (read: read it now, else what
+        its last receive read) given to the table, counted in io."""
+        if read:
+            udp.read_errors()
+        taken, refused = self.table.learn_errors(udp.errors, udp.errors_read, now)
+        self.io.pmtu_learned += taken
+        self.io.pmtu_refused += refused
+        udp.errors_read = 0
 
     def forget_sources(self, n: int) -> int:
         """After a send of the first n tx messages (the C rounds do it
@@ -469,6 +494,9 @@ class RoundIO(Protocol):
     write_errno: int
     gso_off: int
     unroutable: int
+    too_big: int
+    pmtu_learned: int
+    pmtu_refused: int
 
 
 class NativeTable:
@@ -517,6 +545,27 @@ class NativeTable:
         return n, int(last[0]) if n else -1
 
     # ------------------------------------------------------------ config, clock
+
+    @property
+    def pmtu_counts(self) -> tuple[int, int]:
+        """(taken, refused): the errors of the sockets' error queues the
+        table took as a peer's path MTU, and refused (vc_wg_pmtu_learn)."""
+        learned, refused = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        lib.vc_wg_pmtu_counts(self.ptr, learned, refused)
+        return int(learned[0]), int(refused[0])
+
+    def learn_errors(self, errors: CData, n: int, now: float) -> tuple[int, int]:
+        """Give n errors of a socket's error queue (vc_udp_error) to the
+        table (vc_wg_pmtu_learn); returns (taken, refused)."""
+        taken = sum(lib.vc_wg_pmtu_learn(self.ptr, errors + i, now) >= 0 for i in range(n))
+        return taken, n - taken
+
+    def inner_mtu(self, pid: int, now: float) -> int:
+        """The largest inner packet the peer's path takes now (0: no limit known)."""
+        st = self._stats
+        if lib.vc_wg_peer_get(self.ptr, pid, st, now):
+            return 0
+        return int(st.inner_mtu)
 
     def configure(self, config: TableConfig) -> None:
         if lib.vc_wg_table_configure(self.ptr, _c_config(config)):
@@ -718,6 +767,8 @@ class NativeTable:
             self._info(st.current) if _keypairs else None,
             self._info(st.previous) if _keypairs else None,
             self._info(st.next) if _keypairs else None,
+            st.path_mtu,
+            st.inner_mtu,
         )
 
     def drops(self) -> dict[DropReason, int]:

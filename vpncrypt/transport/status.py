@@ -34,7 +34,8 @@ class Status(IntEnum):
     RATE_LIMITED = 15  # under load, over its source address's rate
     QUEUE_FULL = 16  # counts the oldest queued handshake message, dropped for a new one
     UNKNOWN_PEER = 17  # an initiation or response while the device has no private key
-    ROUTING_LOOP = 18  # outgoing: the device's own datagram to the peer's endpoint, routed back in
+    PATH_MTU = 18  # outgoing: the sealed message exceeds the peer's path MTU
+    ROUTING_LOOP = 19  # outgoing: the device's own datagram to the peer's endpoint, routed back in
 
 
 STATUS_COUNT = len(Status)  # VC_WG_STATUS_COUNT: the per-status drop arrays' length
@@ -58,6 +59,7 @@ RATE_LIMITED = Status.RATE_LIMITED
 QUEUE_FULL = Status.QUEUE_FULL
 UNKNOWN_PEER = Status.UNKNOWN_PEER
 ROUTING_LOOP = Status.ROUTING_LOOP
+PATH_MTU = Status.PATH_MTU
 
 
 # The one table from C's result codes to drop reasons: the statuses that are drops.
@@ -77,6 +79,7 @@ DROP_NAMES: dict[Status, DropReason] = {
     Status.QUEUE_FULL: DropReason.HANDSHAKE_QUEUE_FULL,
     Status.UNKNOWN_PEER: DropReason.UNKNOWN_PEER,
     Status.ROUTING_LOOP: DropReason.ROUTING_LOOP,
+    Status.PATH_MTU: DropReason.PACKET_TOO_BIG,
 }
 DROP_CODES: dict[DropReason, Status] = {name: code for code, name in DROP_NAMES.items()}
 
