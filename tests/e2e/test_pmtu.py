@@ -108,10 +108,6 @@ def assert_min_v6_carried(world):
 
 
 @impls(
-    vpncrypt_bug=(
-        "the outer datagrams leave without DF once the kernel knows the path MTU, so they are "
-        "fragmented and the inner sender is never told: a 1420-byte DF ping is answered"
-    ),
     wireguard_go_bug=(
         f"{NOT_TOLD}; and its TCP mostly trickles through fragments, in bursts between "
         "retransmission timeouts (1.2 MB of 8 MiB in 45 s; whole in 1 run of 7)"
@@ -129,10 +125,6 @@ def test_fragments_forwarded(world, outer):
 
 
 @impls(
-    vpncrypt_bug=(
-        "0 bytes of TCP: every full-size datagram is fragmented (by A at the learned path MTU, or "
-        "by R) and the fragments are dropped; nobody tells the inner sender"
-    ),
     wireguard_go_bug=f"0 bytes of TCP, as vpncrypt-go before its fix; {NOT_TOLD}",
 )
 @pytest.mark.parametrize("outer", ["v4", "v6"])
@@ -147,10 +139,9 @@ def test_fragments_dropped(world, outer):
 
 @impls(
     vpncrypt_bug=(
-        "IPv4: UDP GSO batches leave without DF and R fragments them, but a lone 1472-byte "
-        "datagram has DF and vanishes: the DF ping gets nothing, and TCP stalls whenever a "
-        "retransmission goes alone (2 runs of 8); IPv6: 0 bytes of TCP (routers never fragment "
-        "IPv6, and no ICMP says why)"
+        "no probing yet (RFC 8899): IPv4: the TCP arrives (the UDP GSO batches leave without DF "
+        "and R fragments them) but the lone DF datagram vanishes, so the DF ping gets nothing; "
+        "IPv6: 0 bytes of TCP (routers never fragment IPv6, and no ICMP says why)"
     ),
     wireguard_go_bug=(
         "IPv4: TCP whole in 1 run of 5 (stalled after 3 kB to 7.4 MB in the others) and the DF "
