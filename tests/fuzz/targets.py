@@ -386,7 +386,9 @@ class _StubDaemon:
         pass
 
     def counters(self, peer_drops=True):
-        return {"drop_" + k: v for k, v in self.device.drops(peers=peer_drops).items()}
+        from vpncrypt.daemon.counter_snapshot import CounterSnapshot
+
+        return CounterSnapshot(drops=dict(self.device.drops(peers=peer_drops)))
 
     def rebind(self, port):
         self.listen_port = port
